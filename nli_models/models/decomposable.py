@@ -1,0 +1,158 @@
+"""Parikh et al. (2016), "A Decomposable Attention Model for Natural Language Inference".
+
+Attend (eq. 1-2), compare (eq. 3), aggregate (eq. 4-5), each a two-layer ReLU network; the
+``intra`` variant first adds intra-sentence attention with distance biases (eq. 6-7).
+
+Input representation (§5.1): the fixed embeddings are scaled to unit ℓ2 norm here, in the model,
+so the model is faithful whatever table is loaded (normalising is idempotent), then projected to
+``projection_dim`` by a trained matrix without bias (counted in |θ|M: without it Table 1's
+numbers come out 60k lower). The "NULL" token every sentence is prepended with is, like every
+other word of the paper, a fixed embedding: a random unit vector kept as a buffer (saved in the
+state_dict, never trained, not in |θ|M), prepended before the projection so it is projected like
+a word. Dropout precedes every ReLU layer but not the final linear layer (§5.1).
+
+Intra-attention distance biases d_{i-j}: one per signed distance -10..10 and one shared by all
+|i-j| > 10 ("all distances greater than 10 words share the same bias"), 22 in all.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from nli_models.embeddings import WordEmbeddings
+from nli_models.models.layers import (
+    check_choice,
+    check_dropout,
+    check_positive,
+    masked_softmax,
+    masked_sum,
+)
+from nli_models.registry import PaperConfig, register_model
+
+MAX_DISTANCE = 10  # intra-attention: |i-j| above this shares one bias
+
+
+def _feed_forward(input_dim: int, hidden_size: int, dropout: float) -> nn.Sequential:
+    """F, G, H and F_intra: two ReLU layers with dropout on each layer's input."""
+    return nn.Sequential(
+        nn.Dropout(dropout),
+        nn.Linear(input_dim, hidden_size),
+        nn.ReLU(),
+        nn.Dropout(dropout),
+        nn.Linear(hidden_size, hidden_size),
+        nn.ReLU(),
+    )
+
+
+def _paper_config(variant: str, table_row: str, published: int) -> PaperConfig:
+    return PaperConfig(
+        model="decomposable",
+        config={
+            "embedding_dim": 300,
+            "num_classes": 3,
+            "variant": variant,
+            "hidden_size": 200,
+            "projection_dim": 200,
+            "dropout": 0.2,
+        },
+        paper="parikh2016",
+        table_row=table_row,
+        published_theta_m=published,
+        notes="|θ|M counts the 300->200 projection matrix; NULL is a fixed (untrained) vector.",
+    )
+
+
+class _IntraAttention(nn.Module):
+    """Eq. 6-7: a'_i = sum_j softmax_j(F_intra(a_i)^T F_intra(a_j) + d_{i-j}) a_j; returns [a, a']."""
+
+    def __init__(self, dim: int, hidden_size: int, dropout: float):
+        super().__init__()
+        self.f_intra = _feed_forward(dim, hidden_size, dropout)
+        self.distance_bias = nn.Parameter(torch.zeros(2 * MAX_DISTANCE + 2))
+
+    def forward(self, a: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        hidden = self.f_intra(a)
+        f = torch.bmm(hidden, hidden.transpose(1, 2))
+        positions = torch.arange(a.shape[1], device=a.device)
+        distance = positions.unsqueeze(1) - positions.unsqueeze(0)  # i - j
+        bucket = torch.where(
+            distance.abs() > MAX_DISTANCE, 2 * MAX_DISTANCE + 1, distance + MAX_DISTANCE
+        )
+        weights = masked_softmax(f + self.distance_bias[bucket], mask.unsqueeze(1))
+        return torch.cat([a, torch.bmm(weights, a)], dim=-1), weights
+
+
+@register_model("decomposable")
+class DecomposableAttention(nn.Module):
+    VARIANTS = ("vanilla", "intra")
+    PAPER_CONFIGS = (
+        _paper_config("vanilla", "Table 1: Our approach (vanilla)", 382_000),
+        _paper_config("intra", "Table 1: Our approach with intra-sentence attention", 582_000),
+    )
+
+    def __init__(
+        self,
+        *,
+        vocab_size: int,
+        embedding_dim: int,
+        num_classes: int,
+        variant: str = "vanilla",
+        hidden_size: int = 200,
+        dropout: float = 0.2,
+        projection_dim: int = 200,
+    ):
+        super().__init__()
+        check_choice("variant", variant, self.VARIANTS)
+        check_positive("num_classes", num_classes)
+        check_positive("hidden_size", hidden_size)
+        check_positive("projection_dim", projection_dim)
+        check_dropout(dropout)
+        self.word_embeddings = WordEmbeddings(vocab_size, embedding_dim)
+        self.projection = nn.Linear(embedding_dim, projection_dim, bias=False)
+        self.register_buffer("null_embedding", F.normalize(torch.randn(embedding_dim), dim=0))
+        self.intra = (
+            _IntraAttention(projection_dim, hidden_size, dropout) if variant == "intra" else None
+        )
+        input_dim = projection_dim * (2 if variant == "intra" else 1)  # ā = [a, a'] with intra
+        self.attend = _feed_forward(input_dim, hidden_size, dropout)  # F, eq. 1
+        self.compare = _feed_forward(2 * input_dim, hidden_size, dropout)  # G, eq. 3
+        self.aggregate = _feed_forward(2 * hidden_size, hidden_size, dropout)  # H, eq. 5
+        self.output = nn.Linear(hidden_size, num_classes)
+
+    def forward(
+        self,
+        premise: torch.Tensor,
+        premise_mask: torch.Tensor,
+        hypothesis: torch.Tensor,
+        hypothesis_mask: torch.Tensor,
+        return_attention: bool = False,
+    ):
+        """Attention tensors include the NULL position at index 0 of both sentence axes."""
+        a, a_mask = self._represent(premise, premise_mask)
+        b, b_mask = self._represent(hypothesis, hypothesis_mask)
+        weights = {}
+        if self.intra is not None:
+            a, weights["premise_intra"] = self.intra(a, a_mask)
+            b, weights["hypothesis_intra"] = self.intra(b, b_mask)
+        e = torch.bmm(self.attend(a), self.attend(b).transpose(1, 2))  # eq. 1, [B, La, Lb]
+        to_b = masked_softmax(e, b_mask.unsqueeze(1))  # eq. 2: β_i attends over b
+        to_a = masked_softmax(e.transpose(1, 2), a_mask.unsqueeze(1))  # α_j attends over a
+        beta, alpha = torch.bmm(to_b, b), torch.bmm(to_a, a)
+        v1 = masked_sum(self.compare(torch.cat([a, beta], dim=-1)), a_mask)  # eq. 3-4
+        v2 = masked_sum(self.compare(torch.cat([b, alpha], dim=-1)), b_mask)
+        logits = self.output(self.aggregate(torch.cat([v1, v2], dim=-1)))  # eq. 5
+        if not return_attention:
+            return logits
+        weights.update(premise_to_hypothesis=to_b, hypothesis_to_premise=to_a)
+        return logits, weights
+
+    def _represent(
+        self, ids: torch.Tensor, mask: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Unit-norm embeddings with NULL prepended, projected -> ([B, 1+L, P], mask [B, 1+L])."""
+        words = F.normalize(self.word_embeddings(ids), dim=-1)
+        null = self.null_embedding.expand(ids.shape[0], 1, -1)
+        projected = self.projection(torch.cat([null, words], dim=1))
+        return projected, torch.cat([torch.ones_like(mask[:, :1]), mask], dim=1)

@@ -1,0 +1,112 @@
+"""Pieces shared by the model modules: argument checks, masking, pooling, LSTM packing and the
+additive attention that Rocktäschel et al. (eq. 7-9) and CAM (eq. 3-5) both use.
+
+Masks are bool tensors, True for a real token, and right-padded (a row is real tokens, then
+padding); ``sequence_lengths`` checks the latter because packing an LSTM relies on it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import torch
+from torch import nn
+from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+
+
+def check_choice(name: str, value: Any, allowed: Iterable[Any]) -> None:
+    allowed = tuple(allowed)
+    if value not in allowed:
+        raise ValueError(f"{name} must be one of {', '.join(map(repr, allowed))}; got {value!r}")
+
+
+def check_positive(name: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be an integer >= 1; got {value!r}")
+
+
+def check_dropout(value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:
+        raise ValueError(f"dropout must be a number in [0, 1); got {value!r}")
+
+
+def masked_softmax(scores: torch.Tensor, mask: torch.Tensor, dim: int = -1) -> torch.Tensor:
+    """Softmax that gives padding exactly zero weight; ``mask`` broadcasts against ``scores``."""
+    # The dtype's minimum rather than -inf: a fully masked row (a padding query) stays finite.
+    return torch.softmax(scores.masked_fill(~mask, torch.finfo(scores.dtype).min), dim=dim)
+
+
+def masked_sum(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Sum over dim 1 of [B, L, D] values, skipping padding."""
+    return (values * mask.unsqueeze(-1).to(values.dtype)).sum(dim=1)
+
+
+def masked_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    counts = mask.sum(dim=1, keepdim=True).clamp(min=1).to(values.dtype)
+    return masked_sum(values, mask) / counts
+
+
+def masked_max(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    return values.masked_fill(~mask.unsqueeze(-1), float("-inf")).amax(dim=1)
+
+
+def sequence_lengths(mask: torch.Tensor) -> torch.Tensor:
+    """Real-token count per row; raises if a row is empty or its padding is not at the end."""
+    lengths = mask.sum(dim=1)
+    positions = torch.arange(mask.shape[1], device=mask.device)
+    if not torch.equal(mask, positions.unsqueeze(0) < lengths.unsqueeze(1)):
+        raise ValueError("masks must be right-padded: real tokens first, then padding")
+    if bool((lengths == 0).any()):
+        raise ValueError("every sentence needs at least one real token")
+    return lengths
+
+
+def run_lstm(
+    lstm: nn.LSTM,
+    inputs: torch.Tensor,
+    mask: torch.Tensor,
+    state: tuple[torch.Tensor, torch.Tensor] | None = None,
+) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+    """Run a batch_first LSTM over rows of different lengths.
+
+    Packing makes the returned (h_n, c_n) the state after each row's last real token (not after
+    its padding) and leaves the outputs at padding positions zero.
+    """
+    lengths = sequence_lengths(mask).cpu()
+    packed = pack_padded_sequence(inputs, lengths, batch_first=True, enforce_sorted=False)
+    outputs, final_state = lstm(packed, state)
+    outputs, _ = pad_packed_sequence(outputs, batch_first=True, total_length=inputs.shape[1])
+    return outputs, final_state
+
+
+class AdditiveAttention(nn.Module):
+    """M = tanh(W^y Y + W^h h ⊗ e_L), α = softmax(w^T M), r = Y α^T (Rocktäschel eq. 7-9).
+
+    ``attend`` takes W^y Y and the query term precomputed, so a caller that attends many times
+    over the same memory (word-by-word attention, eq. 11-13) projects the memory only once.
+    """
+
+    def __init__(self, dim: int):
+        super().__init__()
+        self.w_y = nn.Linear(dim, dim, bias=False)
+        self.w_h = nn.Linear(dim, dim, bias=False)
+        self.w = nn.Linear(dim, 1, bias=False)
+
+    def attend(
+        self,
+        memory: torch.Tensor,
+        projected_memory: torch.Tensor,
+        mask: torch.Tensor,
+        projected_query: torch.Tensor,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """memory, projected_memory [B, L, D]; mask [B, L]; projected_query [B, D]
+        -> (r [B, D], α [B, L])."""
+        m = torch.tanh(projected_memory + projected_query.unsqueeze(1))
+        alpha = masked_softmax(self.w(m).squeeze(-1), mask)
+        return torch.bmm(alpha.unsqueeze(1), memory).squeeze(1), alpha
+
+    def forward(
+        self, memory: torch.Tensor, mask: torch.Tensor, query: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.attend(memory, self.w_y(memory), mask, self.w_h(query))

@@ -1,0 +1,24 @@
+"""Pure PyTorch training: optimizers as the papers use them, early stopping, exact resume."""
+
+from nli_models.training.metrics import Evaluation, evaluate
+from nli_models.training.trainer import (
+    CHECKPOINT_FILE,
+    EpochResult,
+    Trainer,
+    TrainState,
+    build_for_data,
+    make_trainer,
+    resolve_device,
+)
+
+__all__ = [
+    "CHECKPOINT_FILE",
+    "EpochResult",
+    "Evaluation",
+    "TrainState",
+    "Trainer",
+    "build_for_data",
+    "evaluate",
+    "make_trainer",
+    "resolve_device",
+]

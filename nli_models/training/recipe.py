@@ -1,0 +1,57 @@
+"""The `orchestrate train` recipe: prepare data, train with per-epoch output, test once."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from nli_models.config import RunConfig
+from nli_models.data import PreparedData, prepare_data
+from nli_models.training.metrics import Evaluation
+from nli_models.training.trainer import CHECKPOINT_FILE, EpochResult, Trainer, make_trainer
+
+
+def _format_epoch(result: EpochResult, epochs: int) -> str:
+    marker = " *" if result.is_best else ""
+    return (
+        f"epoch {result.epoch:>3}/{epochs}  train loss {result.train_loss:.4f} "
+        f"acc {result.train_accuracy:.4f}  dev loss {result.dev_loss:.4f} "
+        f"acc {result.dev_accuracy:.4f}  ({result.epoch_time_s:.1f}s){marker}"
+    )
+
+
+def train_and_test(
+    config: RunConfig,
+    data: PreparedData | None = None,
+    checkpoint_dir: str | Path | None = None,
+    resume: bool = False,
+    echo: Callable[[str], None] = print,
+) -> tuple[Trainer, Evaluation | None]:
+    """Train one configuration; the test split (if any) is evaluated once, on the best-on-dev
+    weights. Returns the trainer and the test evaluation."""
+    data = data or prepare_data(config.data)
+    echo(f"data: {data.summary()}")
+    trainer = make_trainer(config, data)
+    echo(
+        f"model {config.model.name}/{config.model.variant or '-'}: |θ|M = {trainer.theta_m:,}, "
+        f"|θ|W+M = {trainer.theta_wm:,} on {trainer.device}"
+    )
+    if resume:
+        if not (Path(checkpoint_dir) / CHECKPOINT_FILE).exists():
+            raise FileNotFoundError(f"no checkpoint to resume in {checkpoint_dir}")
+        trainer.load_checkpoint(checkpoint_dir)
+        echo(f"resumed after epoch {trainer.state.epoch}")
+
+    def on_epoch(trainer: Trainer, result: EpochResult) -> None:
+        echo(_format_epoch(result, config.training.epochs))
+        if checkpoint_dir is not None:
+            trainer.save_checkpoint(checkpoint_dir)
+
+    state = trainer.fit(on_epoch)
+    echo(f"best dev accuracy {state.best_dev_accuracy:.4f} at epoch {state.best_epoch}")
+    test = None
+    if "test" in data.splits:
+        test = trainer.evaluate_best("test")
+        per_class = ", ".join(f"{k} {v:.4f}" for k, v in test.class_accuracy.items())
+        echo(f"test accuracy {test.accuracy:.4f} (best-on-dev weights; {per_class})")
+    return trainer, test

@@ -1,0 +1,255 @@
+"""A plain PyTorch training loop for every registered model: no Ray, no MLflow.
+
+The sweep attaches to it through the per-epoch callback; everything needed to resume exactly
+(model, optimizer, epoch, RNG state, best-so-far) goes into one checkpoint file.
+"""
+
+from __future__ import annotations
+
+import copy
+import random
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import nn
+
+from nli_models.config import RunConfig, TrainingConfig
+from nli_models.data import PreparedData, iterate_batches
+from nli_models.registry import build_model, count_parameters
+from nli_models.training.metrics import Evaluation, evaluate
+
+CHECKPOINT_FILE = "checkpoint.pt"
+
+
+@dataclass
+class EpochResult:
+    epoch: int
+    train_loss: float
+    train_accuracy: float
+    dev_loss: float
+    dev_accuracy: float
+    epoch_time_s: float
+    is_best: bool
+
+
+@dataclass
+class TrainState:
+    """Progress that survives a checkpoint; epoch counts completed epochs."""
+
+    epoch: int = 0
+    best_dev_accuracy: float = -1.0
+    best_train_accuracy: float = 0.0
+    best_epoch: int = 0
+    epochs_without_improvement: int = 0
+    history: list[EpochResult] = field(default_factory=list)
+
+
+EpochCallback = Callable[["Trainer", EpochResult], None]
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    device = torch.device(name)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError(f"training.device={name!r} but CUDA is not available on this machine")
+    return device
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+def build_for_data(config: RunConfig, data: PreparedData) -> nn.Module:
+    """Build the configured model for prepared data; loads pretrained vectors when present."""
+    embedding_dim = data.embedding_dim or config.model.args.get("embedding_dim", 300)
+    configured = config.model.args.get("embedding_dim")
+    if data.embedding_dim and configured is not None and configured != data.embedding_dim:
+        raise ValueError(
+            f"model.args.embedding_dim={configured} but the word vectors "
+            f"({config.data.vectors.source}) have dimension {data.embedding_dim}"
+        )
+    kwargs = config.model.build_kwargs(len(data.vocab), len(data.labels), embedding_dim)
+    model = build_model(config.model.name, **kwargs)
+    if data.embedding_init is not None:
+        weight, trainable_rows = data.embedding_init
+        model.word_embeddings.load(weight, trainable_rows)
+    return model
+
+
+def _optimizer(model: nn.Module, config: TrainingConfig) -> torch.optim.Optimizer:
+    # ℓ2 applies to non-embedding parameters only (the papers regularise the network, not the
+    # word vectors); both optimizers add it to the gradient, i.e. classic ℓ2 regularisation.
+    embedding_ids = {id(p) for p in model.word_embeddings.parameters()}
+    params = [p for p in model.parameters() if p.requires_grad]
+    groups = [
+        {"params": [p for p in params if id(p) not in embedding_ids], "weight_decay": config.l2},
+        {"params": [p for p in params if id(p) in embedding_ids], "weight_decay": 0.0},
+    ]
+    groups = [g for g in groups if g["params"]]
+    if config.optimizer == "adam":
+        return torch.optim.Adam(groups, lr=config.lr, betas=(0.9, 0.999))
+    return torch.optim.Adagrad(groups, lr=config.lr, initial_accumulator_value=0.1)
+
+
+class Trainer:
+    def __init__(self, model: nn.Module, data: PreparedData, config: TrainingConfig):
+        self.config = config
+        self.data = data
+        self.device = resolve_device(config.device)
+        self.model = model.to(self.device)
+        self.optimizer = _optimizer(self.model, config)
+        self.state = TrainState()
+        self.best_model_state: dict[str, torch.Tensor] | None = None
+        self.autocast_dtype = (
+            torch.bfloat16 if config.precision == "bf16" and self.device.type == "cuda" else None
+        )
+        self.theta_m, self.theta_wm = count_parameters(model)
+
+    # -- training -------------------------------------------------------------------------
+    def _batches(self, split: str, shuffle: bool, epoch: int = 0):
+        pin = self.device.type == "cuda"
+        for batch in iterate_batches(
+            self.data.splits[split],
+            self.config.batch_size,
+            shuffle=shuffle,
+            seed=self.config.seed,
+            epoch=epoch,
+        ):
+            yield batch.pin_memory() if pin else batch
+
+    def train_epoch(self, epoch: int) -> tuple[float, float]:
+        self.model.train()
+        total_loss = torch.zeros((), device=self.device)
+        correct = torch.zeros((), device=self.device, dtype=torch.long)
+        seen = 0
+        for batch in self._batches("train", shuffle=True, epoch=epoch):
+            batch = batch.to(self.device, non_blocking=True)
+            with torch.autocast(
+                self.device.type, dtype=self.autocast_dtype, enabled=self.autocast_dtype is not None
+            ):
+                logits = self.model(*batch.inputs())
+            loss = nn.functional.cross_entropy(logits.float(), batch.label)
+            self.optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            if self.config.grad_clip is not None:
+                nn.utils.clip_grad_norm_(self.model.parameters(), self.config.grad_clip)
+            self.optimizer.step()
+            # Accumulate on the device: a .item() per step would synchronise a GPU every batch.
+            total_loss += loss.detach() * len(batch)
+            correct += (logits.detach().argmax(dim=1) == batch.label).sum()
+            seen += len(batch)
+        seen = max(seen, 1)
+        return float(total_loss) / seen, float(correct) / seen
+
+    def evaluate(self, split: str) -> Evaluation:
+        return evaluate(
+            self.model,
+            self._batches(split, shuffle=False),
+            self.data.labels,
+            self.device,
+            self.autocast_dtype,
+        )
+
+    def fit(self, callback: EpochCallback | None = None) -> TrainState:
+        """Train from the current state up to config.epochs (or early stopping)."""
+        if self.config.num_threads:
+            torch.set_num_threads(self.config.num_threads)
+        if self.state.epoch == 0:
+            seed_everything(self.config.seed)
+        while self.state.epoch < self.config.epochs and not self.should_stop():
+            epoch = self.state.epoch + 1
+            started = time.perf_counter()
+            train_loss, train_accuracy = self.train_epoch(epoch)
+            dev = self.evaluate("dev")
+            is_best = dev.accuracy > self.state.best_dev_accuracy
+            if is_best:
+                self.state.best_dev_accuracy = dev.accuracy
+                self.state.best_train_accuracy = train_accuracy
+                self.state.best_epoch = epoch
+                self.state.epochs_without_improvement = 0
+                self.best_model_state = copy.deepcopy(
+                    {k: v.detach().cpu() for k, v in self.model.state_dict().items()}
+                )
+            else:
+                self.state.epochs_without_improvement += 1
+            result = EpochResult(
+                epoch=epoch,
+                train_loss=train_loss,
+                train_accuracy=train_accuracy,
+                dev_loss=dev.loss,
+                dev_accuracy=dev.accuracy,
+                epoch_time_s=time.perf_counter() - started,
+                is_best=is_best,
+            )
+            self.state.epoch = epoch
+            self.state.history.append(result)
+            if callback is not None:
+                callback(self, result)
+        return self.state
+
+    def should_stop(self) -> bool:
+        patience = self.config.patience
+        return patience is not None and self.state.epochs_without_improvement >= patience
+
+    def evaluate_best(self, split: str) -> Evaluation:
+        """Evaluate the best-on-dev weights (test data is evaluated this way, once)."""
+        current = self.model.state_dict()
+        if self.best_model_state is None:
+            return self.evaluate(split)
+        saved = {k: v.detach().clone() for k, v in current.items()}
+        self.model.load_state_dict(self.best_model_state)
+        try:
+            return self.evaluate(split)
+        finally:
+            self.model.load_state_dict(saved)
+
+    # -- checkpoints ----------------------------------------------------------------------
+    def save_checkpoint(self, directory: str | Path) -> Path:
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        payload = {
+            "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "state": asdict(self.state),
+            "best_model": self.best_model_state,
+            "rng": {
+                "python": random.getstate(),
+                "numpy": np.random.get_state(),
+                "torch": torch.get_rng_state(),
+                "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
+            },
+        }
+        path = directory / CHECKPOINT_FILE
+        tmp = path.with_suffix(".tmp")
+        torch.save(payload, tmp)
+        tmp.replace(path)  # a reader never sees a half-written checkpoint
+        return path
+
+    def load_checkpoint(self, directory: str | Path) -> None:
+        path = Path(directory) / CHECKPOINT_FILE
+        payload = torch.load(path, map_location=self.device, weights_only=False)
+        self.model.load_state_dict(payload["model"])
+        self.optimizer.load_state_dict(payload["optimizer"])
+        state = payload["state"]
+        state["history"] = [EpochResult(**row) for row in state["history"]]
+        self.state = TrainState(**state)
+        self.best_model_state = payload["best_model"]
+        rng = payload["rng"]
+        random.setstate(rng["python"])
+        np.random.set_state(rng["numpy"])
+        torch.set_rng_state(rng["torch"].cpu())
+        if rng["cuda"] is not None and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all(rng["cuda"])
+
+
+def make_trainer(config: RunConfig, data: PreparedData) -> Trainer:
+    """Seed, build the model for the data, and wrap it in a Trainer."""
+    seed_everything(config.training.seed)
+    return Trainer(build_for_data(config, data), data, config.training)

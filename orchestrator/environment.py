@@ -1,0 +1,24 @@
+"""Process-wide defaults for Ray and MLflow, set before either is imported.
+
+RAY_AUTH_MODE is set explicitly because a first ray.init writes a token that a later `ray start`
+would otherwise enable; RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 keeps Ray on 127.0.0.1 locally.
+A user's own environment always wins (setdefault).
+"""
+
+import os
+
+DEFAULTS = {
+    "RAY_AUTH_MODE": "disabled",
+    "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
+    "RAY_USAGE_STATS_ENABLED": "0",
+    "MLFLOW_DISABLE_TELEMETRY": "true",
+    # Tune snapshots its state at every checkpoint when num_to_keep is set (what makes --resume
+    # exact); with epoch-long trials that is by design, not a bottleneck worth a warning.
+    "TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S": "0",
+    "RAY_AIR_NEW_OUTPUT": "0",
+}
+
+
+def configure_environment() -> None:
+    for key, value in DEFAULTS.items():
+        os.environ.setdefault(key, value)

@@ -1,0 +1,311 @@
+"""The only module that touches Ray Tune's API: the trial function, the search space, samplers,
+schedulers, the Tuner and its callbacks. A Ray release that moves things changes this file alone.
+
+Ray 2.60 runs Train V2: inside a trial only ray.tune.report / get_checkpoint / get_context work.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+import ray
+import torch
+from ray import tune
+from ray.tune.schedulers import ASHAScheduler, FIFOScheduler, MedianStoppingRule
+from ray.tune.search import ConcurrencyLimiter, Repeater
+from ray.tune.search.optuna import OptunaSearch
+from ray.tune.search.repeater import TRIAL_INDEX
+
+from nli_models.config import RunConfig
+from nli_models.data import PreparedData
+from nli_models.training import EpochResult, Trainer, make_trainer
+from orchestrator.spec import SweepSpec, apply_hyperparameters
+
+CONFIGURATION_KEY = "configuration"
+FAIL_ONCE_ENV = "NLI_FAIL_ONCE_AT_EPOCH"  # fault injection for recovery tests: "EPOCH:MARKER_DIR"
+
+
+# -- inside a trial ---------------------------------------------------------------------------
+def trial_params(tune_config: dict[str, Any], spec_search: dict[str, Any]) -> dict[str, Any]:
+    """Flat hyperparameters of a trial (the names logged to MLflow) from Tune's config."""
+    params = {k: v for k, v in tune_config.items() if k not in (CONFIGURATION_KEY, TRIAL_INDEX)}
+    if CONFIGURATION_KEY in tune_config:
+        params.update(spec_search["configurations"][tune_config[CONFIGURATION_KEY]])
+    if TRIAL_INDEX in tune_config:  # Repeater: the n-th repeat of a sampled configuration
+        params["seed"] = spec_search["seeds"][tune_config[TRIAL_INDEX]]
+    return params
+
+
+def _maybe_inject_failure(epoch: int) -> None:
+    setting = os.environ.get(FAIL_ONCE_ENV)
+    if not setting:
+        return
+    at_epoch, marker_dir = setting.split(":", 1)
+    marker = Path(marker_dir) / tune.get_context().get_trial_id()
+    if epoch == int(at_epoch) and not marker.exists():
+        marker.parent.mkdir(parents=True, exist_ok=True)
+        marker.touch()
+        raise RuntimeError(f"injected failure at epoch {epoch} ({FAIL_ONCE_ENV})")
+
+
+def epoch_metrics(trainer: Trainer, result: EpochResult, finished: bool) -> dict[str, Any]:
+    state = trainer.state
+    return {
+        "epoch": result.epoch,
+        "train_loss": result.train_loss,
+        "train_accuracy": result.train_accuracy,
+        "dev_loss": result.dev_loss,
+        "dev_accuracy": result.dev_accuracy,
+        "epoch_time_s": result.epoch_time_s,
+        "best_dev_accuracy": state.best_dev_accuracy,
+        "best_train_accuracy": state.best_train_accuracy,
+        "best_epoch": state.best_epoch,
+        "theta_m": trainer.theta_m,
+        "theta_wm": trainer.theta_wm,
+        # 1 when the trial ended by itself (all epochs or patience), so a trial without it at
+        # the end was stopped by the scheduler.
+        "trial_finished": int(finished),
+    }
+
+
+def run_trial(tune_config: dict[str, Any], *, base: dict, search: dict, data: PreparedData) -> None:
+    """A Tune function trainable: the foundation's trainer with a report and checkpoint per epoch."""
+    config = apply_hyperparameters(RunConfig.model_validate(base), trial_params(tune_config, search))
+    cpus = tune.get_context().get_trial_resources().required_resources.get("CPU", 1)
+    torch.set_num_threads(max(1, int(cpus)))
+    trainer = make_trainer(config, data)
+    checkpoint = tune.get_checkpoint()
+    if checkpoint is not None:
+        with checkpoint.as_directory() as directory:
+            trainer.load_checkpoint(directory)
+
+    def report(trainer: Trainer, result: EpochResult) -> None:
+        _maybe_inject_failure(result.epoch)
+        finished = trainer.state.epoch >= trainer.config.epochs or trainer.should_stop()
+        with tempfile.TemporaryDirectory() as directory:
+            trainer.save_checkpoint(directory)
+            tune.report(
+                epoch_metrics(trainer, result, finished),
+                checkpoint=tune.Checkpoint.from_directory(directory),
+            )
+
+    trainer.fit(report)
+
+
+# -- the driver -------------------------------------------------------------------------------
+def init_ray(address: str | None = None, num_cpus: int | None = None, verbose: bool = False) -> bool:
+    """Join the cluster in RAY_ADDRESS / `address`, or start a local instance. Returns whether
+    this call connected (False: the process was already connected, e.g. by a test session)."""
+    if ray.is_initialized():
+        return False
+    kwargs: dict[str, Any] = {"log_to_driver": verbose, "logging_level": "INFO" if verbose else "WARNING"}
+    if address or os.environ.get("RAY_ADDRESS"):
+        ray.init(address=address or os.environ["RAY_ADDRESS"], **kwargs)
+    else:
+        ray.init(num_cpus=num_cpus, include_dashboard=False, **kwargs)
+    return True
+
+
+def shutdown_ray() -> None:
+    ray.shutdown()
+
+
+def _domain(kind: str, values: list[Any]):
+    return {
+        "grid": tune.grid_search,
+        "choice": tune.choice,
+        "uniform": lambda v: tune.uniform(*v),
+        "loguniform": lambda v: tune.loguniform(*v),
+        "randint": lambda v: tune.randint(v[0], v[1] + 1),  # inclusive, as written in the spec
+    }[kind](values)
+
+
+def param_space(spec: SweepSpec) -> dict[str, Any]:
+    search = spec.search
+    space = {name: _domain(d.kind, d.values) for name, d in search.space.items()}
+    grid = search.sampler == "grid"
+    if search.configurations:
+        indices = list(range(len(search.configurations)))
+        space[CONFIGURATION_KEY] = tune.grid_search(indices) if grid else tune.choice(indices)
+    if grid:
+        space["seed"] = tune.grid_search(search.seeds)
+    return space
+
+
+def _searcher(spec: SweepSpec):
+    search = spec.search
+    if search.sampler == "grid":
+        return None
+    import optuna
+
+    samplers = {
+        "random": optuna.samplers.RandomSampler,
+        "tpe": optuna.samplers.TPESampler,
+        "cmaes": optuna.samplers.CmaEsSampler,
+    }
+    searcher = OptunaSearch(sampler=samplers[search.sampler](seed=search.sampler_seed))
+    if search.max_concurrent_trials:
+        searcher = ConcurrencyLimiter(searcher, max_concurrent=search.max_concurrent_trials)
+    # Each sampled configuration runs once per seed; Optuna sees the mean over seeds.
+    return Repeater(searcher, repeat=len(search.seeds), set_index=True)
+
+
+def _scheduler(spec: SweepSpec):
+    scheduler = spec.search.scheduler
+    max_t = spec.training.epochs
+    if scheduler.type == "asha":
+        return ASHAScheduler(
+            time_attr="training_iteration",
+            max_t=max_t,
+            grace_period=min(scheduler.grace_period, max_t),
+            reduction_factor=scheduler.reduction_factor,
+        )
+    if scheduler.type == "median":
+        return MedianStoppingRule(
+            time_attr="training_iteration", grace_period=scheduler.grace_period, min_samples_required=3
+        )
+    return FIFOScheduler()
+
+
+class TrialListener(Protocol):
+    """What the driver-side listeners (MLflow tracking, terminal progress) are told."""
+
+    def trial_started(self, trial_id: str, params: dict[str, Any]) -> None: ...
+    def trial_result(self, trial_id: str, metrics: dict[str, Any]) -> None: ...
+    def trial_completed(self, trial_id: str, last: dict[str, Any], checkpoint_dir: str | None) -> None: ...
+    def trial_errored(self, trial_id: str, params: dict[str, Any], error: str) -> None: ...
+    def sweep_ended(self) -> None: ...
+
+
+class _Events(tune.Callback):
+    """Forwards Tune's driver-side events to plain listeners, with flat trial params."""
+
+    def __init__(self, listeners: list[TrialListener], search: dict):
+        self.listeners = listeners
+        self.search = search
+
+    def __getstate__(self):
+        # Tune pickles its run config into the experiment folder; listeners hold threads and
+        # clients, and a resumed driver brings its own (see run_tuner).
+        return {"listeners": [], "search": self.search}
+
+    def _params(self, trial) -> dict[str, Any]:
+        return trial_params(trial.config, self.search)
+
+    def on_trial_start(self, iteration, trials, trial, **info):
+        for listener in self.listeners:
+            listener.trial_started(trial.trial_id, self._params(trial))
+
+    def on_trial_result(self, iteration, trials, trial, result, **info):
+        for listener in self.listeners:
+            listener.trial_result(trial.trial_id, result)
+
+    def on_trial_complete(self, iteration, trials, trial, **info):
+        checkpoint = trial.checkpoint
+        path = checkpoint.path if checkpoint is not None else None
+        for listener in self.listeners:
+            listener.trial_completed(trial.trial_id, dict(trial.last_result or {}), path)
+
+    def on_trial_error(self, iteration, trials, trial, **info):
+        error = _trial_error_text(trial)
+        for listener in self.listeners:
+            listener.trial_errored(trial.trial_id, self._params(trial), error)
+
+    def on_experiment_end(self, trials, **info):
+        for listener in self.listeners:
+            listener.sweep_ended()
+
+
+def _trial_error_text(trial) -> str:
+    path = getattr(trial, "error_file", None)
+    if path and Path(path).exists():
+        return Path(path).read_text()
+    error = trial.get_error() if hasattr(trial, "get_error") else None
+    return str(error) if error is not None else "unknown error"
+
+
+@dataclass
+class TrialOutcome:
+    trial_id: str
+    params: dict[str, Any]
+    metrics: dict[str, Any]
+    checkpoint_dir: str | None
+    error: str | None
+
+
+def run_tuner(
+    spec: SweepSpec,
+    data: PreparedData,
+    experiment_name: str,
+    listeners: list[TrialListener],
+    resume: bool,
+    verbose: int = 0,
+) -> list[TrialOutcome]:
+    """Run (or resume) the sweep; returns every trial's outcome. Never raises for a failed trial."""
+    search_dump = spec.search.model_dump()
+    trainable = tune.with_parameters(
+        run_trial,
+        base=spec.base_config().model_dump(exclude_unset=True),
+        search=search_dump,
+        data=data,  # put in the object store once; every trial reads the same copy
+    )
+    resources = {"cpu": spec.search.resources.cpu, "gpu": spec.search.resources.gpu}
+    trainable = tune.with_resources(trainable, resources)
+    experiment_path = str(Path(spec.storage_path) / experiment_name)
+    if resume and tune.Tuner.can_restore(experiment_path):
+        tuner = tune.Tuner.restore(
+            experiment_path, trainable=trainable, resume_unfinished=True, resume_errored=True
+        )
+        # The restored run config holds the pickled callbacks of the interrupted driver; swap
+        # in this driver's listeners so progress and tracking go to this process.
+        tuner._local_tuner._run_config.callbacks = [_Events(listeners, search_dump)]
+        tuner._local_tuner._run_config.verbose = verbose
+    else:
+        search = spec.search
+        num_samples = 1 if search.sampler == "grid" else search.num_samples * len(search.seeds)
+        tuner = tune.Tuner(
+            trainable,
+            param_space=param_space(spec),
+            tune_config=tune.TuneConfig(
+                metric=search.metric,
+                mode=search.mode,
+                search_alg=_searcher(spec),
+                scheduler=_scheduler(spec),
+                num_samples=num_samples,
+                max_concurrent_trials=search.max_concurrent_trials,
+                time_budget_s=search.time_budget_s,
+                reuse_actors=True,
+            ),
+            run_config=tune.RunConfig(
+                name=experiment_name,
+                storage_path=spec.storage_path,
+                callbacks=[_Events(listeners, search_dump)],
+                verbose=verbose,
+                # One checkpoint: the latest, which also carries the best-on-dev weights.
+                checkpoint_config=tune.CheckpointConfig(num_to_keep=1),
+                failure_config=tune.FailureConfig(max_failures=search.max_failures),
+            ),
+        )
+    grid = tuner.fit()
+    outcomes = []
+    for result in grid:
+        error = None
+        if result.error is not None:
+            error = str(result.error)
+        trial_id = result.metrics.get("trial_id") if result.metrics else None
+        trial_id = trial_id or Path(result.path).name
+        outcomes.append(
+            TrialOutcome(
+                trial_id=trial_id,
+                params=trial_params(result.config or {}, search_dump),
+                metrics=dict(result.metrics or {}),
+                checkpoint_dir=result.checkpoint.path if result.checkpoint else None,
+                error=error,
+            )
+        )
+    return outcomes
+

@@ -1,0 +1,74 @@
+"""Names of what a sweep records in MLflow; the sweep writes them and `results` reads them.
+
+Layout: one experiment per spec name; one parent run per sweep (tag nli.role=sweep); one child run
+per trial (tag nli.role=trial, mlflow.parentRunId = the parent). Per-epoch metrics use step=epoch
+(1-based). Seeds of one hyperparameter configuration share the tag nli.config_key; the
+architecture a paper-table row describes (model, variant, k, ...) is the tag nli.model_config.
+"""
+
+TAG_ROLE = "nli.role"
+ROLE_SWEEP = "sweep"
+ROLE_TRIAL = "trial"
+TAG_PARENT_RUN = "mlflow.parentRunId"
+
+# Sweep (parent) tags.
+TAG_SPEC_HASH = "nli.spec_hash"
+TAG_SPEC_NAME = "nli.spec_name"
+TAG_GIT_COMMIT = "nli.git_commit"
+TAG_GIT_DIRTY = "nli.git_dirty"
+TAG_HOST = "nli.host"
+TAG_BEST_RUN = "nli.best_run_id"  # child run of the selected configuration's best seed
+TAG_SWEEP_STATE = "nli.sweep_state"  # running | finished | interrupted
+
+TAG_CORPUS = "nli.corpus"  # data.corpus of the sweep, on the parent and every trial run
+
+# Trial (child) tags.
+TAG_TRIAL_ID = "nli.trial_id"
+TAG_MODEL_CONFIG = "nli.model_config"  # e.g. "rocktaschel/word_by_word k=100"
+TAG_CONFIG_KEY = "nli.config_key"  # hash of the trial's hyperparameters except the seed
+TAG_EARLY_STOPPED = "nli.early_stopped"  # "true" when a scheduler (ASHA, median) stopped it
+TAG_SELECTED = "nli.selected"  # "true" on every seed of the configuration chosen on dev
+TAG_ERROR = "nli.error"
+
+# Hyperparameters logged as params with these names for every model.
+PARAM_MODEL = "model"
+PARAM_VARIANT = "variant"
+PARAM_SEED = "seed"
+PARAM_HIDDEN_SIZE = "hidden_size"
+COMMON_PARAMS = ("model", "variant", "lr", "dropout", "l2", "hidden_size", "batch_size", "seed")
+
+# Per-epoch metrics (step = epoch). Accuracies are fractions in [0, 1].
+METRIC_TRAIN_LOSS = "train_loss"
+METRIC_TRAIN_ACCURACY = "train_accuracy"
+METRIC_DEV_LOSS = "dev_loss"
+METRIC_DEV_ACCURACY = "dev_accuracy"
+METRIC_EPOCH_TIME = "epoch_time_s"
+
+# Final trial metrics.
+METRIC_BEST_DEV_ACCURACY = "best_dev_accuracy"
+METRIC_BEST_TRAIN_ACCURACY = "best_train_accuracy"  # train accuracy at the best-on-dev epoch
+METRIC_BEST_EPOCH = "best_epoch"
+METRIC_EPOCHS_TRAINED = "epochs_trained"
+METRIC_THETA_M = "theta_m"
+METRIC_THETA_WM = "theta_wm"
+METRIC_TRIAL_TIME = "trial_time_s"
+
+# Only on the selected configuration's runs (and the parent): the paper protocol evaluates test
+# data for that configuration alone.
+METRIC_TEST_ACCURACY = "test_accuracy"
+CLASS_ACCURACY_PREFIX = "test_accuracy."  # + label name, e.g. test_accuracy.entailment
+DEV_CLASS_ACCURACY_PREFIX = "dev_accuracy."  # per-class dev accuracy (Parikh Table 2), selected runs
+ARTIFACT_TEST_PREDICTIONS = "predictions/test_predictions.parquet"  # columns: index, label, prediction
+ARTIFACT_SPEC = "spec.yaml"
+ARTIFACT_CHECKPOINT_DIR = "checkpoint"
+
+# Model arguments that define a row of a paper's table (together with model and variant); every
+# other logged param is a hyperparameter selected on dev within that row.
+ARCHITECTURE_PARAMS = ("hidden_size", "shared_encoder", "two_way", "num_blocks")
+
+
+def model_config_label(params: dict) -> str:
+    """The nli.model_config tag, e.g. 'rocktaschel/word_by_word hidden_size=100 two_way=False'."""
+    head = f"{params['model']}/{params.get('variant', '-')}"
+    arch = " ".join(f"{k}={params[k]}" for k in ARCHITECTURE_PARAMS if k in params)
+    return f"{head} {arch}".strip()

@@ -1,0 +1,243 @@
+"""Sweep specs: a training config (nli_models.config.RunConfig) plus a `search` block.
+
+Everything is validated before Ray starts (as Hydra does): every grid value and range endpoint is
+applied to the training config and checked by the same typed models that `orchestrate train` uses,
+so `lr: {grid: [0.1, -1]}` fails with `search.space.lr.grid[1]` before any trial launches.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import itertools
+import json
+import math
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from nli_models.config import (
+    ConfigError,
+    RunConfig,
+    TrainingConfig,
+    read_yaml,
+    validate_config,
+)
+from nli_models.registry import model_arguments
+
+DEFAULT_TRACKING_URI = "sqlite:///mlruns.db"
+TRAINING_KEYS = frozenset(TrainingConfig.model_fields) - {"seed", "device", "num_threads"}
+RESERVED_KEYS = frozenset({"seed", "model", "vocab_size", "num_classes"})
+
+
+class Domain(BaseModel):
+    """One hyperparameter's values: exactly one of grid / choice / uniform / loguniform / randint."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    grid: list[Any] | None = None
+    choice: list[Any] | None = None
+    uniform: tuple[float, float] | None = None
+    loguniform: tuple[float, float] | None = None
+    randint: tuple[int, int] | None = None
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> Domain:
+        given = [k for k in type(self).model_fields if getattr(self, k) is not None]
+        if len(given) != 1:
+            raise ValueError(
+                "give exactly one of grid, choice, uniform, loguniform, randint "
+                f"(got {', '.join(given) or 'none'})"
+            )
+        values = getattr(self, given[0])
+        if given[0] in ("grid", "choice") and not values:
+            raise ValueError(f"{given[0]} must list at least one value")
+        if given[0] in ("uniform", "loguniform", "randint") and not values[0] < values[1]:
+            raise ValueError(f"{given[0]} needs [low, high] with low < high (got {list(values)})")
+        if given[0] == "loguniform" and values[0] <= 0:
+            raise ValueError(f"loguniform needs low > 0 (got {values[0]})")
+        return self
+
+    @property
+    def kind(self) -> str:
+        return next(k for k in type(self).model_fields if getattr(self, k) is not None)
+
+    @property
+    def values(self) -> list[Any]:
+        """Values that stand for the domain when it is checked against the training config."""
+        return list(getattr(self, self.kind))
+
+
+class SchedulerConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    type: Literal["fifo", "asha", "median"] = "fifo"
+    grace_period: int = Field(1, ge=1, description="epochs before ASHA/median may stop a trial")
+    reduction_factor: float = Field(3.0, gt=1)
+
+
+class Resources(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    cpu: float = Field(1.0, gt=0)
+    gpu: float = Field(0.0, ge=0, description="fractional GPUs pack trials: 0.25 = 4 per GPU")
+
+
+class SearchConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    sampler: Literal["grid", "random", "tpe", "cmaes"] = "grid"
+    space: dict[str, Domain] = Field(default_factory=dict)
+    configurations: list[dict[str, Any]] = Field(
+        default_factory=list,
+        description="model-argument sets crossed with the space (e.g. k=116 two LSTMs, k=100 shared)",
+    )
+    seeds: list[int] = Field(default_factory=lambda: [1], min_length=1)
+    num_samples: int = Field(1, ge=1, description="configurations drawn by random/tpe/cmaes")
+    sampler_seed: int = 0
+    scheduler: SchedulerConfig = Field(default_factory=SchedulerConfig)
+    metric: Literal["dev_accuracy", "dev_loss"] = "dev_accuracy"
+    mode: Literal["max", "min"] = "max"
+    max_concurrent_trials: int | None = Field(None, ge=1)
+    time_budget_s: float | None = Field(None, gt=0)
+    resources: Resources = Field(default_factory=Resources)
+    max_failures: int = Field(1, ge=0, description="retries of a failed trial from its checkpoint")
+    tracking_uri: str | None = None
+    storage_path: str | None = None
+
+    @model_validator(mode="after")
+    def _consistent(self) -> SearchConfig:
+        if len(set(self.seeds)) != len(self.seeds):
+            raise ValueError(f"seeds must be distinct (got {self.seeds})")
+        for name, domain in self.space.items():
+            if self.sampler == "grid" and domain.kind != "grid":
+                raise ValueError(
+                    f"space.{name}: sampler 'grid' takes only grid values; "
+                    f"use sampler random, tpe or cmaes for {domain.kind}"
+                )
+            if self.sampler != "grid" and domain.kind == "grid":
+                raise ValueError(
+                    f"space.{name}: grid values need sampler: grid (Tune's grid_search cannot be "
+                    f"combined with Optuna); use choice: [...] with sampler {self.sampler!r}"
+                )
+        return self
+
+
+class SweepSpec(RunConfig):
+    search: SearchConfig = Field(default_factory=SearchConfig)
+
+    @property
+    def tracking_uri(self) -> str:
+        return self.search.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or DEFAULT_TRACKING_URI
+
+    @property
+    def storage_path(self) -> str:
+        return self.search.storage_path or str(Path("ray_results").resolve())
+
+    def base_config(self) -> RunConfig:
+        # exclude_unset: validators that ask which fields a file set (model_fields_set) must
+        # see the same fields again.
+        return RunConfig.model_validate(self.model_dump(exclude={"search"}, exclude_unset=True))
+
+    def spec_hash(self) -> str:
+        text = json.dumps(self.model_dump(mode="json"), sort_keys=True)
+        return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+    def grid_size(self) -> int:
+        """Configurations before seeds (grid: the product of the grids; else num_samples)."""
+        per_arch = max(len(self.search.configurations), 1)
+        if self.search.sampler == "grid":
+            return per_arch * math.prod(len(d.values) for d in self.search.space.values())
+        return self.search.num_samples
+
+    def num_trials(self) -> int:
+        return self.grid_size() * len(self.search.seeds)
+
+
+def apply_hyperparameters(
+    base: RunConfig, params: dict[str, Any], source: str = "trial config"
+) -> RunConfig:
+    """The training config of one trial: `lr`, `l2`, ... go to training, `variant` to the model,
+    everything else to the model's constructor arguments. Validated like a config file."""
+    raw = base.model_dump(exclude_unset=True)
+    for key, value in params.items():
+        if key in TRAINING_KEYS or key == "seed":
+            raw.setdefault("training", {})[key] = value
+        elif key == "variant":
+            raw["model"]["variant"] = value
+        else:
+            raw["model"].setdefault("args", {})[key] = value
+    return validate_config(RunConfig, raw, source)
+
+
+def _check_space(spec: SweepSpec, source: str) -> None:
+    base = spec.base_config()
+    allowed_model_args = set(model_arguments(base.model.name)) - {"vocab_size", "num_classes"}
+    allowed = sorted(TRAINING_KEYS | allowed_model_args)
+    named = [(f"search.space.{k}", k) for k in spec.search.space]
+    for i, configuration in enumerate(spec.search.configurations):
+        named += [(f"search.configurations[{i}].{k}", k) for k in configuration]
+    for path, key in named:
+        if key in RESERVED_KEYS:
+            raise ConfigError(f"{source}: {path}: {key!r} cannot be searched here (seeds go in search.seeds)")
+        if key not in TRAINING_KEYS and key not in allowed_model_args:
+            raise ConfigError(
+                f"{source}: {path}: unknown hyperparameter {key!r} for model "
+                f"{base.model.name!r}; allowed: {', '.join(allowed)}"
+            )
+    checks: list[tuple[str, dict[str, Any]]] = []
+    for key, domain in spec.search.space.items():
+        for i, value in enumerate(domain.values):
+            checks.append((f"search.space.{key}.{domain.kind}[{i}]", {key: value}))
+    for i, configuration in enumerate(spec.search.configurations):
+        checks.append((f"search.configurations[{i}]", configuration))
+    for seed in spec.search.seeds[:1]:
+        checks.append(("search.seeds", {"seed": seed}))
+    for path, params in checks:
+        try:
+            apply_hyperparameters(base, params, source=f"{source}: {path} ->").model.check()
+        except ConfigError:
+            raise
+        except ValueError as exc:
+            raise ConfigError(f"{source}: {path}: {exc}") from None
+
+
+def load_spec(path: str | Path) -> SweepSpec:
+    raw = read_yaml(path)
+    spec = validate_config(SweepSpec, raw, str(path))
+    _check_space(spec, str(path))
+    return spec
+
+
+def grid_points(spec: SweepSpec) -> list[dict[str, Any]]:
+    """Every grid configuration (for `validate` and tests; the sweep itself uses Tune's grid)."""
+    keys = list(spec.search.space)
+    combos = list(itertools.product(*(spec.search.space[k].values for k in keys)))
+    architectures = spec.search.configurations or [{}]
+    return [{**arch, **dict(zip(keys, combo, strict=True))} for arch in architectures for combo in combos]
+
+
+def logged_params(config: RunConfig) -> dict[str, Any]:
+    """Every hyperparameter of a trial under one flat, model-independent naming (lr, dropout, l2,
+    hidden_size, batch_size, model, variant, seed, ...), constructor defaults filled in."""
+    defaults = {
+        k: v
+        for k, v in model_arguments(config.model.name).items()
+        if k not in ("vocab_size", "num_classes") and v is not inspect.Parameter.empty
+    }
+    training = config.training.model_dump(exclude={"device", "num_threads"})
+    return {
+        "model": config.model.name,
+        "variant": config.model.variant or defaults.pop("variant", None),
+        **defaults,
+        **config.model.args,
+        **training,
+    }
+
+
+def config_key(params: dict[str, Any]) -> str:
+    """Identifies a hyperparameter configuration across its seeds."""
+    text = json.dumps({k: v for k, v in params.items() if k != "seed"}, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]

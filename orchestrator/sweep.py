@@ -1,0 +1,262 @@
+"""`orchestrate sweep`: validate, prepare data once, run Tune, then apply the paper protocol.
+
+Paper protocol (Rocktäschel §3): within each model configuration pick the hyperparameters with
+the best mean dev accuracy over seeds, and evaluate test data for that configuration alone.
+"""
+
+from __future__ import annotations
+
+import io
+import platform
+import subprocess
+import sys
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+import ray
+import torch
+
+from nli_models.data import PreparedData, prepare_data
+from nli_models.training import make_trainer
+from orchestrator import run_schema as rs
+from orchestrator.progress import ProgressPrinter
+from orchestrator.ray_adapter import TrialOutcome, init_ray, run_tuner, shutdown_ray
+from orchestrator.spec import SweepSpec, apply_hyperparameters, config_key, load_spec, logged_params
+from orchestrator.tracking import SweepRecorder, Tracker, host_tags
+from results.selection import TrialRecord, select_configuration
+
+
+class SweepExists(RuntimeError):
+    """The experiment already holds a sweep and neither --resume nor --new was given."""
+
+
+@dataclass
+class SweepSummary:
+    experiment_id: str
+    parent_run_id: str
+    trials: int
+    failed: int
+    best_dev_accuracy: float | None
+    test_accuracy: float | None
+    interrupted: bool
+
+
+def _git_tags() -> dict[str, str]:
+    def git(*args: str) -> str:
+        return subprocess.run(
+            ["git", *args], capture_output=True, text=True, timeout=10, check=True
+        ).stdout.strip()
+
+    try:
+        return {rs.TAG_GIT_COMMIT: git("rev-parse", "HEAD"), rs.TAG_GIT_DIRTY: str(bool(git("status", "--porcelain"))).lower()}
+    except (OSError, subprocess.SubprocessError):
+        return {rs.TAG_GIT_COMMIT: "unknown", rs.TAG_GIT_DIRTY: "unknown"}
+
+
+def _version_tags() -> dict[str, str]:
+    return {
+        "nli.ray_version": ray.__version__,
+        "nli.torch_version": torch.__version__,
+        "nli.python_version": platform.python_version(),
+    }
+
+
+def _open_parent(tracker: Tracker, spec: SweepSpec, spec_path: Path, resume: bool, new: bool):
+    experiment_id = tracker.experiment_id(spec.name)
+    previous = tracker.sweeps(experiment_id)
+    if previous and not (resume or new):
+        latest = previous[0]
+        raise SweepExists(
+            f"experiment {spec.name!r} already holds sweep run {latest.info.run_id} "
+            f"({latest.data.tags.get(rs.TAG_SWEEP_STATE, latest.info.status)}); pass --resume to "
+            "continue it or --new to start another sweep beside it"
+        )
+    if resume:
+        if not previous:
+            raise SweepExists(f"experiment {spec.name!r} holds no sweep to resume; drop --resume")
+        parent = previous[0]
+        if parent.data.tags.get(rs.TAG_SPEC_HASH) != spec.spec_hash():
+            print(
+                f"warning: {spec_path} changed since sweep {parent.info.run_id} started; "
+                "resuming with the search recorded by Ray Tune",
+                file=sys.stderr,
+            )
+        tracker.reopen(parent.info.run_id)
+        tracker.set_tags(parent.info.run_id, {rs.TAG_SWEEP_STATE: "running"})
+        return experiment_id, parent.info.run_id
+    tags = {
+        rs.TAG_SPEC_HASH: spec.spec_hash(),
+        rs.TAG_SPEC_NAME: spec.name,
+        rs.TAG_CORPUS: spec.data.corpus,
+        rs.TAG_SWEEP_STATE: "running",
+        **_git_tags(),
+        **_version_tags(),
+        **host_tags(),
+    }
+    parent_run_id = tracker.start_sweep(experiment_id, f"sweep-{spec.name}", tags)
+    tracker.log_text(parent_run_id, Path(spec_path).read_text(), rs.ARTIFACT_SPEC)
+    return experiment_id, parent_run_id
+
+
+def _predictions_table(evaluation, labels: tuple[str, ...]) -> bytes:
+    frame = pd.DataFrame(
+        {
+            "index": range(len(evaluation.gold)),
+            "label": evaluation.gold,
+            "prediction": evaluation.predictions,
+            "label_name": [labels[i] for i in evaluation.gold],
+        }
+    )
+    buffer = io.BytesIO()
+    frame.to_parquet(buffer, index=False)
+    return buffer.getvalue()
+
+
+def _evaluate_selected(
+    tracker: Tracker,
+    spec: SweepSpec,
+    data: PreparedData,
+    outcome: TrialOutcome,
+    run_id: str,
+) -> float:
+    """Test accuracy of one seed of the selected configuration, from its best-on-dev weights."""
+    config = apply_hyperparameters(spec.base_config(), outcome.params)
+    config = config.model_copy(update={"training": config.training.model_copy(update={"device": "auto"})})
+    trainer = make_trainer(config, data)
+    trainer.load_checkpoint(outcome.checkpoint_dir)
+    evaluation = trainer.evaluate_best("test")
+    dev = trainer.evaluate_best("dev")
+    metrics = {rs.METRIC_TEST_ACCURACY: evaluation.accuracy}
+    metrics.update({rs.CLASS_ACCURACY_PREFIX + k: v for k, v in evaluation.class_accuracy.items()})
+    metrics.update({rs.DEV_CLASS_ACCURACY_PREFIX + k: v for k, v in dev.class_accuracy.items()})
+    tracker.log_metrics(run_id, metrics)
+    tracker.log_bytes(run_id, _predictions_table(evaluation, data.labels), rs.ARTIFACT_TEST_PREDICTIONS)
+    tracker.set_tags(run_id, {rs.TAG_SELECTED: "true"})
+    return evaluation.accuracy
+
+
+def apply_paper_protocol(
+    tracker: Tracker,
+    spec: SweepSpec,
+    data: PreparedData,
+    outcomes: list[TrialOutcome],
+    run_ids: dict[str, str],
+    full_params: dict[str, dict],
+    parent_run_id: str,
+) -> tuple[float | None, float | None]:
+    """Select on dev per model configuration; test only the selected configurations."""
+    finished = [o for o in outcomes if o.error is None and "best_dev_accuracy" in o.metrics]
+    groups: dict[str, list[TrialOutcome]] = defaultdict(list)
+    for outcome in finished:
+        groups[rs.model_config_label(full_params[outcome.trial_id])].append(outcome)
+    best_dev = best_test = None
+    best_run = None
+    for label, members in sorted(groups.items()):
+        records = [
+            TrialRecord(
+                run_id=run_ids.get(o.trial_id, o.trial_id),
+                config_key=config_key(full_params[o.trial_id]),
+                model_config=label,
+                params=full_params[o.trial_id],
+                best_dev_accuracy=float(o.metrics["best_dev_accuracy"]),
+                seed=int(full_params[o.trial_id].get("seed", 0)),
+                status="FINISHED",
+                theta_m=int(o.metrics["theta_m"]),
+            )
+            for o in members
+        ]
+        chosen = select_configuration(records)
+        seeds = [o for o in members if config_key(full_params[o.trial_id]) == chosen]
+        dev = sum(o.metrics["best_dev_accuracy"] for o in seeds) / len(seeds)
+        tests = []
+        if "test" in data.splits:
+            for outcome in seeds:
+                if outcome.checkpoint_dir and outcome.trial_id in run_ids:
+                    tests.append(_evaluate_selected(tracker, spec, data, outcome, run_ids[outcome.trial_id]))
+        test = sum(tests) / len(tests) if tests else None
+        print(f"selected on dev for {label}: {seeds[0].params} dev {dev:.4f}"
+              + (f" test {test:.4f}" if test is not None else ""), file=sys.stderr)
+        if best_dev is None or dev > best_dev:
+            best_dev, best_test = dev, test
+            best_run = max(seeds, key=lambda o: o.metrics["best_dev_accuracy"])
+    if best_dev is not None:
+        summary = {rs.METRIC_BEST_DEV_ACCURACY: best_dev}
+        if best_test is not None:
+            summary[rs.METRIC_TEST_ACCURACY] = best_test
+        tracker.log_metrics(parent_run_id, summary)
+        if best_run is not None and best_run.trial_id in run_ids:
+            tracker.set_tags(parent_run_id, {rs.TAG_BEST_RUN: run_ids[best_run.trial_id]})
+    return best_dev, best_test
+
+
+def _close_runs(tracker: Tracker, experiment_id: str, parent_run_id: str, status: str) -> None:
+    """No run of the sweep is left RUNNING: unfinished trials become KILLED (or resumable)."""
+    for run in tracker.trial_runs(experiment_id, parent_run_id):
+        if run.info.status == "RUNNING":
+            tracker.terminate(run.info.run_id, "KILLED")
+    tracker.terminate(parent_run_id, status)
+
+
+def run_sweep(
+    spec_path: str | Path,
+    resume: bool = False,
+    new: bool = False,
+    verbose: int = 0,
+    address: str | None = None,
+) -> SweepSummary:
+    spec = load_spec(spec_path)
+    tracker = Tracker(spec.tracking_uri)
+    tracker.check_reachable()
+    experiment_id, parent_run_id = _open_parent(tracker, spec, Path(spec_path), resume, new)
+    print(
+        f"sweep {spec.name}: {spec.num_trials()} trials; MLflow {spec.tracking_uri} "
+        f"experiment {experiment_id}, parent run {parent_run_id}",
+        file=sys.stderr,
+    )
+    data = prepare_data(spec.data)
+    print(f"data: {data.summary()}", file=sys.stderr)
+    base_params = logged_params(spec.base_config())
+    recorder = SweepRecorder(
+        tracker,
+        experiment_id,
+        parent_run_id,
+        base_params=base_params,
+        run_tags={rs.TAG_CORPUS: spec.data.corpus},
+        spool_path=Path(spec.storage_path) / f"tracking-spool-{parent_run_id}.jsonl",
+    )
+    progress = ProgressPrinter(spec.num_trials(), spec.search.metric, spec.search.mode)
+    connected_here = init_ray(address, verbose=verbose > 0)
+    try:
+        outcomes = run_tuner(
+            spec,
+            data,
+            f"{spec.name}-{parent_run_id[:8]}",
+            [recorder, progress],
+            resume=resume,
+            verbose=min(verbose, 3),
+        )
+    finally:
+        recorder.flush()
+    full_params = {o.trial_id: {**base_params, **o.params} for o in outcomes}
+    incomplete = [o for o in outcomes if o.error is None and not o.metrics.get("done", True)]
+    interrupted = len(outcomes) < spec.num_trials() and spec.search.time_budget_s is None
+    failed = [o for o in outcomes if o.error is not None]
+    best_dev, best_test = apply_paper_protocol(
+        tracker, spec, data, outcomes, recorder.run_ids, full_params, parent_run_id
+    )
+    state = "interrupted" if interrupted or incomplete else "finished"
+    tracker.set_tags(parent_run_id, {rs.TAG_SWEEP_STATE: state})
+    _close_runs(tracker, experiment_id, parent_run_id, "KILLED" if state == "interrupted" else "FINISHED")
+    if connected_here:
+        shutdown_ray()
+    return SweepSummary(
+        experiment_id=experiment_id,
+        parent_run_id=parent_run_id,
+        trials=len(outcomes),
+        failed=len(failed),
+        best_dev_accuracy=best_dev,
+        test_accuracy=best_test,
+        interrupted=state == "interrupted",
+    )

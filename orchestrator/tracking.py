@@ -1,0 +1,317 @@
+"""The only module that talks to MLflow: a sweep's parent run, one child run per trial.
+
+Not Ray's MLflowLoggerCallback (one request per metric, no parent run): every trial event becomes
+an operation on a queue that one background thread sends, one log_batch per epoch, so neither the
+Tune loop nor training waits for the tracking server. While the server is unreachable operations
+stay queued and are retried; after `max_wait_s` they go to a local spool file (JSON lines) that
+`orchestrate sync` replays later. Nothing is dropped.
+"""
+
+from __future__ import annotations
+
+import json
+import queue
+import socket
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from mlflow import MlflowClient
+from mlflow.entities import Metric, Param, RunTag
+
+from orchestrator import run_schema as rs
+from orchestrator.spec import config_key
+
+EPOCH_METRICS = (
+    rs.METRIC_TRAIN_LOSS,
+    rs.METRIC_TRAIN_ACCURACY,
+    rs.METRIC_DEV_LOSS,
+    rs.METRIC_DEV_ACCURACY,
+    rs.METRIC_EPOCH_TIME,
+)
+FINAL_METRICS = {
+    "best_dev_accuracy": rs.METRIC_BEST_DEV_ACCURACY,
+    "best_train_accuracy": rs.METRIC_BEST_TRAIN_ACCURACY,
+    "best_epoch": rs.METRIC_BEST_EPOCH,
+    "epoch": rs.METRIC_EPOCHS_TRAINED,
+    "theta_m": rs.METRIC_THETA_M,
+    "theta_wm": rs.METRIC_THETA_WM,
+}
+
+
+class TrackingUnavailable(RuntimeError):
+    pass
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class Tracker:
+    """MlflowClient calls that a sweep makes, keyed by the names in run_schema."""
+
+    def __init__(self, tracking_uri: str):
+        self.tracking_uri = tracking_uri
+        self.client = MlflowClient(tracking_uri=tracking_uri)
+
+    def check_reachable(self) -> None:
+        try:
+            self.client.search_experiments(max_results=1)
+        except Exception as exc:  # any transport or store error means we cannot log
+            raise TrackingUnavailable(
+                f"MLflow tracking store {self.tracking_uri} is unreachable: {exc}. Start it "
+                "(e.g. `orchestrate server`) or point search.tracking_uri / MLFLOW_TRACKING_URI "
+                "at a reachable store."
+            ) from None
+
+    def experiment_id(self, name: str) -> str:
+        experiment = self.client.get_experiment_by_name(name)
+        if experiment is not None:
+            return experiment.experiment_id
+        return self.client.create_experiment(name)
+
+    def sweeps(self, experiment_id: str) -> list:
+        return self.client.search_runs(
+            [experiment_id],
+            filter_string=f"tags.`{rs.TAG_ROLE}` = '{rs.ROLE_SWEEP}'",
+            order_by=["attributes.start_time DESC"],
+        )
+
+    def trial_runs(self, experiment_id: str, parent_run_id: str) -> list:
+        return self.client.search_runs(
+            [experiment_id],
+            filter_string=f"tags.`{rs.TAG_PARENT_RUN}` = '{parent_run_id}'",
+            max_results=50000,
+        )
+
+    def start_sweep(self, experiment_id: str, run_name: str, tags: dict[str, str]) -> str:
+        run = self.client.create_run(
+            experiment_id, run_name=run_name, tags={rs.TAG_ROLE: rs.ROLE_SWEEP, **tags}
+        )
+        return run.info.run_id
+
+    def log_metrics(self, run_id: str, metrics: dict[str, float], step: int = 0) -> None:
+        now = _now_ms()
+        self.client.log_batch(run_id, metrics=[Metric(k, float(v), now, step) for k, v in metrics.items()])
+
+    def set_tags(self, run_id: str, tags: dict[str, str]) -> None:
+        self.client.log_batch(run_id, tags=[RunTag(k, str(v)) for k, v in tags.items()])
+
+    def log_text(self, run_id: str, text: str, artifact_file: str) -> None:
+        self.client.log_text(run_id, text, artifact_file)
+
+    def log_bytes(self, run_id: str, data: bytes, artifact_file: str) -> None:
+        with tempfile.TemporaryDirectory() as directory:
+            path = Path(directory) / Path(artifact_file).name
+            path.write_bytes(data)
+            self.client.log_artifact(run_id, str(path), str(Path(artifact_file).parent))
+
+    def reopen(self, run_id: str) -> None:
+        self.client.update_run(run_id, status="RUNNING")
+
+    def terminate(self, run_id: str, status: str) -> None:
+        self.client.set_terminated(run_id, status=status)
+
+    def find_trial_run(self, experiment_id: str, parent_run_id: str, trial_id: str) -> str | None:
+        runs = self.client.search_runs(
+            [experiment_id],
+            filter_string=(
+                f"tags.`{rs.TAG_PARENT_RUN}` = '{parent_run_id}' "
+                f"and tags.`{rs.TAG_TRIAL_ID}` = '{trial_id}'"
+            ),
+            max_results=1,
+        )
+        return runs[0].info.run_id if runs else None
+
+
+@dataclass
+class _Op:
+    kind: str  # start | metrics | finish | artifacts
+    trial_id: str
+    data: dict[str, Any] = field(default_factory=dict)
+    time_ms: int = field(default_factory=_now_ms)
+
+
+class SweepRecorder:
+    """A TrialListener (see ray_adapter) that records trials as child runs of the sweep."""
+
+    def __init__(
+        self,
+        tracker: Tracker,
+        experiment_id: str,
+        parent_run_id: str,
+        base_params: dict[str, Any],
+        run_tags: dict[str, str],
+        spool_path: Path,
+        max_wait_s: float = 120.0,
+    ):
+        self.tracker = tracker
+        self.experiment_id = experiment_id
+        self.parent_run_id = parent_run_id
+        self.base_params = base_params
+        self.run_tags = run_tags
+        self.spool_path = Path(spool_path)
+        self.max_wait_s = max_wait_s
+        self.run_ids: dict[str, str] = {}
+        self.params: dict[str, dict[str, Any]] = {}
+        self._queue: queue.Queue[_Op | None] = queue.Queue()
+        self._spooling = False
+        self._thread = threading.Thread(target=self._send_loop, name="mlflow-sender", daemon=True)
+        self._thread.start()
+
+    # -- TrialListener ----------------------------------------------------------------------
+    def trial_started(self, trial_id: str, params: dict[str, Any]) -> None:
+        full = {**self.base_params, **params}
+        self.params[trial_id] = full
+        self._queue.put(_Op("start", trial_id, {"params": full, "tags": self.run_tags}))
+
+    def trial_result(self, trial_id: str, metrics: dict[str, Any]) -> None:
+        step = int(metrics["epoch"])
+        values = {k: float(metrics[k]) for k in EPOCH_METRICS if k in metrics}
+        self._queue.put(_Op("metrics", trial_id, {"step": step, "values": values}))
+
+    def trial_completed(self, trial_id: str, last: dict[str, Any], checkpoint_dir: str | None) -> None:
+        values = {name: float(last[key]) for key, name in FINAL_METRICS.items() if key in last}
+        if "time_total_s" in last:
+            values[rs.METRIC_TRIAL_TIME] = float(last["time_total_s"])
+        early = bool(last) and not last.get("trial_finished", 0)
+        tags = {rs.TAG_EARLY_STOPPED: str(early).lower()}
+        self._queue.put(_Op("finish", trial_id, {"values": values, "tags": tags, "status": "FINISHED"}))
+        if checkpoint_dir:
+            self._queue.put(
+                _Op("artifacts", trial_id, {"path": checkpoint_dir, "dest": rs.ARTIFACT_CHECKPOINT_DIR})
+            )
+
+    def trial_errored(self, trial_id: str, params: dict[str, Any], error: str) -> None:
+        tags = {rs.TAG_ERROR: error[-4000:]}
+        self._queue.put(_Op("finish", trial_id, {"values": {}, "tags": tags, "status": "FAILED"}))
+
+    def sweep_ended(self) -> None:
+        pass  # flush() is called by the sweep after Tune returns
+
+    # -- sending ----------------------------------------------------------------------------
+    def flush(self, timeout: float | None = None) -> None:
+        """Wait until every queued operation is sent (or spooled)."""
+        self._queue.put(None)
+        self._thread.join(timeout)
+
+    def _send_loop(self) -> None:
+        while True:
+            op = self._queue.get()
+            if op is None:
+                return
+            if self._spooling:
+                self._spool(op)
+                continue
+            deadline = time.monotonic() + self.max_wait_s
+            delay = 0.5
+            while True:
+                try:
+                    self._send(op)
+                    break
+                except Exception as exc:  # transport errors: keep the op, retry, then spool
+                    if time.monotonic() > deadline:
+                        print(
+                            f"MLflow at {self.tracker.tracking_uri} unreachable for "
+                            f"{self.max_wait_s:.0f}s ({exc.__class__.__name__}); recording to "
+                            f"{self.spool_path}; upload later with `orchestrate sync "
+                            f"{self.spool_path}`",
+                            file=sys.stderr,
+                        )
+                        self._spooling = True
+                        self._spool(op)
+                        break
+                    time.sleep(delay)
+                    delay = min(delay * 2, 10.0)
+
+    def _spool(self, op: _Op) -> None:
+        self.spool_path.parent.mkdir(parents=True, exist_ok=True)
+        record = {
+            "experiment_id": self.experiment_id,
+            "parent_run_id": self.parent_run_id,
+            "kind": op.kind,
+            "trial_id": op.trial_id,
+            "data": op.data,
+            "time_ms": op.time_ms,
+        }
+        with self.spool_path.open("a") as handle:
+            handle.write(json.dumps(record, default=str) + "\n")
+
+    def _send(self, op: _Op) -> None:
+        send_op(self.tracker, self.experiment_id, self.parent_run_id, op, self.run_ids)
+
+
+def send_op(tracker: Tracker, experiment_id: str, parent_run_id: str, op: _Op, run_ids: dict) -> None:
+    """Apply one recorded operation (shared by the live sender and `orchestrate sync`)."""
+    client = tracker.client
+    if op.kind == "start":
+        run_id = run_ids.get(op.trial_id) or tracker.find_trial_run(
+            experiment_id, parent_run_id, op.trial_id
+        )
+        params = op.data["params"]
+        if run_id is None:
+            run = client.create_run(
+                experiment_id,
+                start_time=op.time_ms,
+                run_name=op.trial_id,
+                tags={
+                    **op.data.get("tags", {}),
+                    rs.TAG_ROLE: rs.ROLE_TRIAL,
+                    rs.TAG_PARENT_RUN: parent_run_id,
+                    rs.TAG_TRIAL_ID: op.trial_id,
+                    rs.TAG_MODEL_CONFIG: rs.model_config_label(params),
+                    rs.TAG_CONFIG_KEY: config_key(params),
+                },
+            )
+            run_id = run.info.run_id
+            client.log_batch(run_id, params=[Param(k, str(v)) for k, v in sorted(params.items())])
+        else:
+            client.update_run(run_id, status="RUNNING")  # resumed or retried trial
+        run_ids[op.trial_id] = run_id
+        return
+    run_id = run_ids.get(op.trial_id) or tracker.find_trial_run(experiment_id, parent_run_id, op.trial_id)
+    if run_id is None:
+        raise KeyError(f"no MLflow run for trial {op.trial_id}")
+    run_ids[op.trial_id] = run_id
+    if op.kind == "metrics":
+        step = op.data["step"]
+        metrics = [Metric(k, v, op.time_ms, step) for k, v in op.data["values"].items()]
+        client.log_batch(run_id, metrics=metrics)
+    elif op.kind == "finish":
+        metrics = [Metric(k, v, op.time_ms, 0) for k, v in op.data["values"].items()]
+        tags = [RunTag(k, v) for k, v in op.data["tags"].items()]
+        client.log_batch(run_id, metrics=metrics, tags=tags)
+        client.set_terminated(run_id, status=op.data["status"], end_time=op.time_ms)
+    elif op.kind == "artifacts":
+        if Path(op.data["path"]).exists():
+            client.log_artifacts(run_id, op.data["path"], op.data["dest"])
+    else:
+        raise ValueError(f"unknown tracking operation {op.kind!r}")
+
+
+def replay_spool(path: Path, tracking_uri: str) -> int:
+    """Upload what a sweep spooled while its tracking server was away; returns operations sent."""
+    tracker = Tracker(tracking_uri)
+    tracker.check_reachable()
+    run_ids: dict[str, str] = {}
+    sent = 0
+    for line_number, line in enumerate(Path(path).read_text().splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"{path}:{line_number}: not a JSON line: {exc}") from None
+        op = _Op(record["kind"], record["trial_id"], record["data"], record["time_ms"])
+        send_op(tracker, record["experiment_id"], record["parent_run_id"], op, run_ids)
+        sent += 1
+    return sent
+
+
+def host_tags() -> dict[str, str]:
+    return {rs.TAG_HOST: socket.gethostname()}
+

@@ -1,0 +1,44 @@
+"""MLflow keeps every param as a string; these turn them back into values and compare them."""
+
+from __future__ import annotations
+
+import math
+
+_LITERALS = {"true": True, "false": False, "none": None, "null": None}
+
+
+def parse_param(text: str) -> bool | int | float | str | None:
+    """'100' -> 100, '1e-4' -> 0.0001, 'False' -> False, 'None' -> None; other text unchanged."""
+    if text.strip().lower() in _LITERALS:
+        return _LITERALS[text.strip().lower()]
+    for cast in (int, float):
+        try:
+            value = cast(text)
+        except ValueError:
+            continue
+        # 'nan'/'inf' would make the hyperparameter JSON invalid; they stay text.
+        return value if math.isfinite(value) else text
+    return text
+
+
+def as_int(value: str | float | None) -> int | None:
+    """An integer param ('42') or count metric (252000.0) as int; None if absent or not a number."""
+    parsed = parse_param(value) if isinstance(value, str) else value
+    if isinstance(parsed, bool) or not isinstance(parsed, int | float):
+        return None
+    return int(parsed)
+
+
+def same_value(expected: object, logged: object) -> bool:
+    """Whether a param logged as ``logged`` (any type, usually a string) equals ``expected``:
+    booleans case-insensitively, numbers numerically (100 == '100.0'), the rest as strings."""
+    return _normalise(expected) == _normalise(logged)
+
+
+def _normalise(value: object) -> str:
+    parsed = parse_param(value) if isinstance(value, str) else value
+    if isinstance(parsed, bool) or parsed is None:
+        return str(parsed).lower()
+    if isinstance(parsed, int | float):
+        return repr(float(parsed))
+    return str(parsed)

@@ -1,0 +1,73 @@
+"""The rule that picks one hyperparameter configuration per model configuration on dev data.
+
+The sweep (to tag ``nli.selected``) and ``orchestrate results`` (to build the table) both call
+``select_configuration``, so the tag and the table cannot follow different rules.
+
+Within one model configuration (tag ``nli.model_config``):
+
+1. Only FINISHED trial runs with a ``best_dev_accuracy`` count. A run an early-stopping scheduler
+   stopped is FINISHED too and counts with the accuracy it reached; FAILED, KILLED and still
+   RUNNING runs are ignored.
+2. A configuration (tag ``nli.config_key``: the hyperparameters without the seed) scores the mean
+   of ``best_dev_accuracy`` over its seed-runs; the highest mean wins.
+3. Ties, in order: the higher minimum over seeds (the configuration less at the mercy of its
+   seed), fewer model parameters ``theta_m`` (unknown counts last), the lexicographically smallest
+   config_key, so the result never depends on the order runs were logged or listed in.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+FINISHED = "FINISHED"
+
+
+@dataclass(frozen=True)
+class TrialRecord:
+    """What the selection rule needs from one trial run."""
+
+    run_id: str
+    config_key: str
+    model_config: str
+    params: Mapping[str, str]  # as logged (MLflow keeps params as strings)
+    best_dev_accuracy: float | None
+    seed: int | None
+    status: str  # MLflow run status: FINISHED, FAILED, KILLED, RUNNING, ...
+    theta_m: int | None = None
+
+
+def eligible(trial: TrialRecord) -> bool:
+    """Whether a trial takes part in selection (rule 1)."""
+    return trial.status == FINISHED and trial.best_dev_accuracy is not None
+
+
+def select_configuration(trials: list[TrialRecord]) -> str:
+    """The config_key of the configuration selected on dev among ``trials``.
+
+    ``trials`` are the runs of one model configuration (any status). Raises ValueError when they
+    span several model configurations or none of them is eligible.
+    """
+    model_configs = {t.model_config for t in trials}
+    if len(model_configs) > 1:
+        raise ValueError(f"trials span several model configurations: {sorted(model_configs)}")
+    by_config: dict[str, list[TrialRecord]] = defaultdict(list)
+    for trial in filter(eligible, trials):
+        by_config[trial.config_key].append(trial)
+    if not by_config:
+        raise ValueError(
+            f"no FINISHED trial with a best_dev_accuracy among {len(trials)} trial(s) of "
+            f"{', '.join(sorted(model_configs)) or 'an empty list'}"
+        )
+    return min(by_config, key=lambda key: _rank(key, by_config[key]))
+
+
+def _rank(config_key: str, seeds: list[TrialRecord]) -> tuple:
+    # fsum is exactly rounded, so the same accuracies logged in another order give the same mean
+    # and a real tie stays a tie instead of being decided by rounding noise.
+    accuracies = [t.best_dev_accuracy for t in seeds]
+    mean = math.fsum(accuracies) / len(accuracies)
+    theta_m = seeds[0].theta_m
+    return (-mean, -min(accuracies), theta_m is None, theta_m or 0, config_key)

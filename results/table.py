@@ -1,0 +1,228 @@
+"""The results table: one row per model configuration (experiment, nli.model_config).
+
+Within a row the hyperparameters are selected on dev by ``results.selection`` over every trial
+run of that model configuration in the experiment (all its sweeps pooled, so runs added by a
+later sweep compete too). When the sweep's ``nli.selected`` tags name another configuration, the
+rule wins and a ResultsWarning says so. Train, dev and test accuracies are those of the selected
+configuration's FINISHED seed-runs; test metrics are read for those runs only (Rocktäschel et
+al. 2016 §3: only the configuration chosen on dev is evaluated on test), and are null when the
+selected runs have none. Accuracies are fractions in [0, 1], as logged.
+
+The Parquet file carries the schema version under the schema metadata key
+``nli.schema_version``, ``nli.table`` = "results", the experiments read (``nli.experiments``,
+JSON) and each column's description as field metadata ``description``.
+
+Columns:
+
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import warnings
+from collections import defaultdict
+from collections.abc import Callable, Mapping, Sequence
+
+import pyarrow as pa
+
+from orchestrator.run_schema import (
+    CLASS_ACCURACY_PREFIX,
+    METRIC_BEST_TRAIN_ACCURACY,
+    METRIC_EPOCHS_TRAINED,
+    METRIC_TEST_ACCURACY,
+    METRIC_THETA_WM,
+    METRIC_TRIAL_TIME,
+    PARAM_MODEL,
+    PARAM_SEED,
+    PARAM_VARIANT,
+)
+from results.errors import ResultsWarning
+from results.params import as_int, parse_param
+from results.schema import Column, arrow_table, describe
+from results.selection import eligible, select_configuration
+from results.stats import Summary, summarise
+from results.tracking import TrialRun
+
+TestMetrics = Callable[[str], Mapping[str, float]]  # run_id -> test metrics of that run
+
+
+def _summary_columns(metric: str, what: str) -> list[Column]:
+    return [
+        Column(metric, pa.float64(), f"mean {what} over the selected configuration's seeds"),
+        Column(
+            f"{metric}_std",
+            pa.float64(),
+            f"sample std (ddof=1) of {what} over seeds; null for one seed",
+        ),
+        Column(
+            f"{metric}_ci95_low",
+            pa.float64(),
+            f"lower end of the 95% Student-t interval of the mean {what}",
+        ),
+        Column(
+            f"{metric}_ci95_high",
+            pa.float64(),
+            f"upper end of the 95% Student-t interval of the mean {what}",
+        ),
+    ]
+
+
+COLUMNS: tuple[Column, ...] = (
+    Column("experiment", pa.string(), "MLflow experiment (one per sweep spec name)"),
+    Column(
+        "model_config",
+        pa.string(),
+        "nli.model_config tag: the architecture a paper-table row describes",
+    ),
+    Column("model", pa.string(), "registered model name (param model)"),
+    Column("variant", pa.string(), "model variant (param variant)"),
+    Column("k", pa.int64(), "hidden size (param hidden_size); null if not logged"),
+    Column("theta_wm", pa.int64(), "|θ|W+M: trainable parameters including tuned word embeddings"),
+    Column("theta_m", pa.int64(), "|θ|M: trainable parameters without word embeddings"),
+    Column(
+        "hyperparameters",
+        pa.string(),
+        "JSON object of the selected configuration's params except seed, values typed",
+    ),
+    Column("config_key", pa.string(), "nli.config_key of the selected configuration"),
+    Column(
+        "selected_run_id",
+        pa.string(),
+        "the selected configuration's seed-run with the best dev accuracy (its predictions feed McNemar)",
+    ),
+    Column("parent_run_id", pa.string(), "sweep (parent) run of selected_run_id"),
+    Column(
+        "selection_matches_tag",
+        pa.bool_(),
+        "whether the runs tagged nli.selected are exactly the recomputed selection; null if none is tagged",
+    ),
+    Column("n_trials", pa.int64(), "trial runs searched for this model configuration, any status"),
+    Column("n_configs", pa.int64(), "distinct hyperparameter configurations (config_key) searched"),
+    Column("n_seeds", pa.int64(), "FINISHED seed-runs of the selected configuration"),
+    Column(
+        "train_accuracy",
+        pa.float64(),
+        "mean best_train_accuracy (train accuracy at the best dev epoch) over seeds",
+    ),
+    *_summary_columns("dev_accuracy", "best_dev_accuracy"),
+    *_summary_columns("test_accuracy", "test_accuracy (seeds that logged it)"),
+    Column(
+        "test_accuracy_per_class",
+        pa.string(),
+        'JSON object label -> mean test_accuracy.<label> over seeds, e.g. {"entailment": 0.9}; null without test metrics',
+    ),
+    Column(
+        "epochs_trained",
+        pa.float64(),
+        "mean epochs_trained over the selected configuration's seeds",
+    ),
+    Column(
+        "total_trial_time_s",
+        pa.float64(),
+        "sum of trial_time_s over all trials of the row (the search's compute time)",
+    ),
+)
+
+__doc__ += describe(COLUMNS)
+
+
+def build_table(
+    trials: Sequence[TrialRun], test_metrics: TestMetrics, experiments: Sequence[str]
+) -> pa.Table:
+    """The results table of ``trials``; ``test_metrics`` is only called for selected runs."""
+    groups: dict[tuple[str, str], list[TrialRun]] = defaultdict(list)
+    for trial in trials:
+        groups[trial.experiment, trial.record.model_config].append(trial)
+    rows = []
+    for (experiment, model_config), group in sorted(groups.items()):
+        try:
+            config_key = select_configuration([t.record for t in group])
+        except ValueError as exc:
+            warnings.warn(f"{experiment}: {exc}; no row for it", ResultsWarning, stacklevel=2)
+            continue
+        rows.append(_row(experiment, model_config, group, config_key, test_metrics))
+    return arrow_table(
+        rows, COLUMNS, "results", experiments=list(experiments), accuracy_unit="fraction in [0, 1]"
+    )
+
+
+def _row(
+    experiment: str,
+    model_config: str,
+    group: list[TrialRun],
+    config_key: str,
+    test_metrics: TestMetrics,
+) -> dict:
+    seeds = [t for t in group if t.record.config_key == config_key and eligible(t.record)]
+    best = min(seeds, key=lambda t: (-t.record.best_dev_accuracy, t.record.run_id))
+    tagged = {t.record.config_key for t in group if t.tagged_selected}
+    if tagged and tagged != {config_key}:
+        warnings.warn(
+            f"{experiment} / {model_config}: the sweep tagged configuration(s) "
+            f"{', '.join(sorted(tagged))} as selected, the selection rule picks {config_key} "
+            "(runs added after the sweep?); the table follows the rule",
+            ResultsWarning,
+            stacklevel=3,
+        )
+    tests = [test_metrics(t.record.run_id) for t in seeds]
+    params = {k: parse_param(v) for k, v in sorted(best.record.params.items()) if k != PARAM_SEED}
+    return {
+        "experiment": experiment,
+        "model_config": model_config,
+        "model": best.record.params.get(PARAM_MODEL),
+        "variant": best.record.params.get(PARAM_VARIANT),
+        "k": as_int(best.record.params.get("hidden_size")),
+        "theta_wm": as_int(best.metrics.get(METRIC_THETA_WM)),
+        "theta_m": best.record.theta_m,
+        "hyperparameters": json.dumps(params),
+        "config_key": config_key,
+        "selected_run_id": best.record.run_id,
+        "parent_run_id": best.parent_run_id,
+        "selection_matches_tag": tagged == {config_key} if tagged else None,
+        "n_trials": len(group),
+        "n_configs": len({t.record.config_key for t in group}),
+        "n_seeds": len(seeds),
+        "train_accuracy": _mean(t.metrics.get(METRIC_BEST_TRAIN_ACCURACY) for t in seeds),
+        **_summary_fields("dev_accuracy", summarise([t.record.best_dev_accuracy for t in seeds])),
+        **_summary_fields(
+            "test_accuracy", summarise(_present(m.get(METRIC_TEST_ACCURACY) for m in tests))
+        ),
+        "test_accuracy_per_class": _per_class(tests),
+        "epochs_trained": _mean(t.metrics.get(METRIC_EPOCHS_TRAINED) for t in seeds),
+        "total_trial_time_s": _sum(t.metrics.get(METRIC_TRIAL_TIME) for t in group),
+    }
+
+
+def _summary_fields(metric: str, summary: Summary) -> dict:
+    return {
+        metric: summary.mean,
+        f"{metric}_std": summary.std,
+        f"{metric}_ci95_low": summary.ci_low,
+        f"{metric}_ci95_high": summary.ci_high,
+    }
+
+
+def _per_class(tests: list[Mapping[str, float]]) -> str | None:
+    labels = sorted({name for m in tests for name in m if name.startswith(CLASS_ACCURACY_PREFIX)})
+    if not labels:
+        return None
+    return json.dumps(
+        {
+            name.removeprefix(CLASS_ACCURACY_PREFIX): _mean(m.get(name) for m in tests)
+            for name in labels
+        }
+    )
+
+
+def _present(values) -> list[float]:
+    return [v for v in values if v is not None]
+
+
+def _mean(values) -> float | None:
+    return summarise(_present(values)).mean
+
+
+def _sum(values) -> float | None:
+    present = _present(values)
+    return math.fsum(present) if present else None

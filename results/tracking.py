@@ -1,0 +1,176 @@
+"""Reading sweeps back through MlflowClient, for any tracking URI (SQLite file, HTTP server, ...).
+
+Only trial runs (tag nli.role=trial) are read. Their test metrics are dropped on loading:
+``fetch_test_metrics`` reads them again, one run at a time, and the table calls it for the runs of
+the selected configuration only, so the test data of other configurations cannot leak into it.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from unittest.mock import patch
+from urllib.parse import urlparse
+
+from mlflow import MlflowClient
+from mlflow.entities import Experiment, Run
+from mlflow.exceptions import MlflowException
+
+from orchestrator.run_schema import (
+    ARTIFACT_TEST_PREDICTIONS,
+    CLASS_ACCURACY_PREFIX,
+    METRIC_BEST_DEV_ACCURACY,
+    METRIC_TEST_ACCURACY,
+    METRIC_THETA_M,
+    PARAM_SEED,
+    ROLE_TRIAL,
+    TAG_CONFIG_KEY,
+    TAG_MODEL_CONFIG,
+    TAG_PARENT_RUN,
+    TAG_ROLE,
+    TAG_SELECTED,
+)
+from results.errors import ResultsError, ResultsWarning
+from results.params import as_int
+from results.selection import TrialRecord
+
+TRIAL_FILTER = f"tags.`{TAG_ROLE}` = '{ROLE_TRIAL}'"
+
+
+@dataclass(frozen=True)
+class TrialRun:
+    """A trial run as the table sees it: its selection record plus what the row reports."""
+
+    record: TrialRecord
+    experiment: str
+    parent_run_id: str | None
+    tagged_selected: bool  # nli.selected == "true", as the sweep wrote it
+    metrics: Mapping[str, float]  # latest value of every metric except the test ones
+
+
+def open_client(tracking_uri: str) -> MlflowClient:
+    # MLflow silently creates an empty store at a local path that does not exist, which would turn
+    # a typo into an empty result and a stray database file; refuse it instead.
+    path = _local_store_path(tracking_uri)
+    if path is not None and not path.exists():
+        raise ResultsError(f"no tracking store at {path} (tracking URI {tracking_uri!r})")
+    return MlflowClient(tracking_uri=tracking_uri)
+
+
+def _local_store_path(tracking_uri: str) -> Path | None:
+    if tracking_uri.startswith("sqlite:///"):
+        return Path(tracking_uri.removeprefix("sqlite:///").split("?")[0])
+    parsed = urlparse(tracking_uri)
+    return Path(parsed.path) if parsed.scheme in ("", "file") else None
+
+
+def resolve_experiments(client: MlflowClient, names: Sequence[str]) -> list[Experiment]:
+    """The named experiments, or every experiment holding trial runs when ``names`` is empty."""
+    existing = {e.name: e for e in _all_experiments(client)}
+    unknown = [name for name in names if name not in existing]
+    if unknown:
+        raise ResultsError(
+            f"unknown experiment(s): {', '.join(unknown)}; experiments in this tracking store: "
+            f"{', '.join(sorted(existing)) or '(none)'}"
+        )
+    if names:
+        return [existing[name] for name in dict.fromkeys(names)]
+    with_trials = [e for e in existing.values() if _has_trials(client, e)]
+    if not with_trials:
+        raise ResultsError(
+            f"no experiment holds trial runs; experiments: {', '.join(sorted(existing))}"
+        )
+    return sorted(with_trials, key=lambda e: e.name)
+
+
+def _all_experiments(client: MlflowClient) -> Iterator[Experiment]:
+    token = None
+    while True:
+        page = client.search_experiments(page_token=token)
+        yield from page
+        token = page.token
+        if not token:
+            return
+
+
+def _has_trials(client: MlflowClient, experiment: Experiment) -> bool:
+    return bool(client.search_runs([experiment.experiment_id], TRIAL_FILTER, max_results=1))
+
+
+def load_trials(client: MlflowClient, experiments: Sequence[Experiment]) -> list[TrialRun]:
+    """Every active trial run of ``experiments``; ResultsError if an experiment has none."""
+    trials: list[TrialRun] = []
+    for experiment in experiments:
+        runs = list(_trial_runs(client, experiment.experiment_id))
+        if not runs:
+            raise ResultsError(
+                f"experiment {experiment.name!r} has no trial runs (tag {TAG_ROLE}={ROLE_TRIAL})"
+            )
+        trials.extend(t for t in (_trial(run, experiment.name) for run in runs) if t is not None)
+    return trials
+
+
+def _trial_runs(client: MlflowClient, experiment_id: str) -> Iterator[Run]:
+    token = None
+    while True:
+        page = client.search_runs([experiment_id], TRIAL_FILTER, page_token=token)
+        yield from page
+        token = page.token
+        if not token:
+            return
+
+
+def _trial(run: Run, experiment: str) -> TrialRun | None:
+    tags, params = run.data.tags, run.data.params
+    if TAG_CONFIG_KEY not in tags or TAG_MODEL_CONFIG not in tags:
+        warnings.warn(
+            f"{experiment}: trial run {run.info.run_id} lacks the {TAG_CONFIG_KEY} or "
+            f"{TAG_MODEL_CONFIG} tag and is ignored",
+            ResultsWarning,
+            stacklevel=2,
+        )
+        return None
+    metrics = {k: v for k, v in run.data.metrics.items() if not is_test_metric(k)}
+    record = TrialRecord(
+        run_id=run.info.run_id,
+        config_key=tags[TAG_CONFIG_KEY],
+        model_config=tags[TAG_MODEL_CONFIG],
+        params=dict(params),
+        best_dev_accuracy=metrics.get(METRIC_BEST_DEV_ACCURACY),
+        seed=as_int(params.get(PARAM_SEED)),
+        status=run.info.status,
+        theta_m=as_int(metrics.get(METRIC_THETA_M)),
+    )
+    return TrialRun(
+        record=record,
+        experiment=experiment,
+        parent_run_id=tags.get(TAG_PARENT_RUN),
+        tagged_selected=tags.get(TAG_SELECTED, "").lower() == "true",
+        metrics=metrics,
+    )
+
+
+def is_test_metric(name: str) -> bool:
+    return name == METRIC_TEST_ACCURACY or name.startswith(CLASS_ACCURACY_PREFIX)
+
+
+def fetch_test_metrics(client: MlflowClient, run_id: str) -> dict[str, float]:
+    """test_accuracy and test_accuracy.<label> of one run; call it for selected runs only."""
+    metrics = client.get_run(run_id).data.metrics
+    return {name: value for name, value in metrics.items() if is_test_metric(name)}
+
+
+def download_predictions(client: MlflowClient, run_id: str, directory: Path) -> Path:
+    try:
+        # One small file per row: MLflow's progress bars would only clutter stderr.
+        with patch.dict(os.environ, {"MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false"}):
+            return Path(
+                client.download_artifacts(run_id, ARTIFACT_TEST_PREDICTIONS, str(directory))
+            )
+    except (MlflowException, OSError) as exc:
+        raise ResultsError(
+            f"run {run_id} has no {ARTIFACT_TEST_PREDICTIONS} artifact: {exc}"
+        ) from exc

@@ -1,0 +1,41 @@
+"""Shared fixtures: environment for Ray/MLflow, the shared-data location, a local Ray instance."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from orchestrator.environment import configure_environment
+
+configure_environment()
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+SHARED_DATA = REPO_ROOT.parent / "shared" / "data"
+
+
+@pytest.fixture(scope="session")
+def shared_data() -> Path:
+    if not (SHARED_DATA / "snli_1.0" / "snli_1.0_dev.jsonl").exists():
+        pytest.skip(f"real corpora not found at {SHARED_DATA} (only on the project's dev machines)")
+    return SHARED_DATA
+
+
+@pytest.fixture(scope="session")
+def ray_session():
+    """One real local Ray instance for the in-process sweep tests (starting one takes seconds)."""
+    import ray
+
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="WARNING")
+    yield ray
+    ray.shutdown()
+
+
+@pytest.fixture
+def workdir(tmp_path, monkeypatch) -> Path:
+    """Run in a fresh folder: the default MLflow store and Ray results land there."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    os.environ.setdefault("NLI_DATA_DIR", str(tmp_path / "data-cache"))
+    return tmp_path

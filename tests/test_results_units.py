@@ -1,0 +1,164 @@
+"""Unit tests of the results package's pure parts: selection rule, statistics, EVP, rendering."""
+
+import os
+
+os.environ["MLFLOW_DISABLE_TELEMETRY"] = "true"  # before anything imports mlflow
+
+import math
+import random
+
+import pandas as pd
+import pytest
+
+from results.evp import expected_max_curve
+from results.params import as_int, parse_param, same_value
+from results.render import render
+from results.selection import TrialRecord, select_configuration
+from results.stats import mcnemar, summarise, t_quantile
+
+MODEL_CONFIG = "rocktaschel/attention hidden_size=100"
+
+
+def trial(config_key, dev, seed=1, status="FINISHED", theta_m=None, model_config=MODEL_CONFIG):
+    return TrialRecord(
+        run_id=f"{config_key}-{seed}-{status}",
+        config_key=config_key,
+        model_config=model_config,
+        params={"seed": str(seed)},
+        best_dev_accuracy=dev,
+        seed=seed,
+        status=status,
+        theta_m=theta_m,
+    )
+
+
+def seeds(config_key, *devs, theta_m=None):
+    return [trial(config_key, dev, seed, theta_m=theta_m) for seed, dev in enumerate(devs, 1)]
+
+
+# --- selection rule -------------------------------------------------------------------------
+
+
+def test_highest_mean_dev_accuracy_wins():
+    trials = seeds("a", 0.80, 0.90) + seeds("b", 0.86, 0.86) + seeds("c", 0.70)
+    assert select_configuration(trials) == "b"  # mean 0.86 beats 0.85 despite a's 0.90 seed
+
+
+def test_mean_tie_goes_to_the_higher_minimum():
+    # Both means are exactly 0.82; the same floats in another order must not break the tie.
+    trials = seeds("a", 0.80, 0.82, 0.84) + seeds("b", 0.83, 0.81, 0.82)
+    assert select_configuration(trials) == "b"
+
+
+def test_then_fewer_parameters_then_smallest_config_key():
+    assert select_configuration(seeds("a", 0.8, theta_m=200) + seeds("b", 0.8, theta_m=100)) == "b"
+    assert select_configuration(seeds("a", 0.8, theta_m=100) + seeds("b", 0.8)) == "a"
+    tied = seeds("zz", 0.8) + seeds("mm", 0.8) + seeds("qq", 0.8)
+    for _ in range(5):
+        random.shuffle(tied)
+        assert select_configuration(tied) == "mm"
+
+
+def test_only_finished_runs_count_and_early_stopped_ones_do():
+    trials = [
+        trial("killed", 0.99, status="KILLED"),
+        trial("failed", None, status="FAILED"),
+        trial("running", 0.95, status="RUNNING"),
+        trial("stopped_early", 0.70),  # a scheduler's stop is still FINISHED
+        *seeds("normal", 0.65),
+    ]
+    assert select_configuration(trials) == "stopped_early"
+
+
+def test_selection_refuses_mixed_or_empty_input():
+    with pytest.raises(ValueError, match="several model configurations"):
+        select_configuration(seeds("a", 0.8) + [trial("b", 0.9, model_config="other")])
+    with pytest.raises(ValueError, match="no FINISHED trial"):
+        select_configuration([trial("a", 0.9, status="FAILED")])
+
+
+# --- statistics -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("df", "expected"),
+    [(1, 12.706), (2, 4.303), (4, 2.776), (9, 2.262), (30, 2.042), (1000, 1.962)],
+)
+def test_t_quantile_matches_published_tables(df, expected):
+    assert t_quantile(0.975, df) == pytest.approx(expected, abs=5e-4)
+    assert t_quantile(0.025, df) == pytest.approx(-expected, abs=5e-4)
+
+
+def test_mean_std_and_confidence_interval_over_seeds():
+    summary = summarise([0.80, 0.82, 0.84])
+    half_width = 4.302652729911275 * 0.02 / math.sqrt(3)  # t_{0.975,2} * std / sqrt(n)
+    assert (summary.n, summary.mean, summary.std) == (3, pytest.approx(0.82), pytest.approx(0.02))
+    assert summary.ci_low == pytest.approx(0.82 - half_width)
+    assert summary.ci_high == pytest.approx(0.82 + half_width)
+    one = summarise([0.5])
+    assert (one.mean, one.std, one.ci_low) == (0.5, None, None)
+    assert summarise([]).mean is None
+
+
+def test_mcnemar_exact_binomial_for_few_discordant_pairs():
+    result = mcnemar(3, 10)  # 13 discordant: 2 * P(X <= 3), X ~ Bin(13, 1/2)
+    assert result.method == "exact binomial"
+    assert result.p_value == pytest.approx(2 * (1 + 13 + 78 + 286) / 2**13)
+    assert mcnemar(0, 0).p_value == 1.0
+    assert mcnemar(5, 5).p_value == 1.0  # the doubled tail is capped at 1
+
+
+def test_mcnemar_chi_square_with_continuity_correction():
+    result = mcnemar(30, 15)  # (|30 - 15| - 1)^2 / 45 = 196 / 45
+    assert result.method == "chi-square, continuity corrected"
+    assert result.statistic == pytest.approx(196 / 45)
+    assert result.p_value == pytest.approx(0.036888, abs=1e-6)  # chi2(df=1) survival at 4.3556
+
+
+# --- expected validation performance ---------------------------------------------------------
+
+
+def test_expected_max_curve_against_hand_computation():
+    curve = expected_max_curve([0.6, 0.8, 0.7])
+    # Sorted 0.6, 0.7, 0.8; weights (i/3)^n - ((i-1)/3)^n: n=2 -> 1/9, 3/9, 5/9; n=3 -> 1, 7, 19 /27
+    expected_means = [0.7, (0.6 + 3 * 0.7 + 5 * 0.8) / 9, (0.6 + 7 * 0.7 + 19 * 0.8) / 27]
+    assert [mean for mean, _ in curve] == pytest.approx(expected_means)
+    variance_one = (0.36 + 0.49 + 0.64) / 3 - 0.7**2
+    assert curve[0][1] == pytest.approx(math.sqrt(variance_one))
+    assert expected_max_curve([0.5, 0.5]) == [(0.5, 0.0), (0.5, 0.0)]
+
+
+# --- params and rendering ---------------------------------------------------------------------
+
+
+def test_params_parse_and_compare_as_logged_strings():
+    assert [parse_param(v) for v in ("100", "1e-4", "False", "None", "adam", "nan")] == [
+        100,
+        0.0001,
+        False,
+        None,
+        "adam",
+        "nan",
+    ]
+    assert same_value(100, "100.0") and same_value(False, "false") and same_value("adam", "adam")
+    assert not same_value(True, "False") and not same_value(100, "159")
+    assert (as_int("42"), as_int(252000.0), as_int("True"), as_int(None)) == (
+        42,
+        252000,
+        None,
+        None,
+    )
+
+
+def test_render_formats_escape_and_blank_nulls():
+    frame = pd.DataFrame({"model config": ["a|b", "x_y & z"], "test": [82.0, float("nan")]})
+    assert render(frame, "md").splitlines() == [
+        "| model config | test |",
+        "| --- | --- |",
+        r"| a\|b | 82.00 |",
+        "| x_y & z |  |",
+    ]
+    assert render(frame, "csv").splitlines() == ["model config,test", "a|b,82.00", "x_y & z,"]
+    latex = render(frame, "latex")
+    assert latex.startswith("\\begin{tabular}{lr}\n\\hline\nmodel config & test \\\\")
+    assert r"x\_y \& z &  \\" in latex and latex.rstrip().endswith(r"\end{tabular}")
