@@ -95,7 +95,9 @@ def format_validation_error(source: str, error: ValidationError) -> str:
         message = item["msg"].removeprefix("Value error, ")
         if item["type"] == "extra_forbidden":
             message = "unknown key"
-        elif "input" in item and item["type"] not in ("missing",):
+        # A whole block's validator (unknown model, data consistency) names the values itself;
+        # echoing the block's dict would only bury the message.
+        elif "input" in item and item["type"] != "missing" and not isinstance(item["input"], dict):
             message = f"{message} (got {item['input']!r})"
         lines.append(f"{source}: {path}: {message}")
     return "\n".join(lines)

@@ -147,5 +147,10 @@ def data_download(corpus: str, data_dir: str | None) -> None:
 
 main.add_command(results_command, "results")
 
+from orchestrator.cluster_cli import CLUSTER_COMMANDS  # noqa: E402
+
+for command in CLUSTER_COMMANDS:
+    main.add_command(command)
+
 if __name__ == "__main__":
     main()

@@ -16,7 +16,8 @@ class ProgressPrinter:
     """A TrialListener: trials done / running / pending / failed, best dev accuracy, elapsed, ETA."""
 
     def __init__(self, total: int, metric: str = "dev_accuracy", mode: str = "max",
-                 stream: TextIO | None = None, min_interval_s: float = 10.0):
+                 stream: TextIO | None = None, min_interval_s: float = 10.0,
+                 already_done: int = 0):
         self.total = total
         self.metric = metric
         self.sign = 1 if mode == "max" else -1
@@ -26,19 +27,21 @@ class ProgressPrinter:
         self.last_print = 0.0
         self.running: set[str] = set()
         self.done: set[str] = set()
+        self.already_done = already_done  # finished before a --resume
         self.failed: set[str] = set()
         self.best: float | None = None
 
     def line(self) -> str:
         elapsed = time.monotonic() - self.started
-        finished = len(self.done) + len(self.failed)
-        pending = max(self.total - finished - len(self.running), 0)
+        done = len(self.done) + self.already_done
+        finished_here = len(self.done) + len(self.failed)
+        pending = max(self.total - done - len(self.failed) - len(self.running), 0)
         eta = "?"
-        if finished:
-            eta = _clock(elapsed / finished * (self.total - finished))
+        if finished_here:
+            eta = _clock(elapsed / finished_here * pending)
         best = "-" if self.best is None else f"{self.best:.4f}"
         return (
-            f"[{_clock(elapsed)}] trials: {len(self.done)} done, {len(self.running)} running, "
+            f"[{_clock(elapsed)}] trials: {done} done, {len(self.running)} running, "
             f"{pending} pending, {len(self.failed)} failed (of {self.total}) | best {self.metric} "
             f"{best} | eta {eta}"
         )

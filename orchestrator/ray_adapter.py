@@ -37,6 +37,8 @@ def trial_params(tune_config: dict[str, Any], spec_search: dict[str, Any]) -> di
         params.update(spec_search["configurations"][tune_config[CONFIGURATION_KEY]])
     if TRIAL_INDEX in tune_config:  # Repeater: the n-th repeat of a sampled configuration
         params["seed"] = spec_search["seeds"][tune_config[TRIAL_INDEX]]
+    elif "seed" not in params:  # one seed and no grid over it
+        params["seed"] = spec_search["seeds"][0]
     return params
 
 
@@ -150,6 +152,8 @@ def _searcher(spec: SweepSpec):
     searcher = OptunaSearch(sampler=samplers[search.sampler](seed=search.sampler_seed))
     if search.max_concurrent_trials:
         searcher = ConcurrencyLimiter(searcher, max_concurrent=search.max_concurrent_trials)
+    if len(search.seeds) == 1:
+        return searcher
     # Each sampled configuration runs once per seed; Optuna sees the mean over seeds.
     return Repeater(searcher, repeat=len(search.seeds), set_index=True)
 
@@ -244,8 +248,9 @@ def run_tuner(
     listeners: list[TrialListener],
     resume: bool,
     verbose: int = 0,
-) -> list[TrialOutcome]:
-    """Run (or resume) the sweep; returns every trial's outcome. Never raises for a failed trial."""
+) -> tuple[list[TrialOutcome], bool]:
+    """Run (or resume) the sweep. Returns every trial's outcome and whether every trial reached
+    an end (finished or failed; False after Ctrl-C). Never raises for a failed trial."""
     search_dump = spec.search.model_dump()
     trainable = tune.with_parameters(
         run_trial,
@@ -307,5 +312,5 @@ def run_tuner(
                 error=error,
             )
         )
-    return outcomes
+    return outcomes, grid.num_terminated + grid.num_errors == len(grid)
 

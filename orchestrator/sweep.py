@@ -226,10 +226,15 @@ def run_sweep(
         run_tags={rs.TAG_CORPUS: spec.data.corpus},
         spool_path=Path(spec.storage_path) / f"tracking-spool-{parent_run_id}.jsonl",
     )
-    progress = ProgressPrinter(spec.num_trials(), spec.search.metric, spec.search.mode)
+    finished_before = sum(
+        run.info.status == "FINISHED" for run in tracker.trial_runs(experiment_id, parent_run_id)
+    )
+    progress = ProgressPrinter(
+        spec.num_trials(), spec.search.metric, spec.search.mode, already_done=finished_before
+    )
     connected_here = init_ray(address, verbose=verbose > 0)
     try:
-        outcomes = run_tuner(
+        outcomes, complete = run_tuner(
             spec,
             data,
             f"{spec.name}-{parent_run_id[:8]}",
@@ -240,13 +245,13 @@ def run_sweep(
     finally:
         recorder.flush()
     full_params = {o.trial_id: {**base_params, **o.params} for o in outcomes}
-    incomplete = [o for o in outcomes if o.error is None and not o.metrics.get("done", True)]
-    interrupted = len(outcomes) < spec.num_trials() and spec.search.time_budget_s is None
+    planned = spec.search.time_budget_s is not None or len(outcomes) >= spec.num_trials()
+    interrupted = not (complete and planned)
     failed = [o for o in outcomes if o.error is not None]
     best_dev, best_test = apply_paper_protocol(
         tracker, spec, data, outcomes, recorder.run_ids, full_params, parent_run_id
     )
-    state = "interrupted" if interrupted or incomplete else "finished"
+    state = "interrupted" if interrupted else "finished"
     tracker.set_tags(parent_run_id, {rs.TAG_SWEEP_STATE: state})
     _close_runs(tracker, experiment_id, parent_run_id, "KILLED" if state == "interrupted" else "FINISHED")
     if connected_here:

@@ -4,18 +4,22 @@ Not Ray's MLflowLoggerCallback (one request per metric, no parent run): every tr
 an operation on a queue that one background thread sends, one log_batch per epoch, so neither the
 Tune loop nor training waits for the tracking server. While the server is unreachable operations
 stay queued and are retried; after `max_wait_s` they go to a local spool file (JSON lines) that
-`orchestrate sync` replays later. Nothing is dropped.
+`orchestrate sync` replays later. Nothing is dropped. The wait is NLI_TRACKING_MAX_WAIT_S seconds
+(default 120) plus one attempt of the MLflow client's own retries (MLFLOW_HTTP_REQUEST_MAX_RETRIES).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import queue
 import socket
 import sys
 import tempfile
 import threading
 import time
+import urllib.error
+import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -43,8 +47,39 @@ FINAL_METRICS = {
 }
 
 
+MAX_WAIT_ENV = "NLI_TRACKING_MAX_WAIT_S"
+DEFAULT_MAX_WAIT_S = 120.0
+PROBE_TIMEOUT_S = 10.0
+
+
 class TrackingUnavailable(RuntimeError):
     pass
+
+
+def default_max_wait_s() -> float:
+    """How long the sender retries before spooling: $NLI_TRACKING_MAX_WAIT_S or 120 s."""
+    value = os.environ.get(MAX_WAIT_ENV)
+    if not value:
+        return DEFAULT_MAX_WAIT_S
+    try:
+        seconds = float(value)
+    except ValueError:
+        raise ValueError(f"{MAX_WAIT_ENV}={value!r} is not a number of seconds") from None
+    if seconds < 0:
+        raise ValueError(f"{MAX_WAIT_ENV}={value!r} must be >= 0")
+    return seconds
+
+
+def _probe_http(uri: str) -> str | None:
+    """Why an HTTP tracking server cannot be reached (None: it answered). One quick request:
+    the MLflow client itself retries a refused connection for about 4 minutes."""
+    try:
+        urllib.request.urlopen(uri.rstrip("/") + "/health", timeout=PROBE_TIMEOUT_S).close()
+    except urllib.error.HTTPError:
+        return None  # it answered (auth or routing is checked by the real request)
+    except (urllib.error.URLError, OSError) as exc:
+        return str(getattr(exc, "reason", exc))
+    return None
 
 
 def _now_ms() -> int:
@@ -59,14 +94,20 @@ class Tracker:
         self.client = MlflowClient(tracking_uri=tracking_uri)
 
     def check_reachable(self) -> None:
-        try:
-            self.client.search_experiments(max_results=1)
-        except Exception as exc:  # any transport or store error means we cannot log
+        error = None
+        if self.tracking_uri.startswith(("http://", "https://")):
+            error = _probe_http(self.tracking_uri)
+        if error is None:
+            try:
+                self.client.search_experiments(max_results=1)
+            except Exception as exc:  # any transport or store error means we cannot log
+                error = str(exc)
+        if error is not None:
             raise TrackingUnavailable(
-                f"MLflow tracking store {self.tracking_uri} is unreachable: {exc}. Start it "
+                f"MLflow tracking store {self.tracking_uri} is unreachable: {error}. Start it "
                 "(e.g. `orchestrate server`) or point search.tracking_uri / MLFLOW_TRACKING_URI "
                 "at a reachable store."
-            ) from None
+            )
 
     def experiment_id(self, name: str) -> str:
         experiment = self.client.get_experiment_by_name(name)
@@ -147,7 +188,7 @@ class SweepRecorder:
         base_params: dict[str, Any],
         run_tags: dict[str, str],
         spool_path: Path,
-        max_wait_s: float = 120.0,
+        max_wait_s: float | None = None,
     ):
         self.tracker = tracker
         self.experiment_id = experiment_id
@@ -155,7 +196,7 @@ class SweepRecorder:
         self.base_params = base_params
         self.run_tags = run_tags
         self.spool_path = Path(spool_path)
-        self.max_wait_s = max_wait_s
+        self.max_wait_s = default_max_wait_s() if max_wait_s is None else max_wait_s
         self.run_ids: dict[str, str] = {}
         self.params: dict[str, dict[str, Any]] = {}
         self._queue: queue.Queue[_Op | None] = queue.Queue()

@@ -3,6 +3,7 @@
 from nli_models.training.metrics import Evaluation, evaluate
 from nli_models.training.trainer import (
     CHECKPOINT_FILE,
+    DeviceUnavailable,
     EpochResult,
     Trainer,
     TrainState,
@@ -13,6 +14,7 @@ from nli_models.training.trainer import (
 
 __all__ = [
     "CHECKPOINT_FILE",
+    "DeviceUnavailable",
     "EpochResult",
     "Evaluation",
     "TrainState",

@@ -8,7 +8,13 @@ from pathlib import Path
 from nli_models.config import RunConfig
 from nli_models.data import PreparedData, prepare_data
 from nli_models.training.metrics import Evaluation
-from nli_models.training.trainer import CHECKPOINT_FILE, EpochResult, Trainer, make_trainer
+from nli_models.training.trainer import (
+    CHECKPOINT_FILE,
+    EpochResult,
+    Trainer,
+    make_trainer,
+    resolve_device,
+)
 
 
 def _format_epoch(result: EpochResult, epochs: int) -> str:
@@ -29,6 +35,7 @@ def train_and_test(
 ) -> tuple[Trainer, Evaluation | None]:
     """Train one configuration; the test split (if any) is evaluated once, on the best-on-dev
     weights. Returns the trainer and the test evaluation."""
+    resolve_device(config.training.device)  # a missing GPU fails before minutes of data prep
     data = data or prepare_data(config.data)
     echo(f"data: {data.summary()}")
     trainer = make_trainer(config, data)

@@ -51,12 +51,26 @@ class TrainState:
 EpochCallback = Callable[["Trainer", EpochResult], None]
 
 
+class DeviceUnavailable(ValueError):
+    """training.device names a device this machine lacks: a config error (CLI exit code 2)."""
+
+
 def resolve_device(name: str) -> torch.device:
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     device = torch.device(name)
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise RuntimeError(f"training.device={name!r} but CUDA is not available on this machine")
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise DeviceUnavailable(
+                f"training.device={name!r} but CUDA is not available on this machine "
+                "(use 'cpu' or 'auto')"
+            )
+        count = torch.cuda.device_count()
+        if device.index is not None and device.index >= count:
+            raise DeviceUnavailable(
+                f"training.device={name!r} but this machine has {count} CUDA device(s) "
+                f"(cuda:0 to cuda:{count - 1})"
+            )
     return device
 
 

@@ -1,0 +1,504 @@
+"""Sweeps submitted to a real two-node Ray cluster on 127.0.0.1, logging to a real MLflow tracking
+server backed by the local PostgreSQL.
+
+One Ray head (`ray start --head --block`, 2 CPUs) and one worker node (1 CPU), one MLflow server
+(`orchestrate server`) and one fresh database nli_test_<random> serve the whole module. Every
+process runs in its own process group and is stopped by that group's id, never by name: other
+Ray instances on this machine are left alone (no `ray stop`).
+
+Skipped only when PostgreSQL on 127.0.0.1:5432 can be neither reached nor started.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+import uuid
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+PG_HOST, PG_PORT, PG_USER = "127.0.0.1", 5432, "postgres"
+JOB_TIMEOUT_S = 240
+
+pytestmark = [pytest.mark.ray, pytest.mark.timeout(900)]
+
+
+# -- processes --------------------------------------------------------------------------------
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def base_env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "RAY_API_SERVER_ADDRESS")}
+    env.update(
+        PATH=f"{BIN}{os.pathsep}{env.get('PATH', '')}",  # job drivers run `orchestrate`
+        RAY_AUTH_MODE="disabled",
+        # Needed by `ray start --address` (a second node); nodes then register the machine's IP.
+        RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER="1",
+        RAY_USAGE_STATS_ENABLED="0",
+        MLFLOW_DISABLE_TELEMETRY="true",
+        PYTHONUNBUFFERED="1",
+    )
+    return env
+
+
+class Group:
+    """A command started in its own session; stop() ends its whole process group."""
+
+    def __init__(self, argv: list[str], log: Path, env: dict[str, str] | None = None):
+        self.argv = argv
+        self.log = log
+        self._log = open(log, "ab")  # noqa: SIM115 (closed in stop)
+        self.proc = subprocess.Popen(
+            argv, env=env or base_env(), stdout=self._log, stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL, start_new_session=True,
+        )
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def tail(self, chars: int = 4000) -> str:
+        try:
+            return self.log.read_text(errors="replace")[-chars:]
+        except OSError:
+            return ""
+
+    def stop(self, grace_s: float = 5.0) -> None:
+        try:
+            os.killpg(self.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+        try:
+            self.proc.wait(grace_s)
+        except subprocess.TimeoutExpired:
+            pass
+        try:  # whatever is left of the group (children outlive a leader that exited)
+            os.killpg(self.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            pass
+        self._log.close()
+
+
+def stop_all(groups: list[Group]) -> None:
+    for group in groups:  # SIGTERM every group first so nodes shut down side by side
+        try:
+            os.killpg(group.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+    for group in groups:
+        group.stop()
+
+
+def wait_for(predicate, timeout_s: float, what: str, poll_s: float = 0.5, groups=()):
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = predicate()
+        if value:
+            return value
+        for group in groups:
+            if not group.alive():
+                pytest.fail(f"{group.argv[:3]} exited while waiting for {what}:\n{group.tail()}")
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout_s:.0f}s waiting for {what}")
+        time.sleep(poll_s)
+
+
+def http_ok(url: str) -> bool:
+    try:
+        urllib.request.urlopen(url, timeout=2).close()
+        return True
+    except OSError:
+        return False
+
+
+# -- PostgreSQL -------------------------------------------------------------------------------
+def _pg_connect(database: str = "postgres"):
+    import psycopg2
+
+    return psycopg2.connect(host=PG_HOST, port=PG_PORT, user=PG_USER, dbname=database, connect_timeout=5)
+
+
+def _ensure_postgres() -> str | None:
+    """None when PostgreSQL answers (starting the local cluster if needed), else the reason."""
+    try:
+        import psycopg2  # noqa: F401
+    except ImportError:
+        return "psycopg2 is not installed (pip install psycopg2-binary)"
+    try:
+        _pg_connect().close()
+        return None
+    except Exception as exc:
+        first = str(exc).strip()
+    versions = sorted(os.listdir("/etc/postgresql")) if os.path.isdir("/etc/postgresql") else []
+    if not versions or not shutil.which("pg_ctlcluster"):
+        return f"PostgreSQL not reachable at {PG_HOST}:{PG_PORT} ({first}) and no local cluster to start"
+    subprocess.run(
+        ["pg_ctlcluster", "--skip-systemctl-redirect", versions[-1], "main", "start"],
+        capture_output=True, timeout=60,
+    )
+    try:
+        _pg_connect().close()
+        return None
+    except Exception as exc:
+        return (f"PostgreSQL not reachable at {PG_HOST}:{PG_PORT} and "
+                f"`pg_ctlcluster {versions[-1]} main start` did not help: {exc}")
+
+
+@pytest.fixture(scope="module")
+def postgres_uri():
+    reason = _ensure_postgres()
+    if reason:
+        pytest.skip(reason)
+    name = f"nli_test_{uuid.uuid4().hex[:10]}"
+    connection = _pg_connect()
+    connection.autocommit = True
+    connection.cursor().execute(f"CREATE DATABASE {name}")
+    try:
+        yield f"postgresql://{PG_USER}@{PG_HOST}:{PG_PORT}/{name}"
+    finally:
+        connection.cursor().execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+        connection.close()
+
+
+# -- MLflow tracking server -------------------------------------------------------------------
+class TrackingServer:
+    """`orchestrate server` on a fixed port; stop() and start() again for outage tests."""
+
+    def __init__(self, backend: str, artifacts: Path, logs: Path):
+        self.backend = backend
+        self.artifacts = artifacts
+        self.logs = logs
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.group: Group | None = None
+
+    def start(self) -> None:
+        argv = [str(BIN / "orchestrate"), "server", "--backend-store-uri", self.backend,
+                "--artifacts-destination", str(self.artifacts), "--host", "127.0.0.1",
+                "--port", str(self.port)]
+        self.group = Group(argv, self.logs / "mlflow-server.log")
+        wait_for(lambda: http_ok(f"{self.url}/health"), 90, f"MLflow server at {self.url}",
+                 groups=[self.group])
+
+    def stop(self) -> None:
+        if self.group is not None:
+            self.group.stop()
+            self.group = None
+        wait_for(lambda: not http_ok(f"{self.url}/health"), 20, "the MLflow server to go away")
+
+    def client(self):
+        from mlflow import MlflowClient
+
+        return MlflowClient(tracking_uri=self.url)
+
+
+@pytest.fixture(scope="module")
+def logs_dir():
+    path = Path(tempfile.mkdtemp(prefix="nli-cluster-logs-"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def tracking(postgres_uri, logs_dir, tmp_path_factory):
+    server = TrackingServer(postgres_uri, tmp_path_factory.mktemp("mlartifacts"), logs_dir)
+    try:
+        server.start()
+        yield server
+    finally:
+        if server.group is not None:
+            server.group.stop()
+
+
+# -- Ray cluster ------------------------------------------------------------------------------
+def _node_ports() -> list[str]:
+    ports = []
+    for flag in ("--node-manager-port", "--object-manager-port", "--dashboard-agent-listen-port",
+                 "--dashboard-agent-grpc-port", "--runtime-env-agent-port", "--metrics-export-port"):
+        ports += [flag, str(free_port())]
+    return ports
+
+
+class Cluster:
+    def __init__(self, dashboard: str, groups: list[Group]):
+        self.address = dashboard
+        self.groups = groups
+
+    def jobs(self):
+        from orchestrator.ray_jobs import Jobs
+
+        return Jobs(self.address)
+
+
+@pytest.fixture(scope="module")
+def ray_cluster(postgres_uri, logs_dir):
+    """A head (2 CPUs) and a worker node (1 CPU); each node has its own temp dir, as separate
+    machines would (a shared one lets a node delete the other's unpacked job working dir)."""
+    gcs, dashboard = free_port(), free_port()
+    head_tmp = tempfile.mkdtemp(prefix="nlirh", dir="/tmp")  # short: Ray's socket paths
+    worker_tmp = tempfile.mkdtemp(prefix="nlirw", dir="/tmp")
+    ray = str(BIN / "ray")
+    groups: list[Group] = []
+    try:
+        groups.append(Group(
+            [ray, "start", "--head", "--block", "--node-ip-address", "127.0.0.1",
+             "--port", str(gcs), "--dashboard-host", "127.0.0.1", "--dashboard-port", str(dashboard),
+             "--ray-client-server-port", str(free_port()), "--num-cpus", "2", "--num-gpus", "0",
+             "--temp-dir", head_tmp, "--disable-usage-stats", *_node_ports()],
+            logs_dir / "ray-head.log",
+        ))
+        url = f"http://127.0.0.1:{dashboard}"
+        wait_for(lambda: http_ok(f"{url}/api/version"), 90, f"the Ray dashboard at {url}", groups=groups)
+        groups.append(Group(
+            [ray, "start", "--address", f"127.0.0.1:{gcs}", "--block", "--node-ip-address",
+             "127.0.0.1", "--num-cpus", "1", "--num-gpus", "0", "--temp-dir", worker_tmp,
+             *_node_ports()],
+            logs_dir / "ray-worker.log",
+        ))
+
+        def two_nodes() -> bool:
+            try:
+                with urllib.request.urlopen(f"{url}/nodes?view=summary", timeout=5) as response:
+                    nodes = json.load(response)["data"]["summary"]
+            except (OSError, ValueError, KeyError):
+                return False
+            return sum(n["raylet"]["state"] == "ALIVE" for n in nodes) >= 2
+
+        wait_for(two_nodes, 90, "the worker node to join", groups=groups)
+        yield Cluster(url, groups)
+    finally:
+        stop_all(groups)
+        shutil.rmtree(head_tmp, ignore_errors=True)
+        shutil.rmtree(worker_tmp, ignore_errors=True)
+
+
+# -- sweeps -----------------------------------------------------------------------------------
+def write_spec(folder: Path, name: str, tracking_url: str, *, epochs: int = 4,
+               grid: dict | None = None) -> Path:
+    spec = yaml.safe_load((REPO / "search_spaces" / "quickstart.yaml").read_text())
+    spec["name"] = name
+    spec["training"]["epochs"] = epochs
+    if grid is not None:
+        spec["search"]["space"] = {k: {"grid": v} for k, v in grid.items()}
+    spec["search"]["tracking_uri"] = tracking_url
+    spec["search"]["storage_path"] = str(folder / "ray_results")
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    return path
+
+
+def orchestrate(*args: str, env: dict | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run([str(BIN / "orchestrate"), *args], capture_output=True, text=True,
+                          env=env or base_env(), timeout=timeout)
+
+
+def submit(cluster: Cluster, spec: Path, *extra: str) -> str:
+    data_dir = spec.parent / "data-cache"
+    result = orchestrate("submit", str(spec), "--address", cluster.address,
+                         "--env", f"NLI_DATA_DIR={data_dir}", *extra)
+    assert result.returncode == 0, result.stderr
+    job_id = result.stdout.strip().splitlines()[0]
+    assert f"orchestrate logs {job_id}" in result.stderr  # tells how to follow it
+    return job_id
+
+
+def wait_succeeded(cluster: Cluster, job_id: str, timeout_s: float = JOB_TIMEOUT_S) -> str:
+    jobs = cluster.jobs()
+    try:
+        status = jobs.wait(job_id, timeout_s=timeout_s)
+    except TimeoutError as exc:
+        status = str(exc)
+    logs = jobs.logs(job_id)
+    if status != "SUCCEEDED":
+        print(f"--- logs of job {job_id} ---\n{logs}")
+        pytest.fail(f"job {job_id}: {status}; logs:\n{logs[-6000:]}")
+    return logs
+
+
+def sweep_runs(client, name: str, trials: int):
+    """The experiment's parent run and its child runs."""
+    experiment = client.get_experiment_by_name(name)
+    assert experiment is not None, f"no MLflow experiment {name!r}"
+    runs = client.search_runs([experiment.experiment_id], max_results=1000)
+    parents = [r for r in runs if r.data.tags.get("nli.role") == "sweep"]
+    children = [r for r in runs if r.data.tags.get("nli.role") == "trial"]
+    assert len(parents) == 1, [r.info.run_id for r in parents]
+    assert len(children) == trials, f"{len(children)} child runs, expected {trials}"
+    return parents[0], children
+
+
+def assert_complete(client, name: str, trials: int, epochs: int):
+    parent, children = sweep_runs(client, name, trials)
+    assert parent.info.status == "FINISHED"
+    assert parent.data.tags["nli.sweep_state"] == "finished"
+    assert "best_dev_accuracy" in parent.data.metrics
+    for child in children:
+        assert child.info.status == "FINISHED", (child.info.run_id, child.info.status)
+        assert child.data.tags["mlflow.parentRunId"] == parent.info.run_id
+        for metric in ("train_loss", "dev_accuracy", "epoch_time_s"):
+            history = client.get_metric_history(child.info.run_id, metric)
+            steps = sorted(m.step for m in history)
+            assert steps == list(range(1, epochs + 1)), (child.info.run_id, metric, steps)
+    return parent, children
+
+
+def metric_times(client, children) -> list[int]:
+    return [m.timestamp for c in children for m in client.get_metric_history(c.info.run_id, "dev_accuracy")]
+
+
+def wait_for_progress(server: TrackingServer, name: str, cluster: Cluster, job_id: str, steps: int = 2):
+    """Block until some trial of the sweep has logged `steps` epochs (the sweep is mid-way)."""
+    client = server.client()
+
+    def progressed() -> bool:
+        status = cluster.jobs().status(job_id)
+        if status in ("FAILED", "STOPPED", "SUCCEEDED"):
+            pytest.fail(f"job {job_id} ended ({status}) before the outage:\n{cluster.jobs().logs(job_id)[-4000:]}")
+        experiment = client.get_experiment_by_name(name)
+        if experiment is None:
+            return False
+        children = client.search_runs([experiment.experiment_id], "tags.`nli.role` = 'trial'")
+        return any(len(client.get_metric_history(c.info.run_id, "dev_accuracy")) >= steps
+                   for c in children)
+
+    wait_for(progressed, 120, f"epochs of {name} in MLflow", poll_s=0.3)
+
+
+# -- tests ------------------------------------------------------------------------------------
+def test_quickstart_submitted_to_two_node_cluster_logs_every_trial(ray_cluster, tracking, tmp_path):
+    spec = write_spec(tmp_path / "spec", "cluster-quickstart", tracking.url)
+    job_id = submit(ray_cluster, spec)
+
+    listed = orchestrate("jobs", "--address", ray_cluster.address)
+    assert listed.returncode == 0 and job_id in listed.stdout, listed.stdout + listed.stderr
+
+    logs = wait_succeeded(ray_cluster, job_id)
+    assert "sweep finished: 4 trials (0 failed)" in logs
+    parent, children = assert_complete(tracking.client(), "cluster-quickstart", trials=4, epochs=4)
+    assert "test_accuracy" in parent.data.metrics  # the selected configuration was tested
+    assert sorted((c.data.params["lr"], c.data.params["dropout"]) for c in children) == [
+        ("0.001", "0.0"), ("0.001", "0.2"), ("0.003", "0.0"), ("0.003", "0.2")]
+    # Artifacts went through the server to its destination; Tune results to storage_path.
+    assert list(tracking.artifacts.rglob("spec.yaml")), "the spec artifact is not in the server's store"
+    assert any((tmp_path / "spec" / "ray_results").iterdir())
+
+    shown = orchestrate("logs", job_id, "--address", ray_cluster.address)
+    assert shown.returncode == 0 and "sweep finished" in shown.stdout
+    followed = orchestrate("logs", job_id, "--address", ray_cluster.address, "--follow")
+    assert followed.returncode == 0 and "sweep finished" in followed.stdout
+    assert "SUCCEEDED" in followed.stderr
+
+
+def test_two_sweeps_at_once_share_the_server_without_losing_runs(ray_cluster, tracking, tmp_path):
+    specs = {
+        name: write_spec(tmp_path / name, name, tracking.url, epochs=3)
+        for name in ("cluster-concurrent-a", "cluster-concurrent-b")
+    }
+    job_ids = {name: submit(ray_cluster, spec) for name, spec in specs.items()}
+    for name, job_id in job_ids.items():
+        logs = wait_succeeded(ray_cluster, job_id)
+        assert "sweep finished: 4 trials (0 failed)" in logs
+        assert "Traceback" not in logs and "unreachable" not in logs, logs[-4000:]
+    client = tracking.client()
+    run_ids = set()
+    for name in specs:
+        parent, children = assert_complete(client, name, trials=4, epochs=3)
+        run_ids |= {parent.info.run_id, *(c.info.run_id for c in children)}
+    assert len(run_ids) == 10
+
+
+def test_server_restart_mid_sweep_loses_no_metrics(ray_cluster, tracking, tmp_path):
+    epochs = 24
+    name = "cluster-outage"
+    spec = write_spec(tmp_path / "spec", name, tracking.url, epochs=epochs,
+                      grid={"lr": [0.001, 0.003], "dropout": [0.1]})
+    job_id = submit(ray_cluster, spec)
+    wait_for_progress(tracking, name, ray_cluster, job_id)
+
+    down_ms = int(time.time() * 1000)
+    tracking.stop()
+    time.sleep(6)  # epochs finish meanwhile; the sweep's sender keeps them queued
+    up_ms = int(time.time() * 1000)
+    tracking.start()  # same port, same PostgreSQL database
+
+    logs = wait_succeeded(ray_cluster, job_id)
+    assert "sweep finished: 2 trials (0 failed)" in logs
+    client = tracking.client()
+    _, children = assert_complete(client, name, trials=2, epochs=epochs)
+    during = [t for t in metric_times(client, children) if down_ms <= t <= up_ms]
+    assert during, "no epoch ended while the server was down: the outage missed the sweep"
+    assert "recording to" not in logs  # the outage was shorter than the max wait: no spool
+
+
+def test_long_outage_spools_and_sync_uploads_the_rest(ray_cluster, tracking, tmp_path):
+    epochs = 24
+    name = "cluster-spool"
+    folder = tmp_path / "spec"
+    spec = write_spec(folder, name, tracking.url, epochs=epochs,
+                      grid={"lr": [0.001, 0.003], "dropout": [0.1]})
+    # Spool after 1 s of failed sends; one HTTP attempt per send (no 4-minute client retries).
+    job_id = submit(ray_cluster, spec, "--env", "NLI_TRACKING_MAX_WAIT_S=1",
+                    "--env", "MLFLOW_HTTP_REQUEST_MAX_RETRIES=0")
+    wait_for_progress(tracking, name, ray_cluster, job_id)
+
+    tracking.stop()
+    storage = folder / "ray_results"
+    spool = wait_for(lambda: next(iter(storage.glob("tracking-spool-*.jsonl")), None), 60,
+                     "the sweep to start its spool file")
+    time.sleep(2)
+    tracking.start()
+
+    logs = wait_succeeded(ray_cluster, job_id)
+    assert f"orchestrate sync {spool}" in logs  # the sweep says how to upload the spool
+    client = tracking.client()
+    experiment = client.get_experiment_by_name(name)
+    children = client.search_runs([experiment.experiment_id], "tags.`nli.role` = 'trial'")
+    logged = sum(len(client.get_metric_history(c.info.run_id, "dev_accuracy")) for c in children)
+    assert logged < 2 * epochs, "nothing was missing before sync: the spool was not needed"
+
+    bad = orchestrate("sync", str(spool), "--tracking-uri", f"http://127.0.0.1:{free_port()}")
+    assert bad.returncode == 1 and "unreachable" in bad.stderr
+    synced = orchestrate("sync", str(spool), "--tracking-uri", tracking.url)
+    assert synced.returncode == 0, synced.stderr
+    assert re.search(r"uploaded \d+ operations", synced.stdout)
+    assert_complete(client, name, trials=2, epochs=epochs)
+
+
+def test_stop_ends_a_running_job(ray_cluster, tracking, tmp_path):
+    spec = write_spec(tmp_path / "spec", "cluster-stop", tracking.url, epochs=200,
+                      grid={"lr": [0.001], "dropout": [0.1]})
+    job_id = submit(ray_cluster, spec)
+    wait_for(lambda: ray_cluster.jobs().status(job_id) == "RUNNING", 60, f"job {job_id} to run")
+    stopped = orchestrate("stop", job_id, "--address", ray_cluster.address)
+    assert stopped.returncode == 0, stopped.stderr
+    assert "stop requested" in stopped.stdout
+    assert ray_cluster.jobs().wait(job_id, timeout_s=60) == "STOPPED"
+    again = orchestrate("stop", job_id, "--address", ray_cluster.address)
+    assert again.returncode == 0 and "was not running" in again.stdout
+
+    unknown = orchestrate("logs", "no-such-job", "--address", ray_cluster.address)
+    assert unknown.returncode == 2 and "no job 'no-such-job'" in unknown.stderr

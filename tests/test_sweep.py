@@ -1,0 +1,210 @@
+"""Sweeps on a real local Ray instance with a real MLflow SQLite store, on generated data."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from sweep_helpers import (
+    client_for,
+    kill_session,
+    run_orchestrate,
+    runs_of,
+    start_orchestrate,
+    write_spec,
+)
+
+from orchestrator import run_schema as rs
+from orchestrator.sweep import SweepExists, run_sweep
+
+pytestmark = pytest.mark.ray
+EPOCHS = 3
+
+
+def _history(client, run_id: str, metric: str) -> list[int]:
+    return sorted(m.step for m in client.get_metric_history(run_id, metric))
+
+
+def test_grid_sweep_records_parent_and_children(ray_session, workdir):
+    spec = write_spec(workdir)
+    summary = run_sweep(spec)
+    assert summary.trials == 4 and summary.failed == 0 and not summary.interrupted
+
+    parents, children = runs_of(workdir, "tiny")
+    assert len(parents) == 1 and len(children) == 4
+    parent = parents[0]
+    assert parent.info.status == "FINISHED"
+    assert parent.data.tags[rs.TAG_SWEEP_STATE] == "finished"
+    for tag in (rs.TAG_SPEC_HASH, rs.TAG_GIT_COMMIT, rs.TAG_GIT_DIRTY, "nli.ray_version", "nli.torch_version"):
+        assert parent.data.tags.get(tag), tag
+    client = client_for(workdir)
+    assert [a.path for a in client.list_artifacts(parent.info.run_id)] == [rs.ARTIFACT_SPEC]
+
+    grid = set()
+    for child in children:
+        assert child.info.status == "FINISHED"
+        assert child.data.tags[rs.TAG_PARENT_RUN] == parent.info.run_id
+        params = child.data.params
+        for name in rs.COMMON_PARAMS:
+            assert name in params, name
+        assert params["model"] == "decomposable" and params["variant"] == "vanilla"
+        grid.add((float(params["lr"]), float(params["dropout"])))
+        for metric in ("train_loss", "train_accuracy", "dev_loss", "dev_accuracy"):
+            assert _history(client, child.info.run_id, metric) == list(range(1, EPOCHS + 1))
+        metrics = child.data.metrics
+        assert metrics[rs.METRIC_THETA_M] > 0 and metrics[rs.METRIC_THETA_WM] >= metrics[rs.METRIC_THETA_M]
+        assert metrics[rs.METRIC_EPOCHS_TRAINED] == EPOCHS
+        assert metrics[rs.METRIC_TRIAL_TIME] > 0
+        assert "checkpoint" in [a.path for a in client.list_artifacts(child.info.run_id)]
+    assert grid == {(0.001, 0.0), (0.001, 0.2), (0.01, 0.0), (0.01, 0.2)}
+
+    # Paper protocol: the test metric only on the configuration selected on dev.
+    selected = [c for c in children if c.data.tags.get(rs.TAG_SELECTED) == "true"]
+    assert len(selected) == 1
+    best = max(children, key=lambda c: c.data.metrics[rs.METRIC_BEST_DEV_ACCURACY])
+    assert selected[0].data.metrics[rs.METRIC_BEST_DEV_ACCURACY] == best.data.metrics[rs.METRIC_BEST_DEV_ACCURACY]
+    for child in children:
+        has_test = rs.METRIC_TEST_ACCURACY in child.data.metrics
+        assert has_test == (child in selected)
+    assert parent.data.metrics[rs.METRIC_TEST_ACCURACY] == selected[0].data.metrics[rs.METRIC_TEST_ACCURACY]
+    assert parent.data.tags[rs.TAG_BEST_RUN] == selected[0].info.run_id
+    predictions = [a.path for a in client.list_artifacts(selected[0].info.run_id, "predictions")]
+    assert predictions == [rs.ARTIFACT_TEST_PREDICTIONS]
+
+    # A second sweep of the same experiment must be asked for explicitly.
+    with pytest.raises(SweepExists, match="--resume .* --new"):
+        run_sweep(spec)
+
+
+def test_seeds_repeat_every_configuration(ray_session, workdir):
+    spec = write_spec(
+        workdir,
+        {"name": "seeded", "search": {"space": {"lr": {"grid": [0.003]}, "dropout": {"grid": [0.0]}}, "seeds": [1, 2, 3]}},
+    )
+    run_sweep(spec)
+    _, children = runs_of(workdir, "seeded")
+    assert sorted(int(c.data.params["seed"]) for c in children) == [1, 2, 3]
+    assert len({c.data.tags[rs.TAG_CONFIG_KEY] for c in children}) == 1
+    # All seeds of the selected configuration are tested, as the results table averages them.
+    assert all(rs.METRIC_TEST_ACCURACY in c.data.metrics for c in children)
+
+
+def test_tpe_with_asha_stops_some_trials_early(ray_session, workdir):
+    search = {
+        "sampler": "tpe",
+        "space": {"lr": {"loguniform": [1e-5, 0.05]}, "dropout": {"uniform": [0.0, 0.5]}},
+        "num_samples": 8,
+        "sampler_seed": 3,
+        "seeds": [1],
+        "scheduler": {"type": "asha", "grace_period": 1, "reduction_factor": 2},
+        "max_concurrent_trials": 2,
+        "resources": {"cpu": 1},
+    }
+    spec = write_spec(workdir, {"name": "asha", "training": {"epochs": 4}}, replace_search=search)
+    summary = run_sweep(spec)
+    assert summary.trials == 8 and summary.failed == 0
+    _, children = runs_of(workdir, "asha")
+    assert len(children) == 8
+    stopped = [c for c in children if c.data.tags[rs.TAG_EARLY_STOPPED] == "true"]
+    full = [c for c in children if c.data.tags[rs.TAG_EARLY_STOPPED] == "false"]
+    assert stopped, "ASHA stopped no trial"
+    assert full, "ASHA stopped every trial"
+    assert all(c.data.metrics[rs.METRIC_EPOCHS_TRAINED] < 4 for c in stopped)
+    assert all(c.data.metrics[rs.METRIC_EPOCHS_TRAINED] == 4 for c in full)
+    assert all(c.info.status == "FINISHED" for c in children)
+    assert len({c.data.params["lr"] for c in children}) == 8  # TPE sampled distinct points
+
+
+def _wait_for_finished_child(folder, experiment, process, log, timeout=240) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert process.poll() is None, log.read_text()
+        if "parent run" not in log.read_text():
+            # The driver has not created the store yet; two processes creating one SQLite
+            # store at once race in MLflow's schema migration.
+            time.sleep(0.5)
+            continue
+        try:
+            _, children = runs_of(folder, experiment)
+        except Exception:  # the store or the experiment does not exist yet
+            children = []
+        if any(c.info.status == "FINISHED" for c in children):
+            return
+        time.sleep(0.5)
+    raise AssertionError("no trial finished in time")
+
+
+def test_sigkill_then_resume_runs_each_trial_once(tmp_path):
+    spec = write_spec(
+        tmp_path,
+        {"name": "killed", "training": {"epochs": 4}, "search": {"max_concurrent_trials": 1}},
+    )
+    log = tmp_path / "driver.log"
+    driver = start_orchestrate(["sweep", str(spec)], cwd=tmp_path, log=log)
+    try:
+        _wait_for_finished_child(tmp_path, "killed", driver, log)
+    finally:
+        kill_session(driver)
+    parents, children = runs_of(tmp_path, "killed")
+    assert len(parents) == 1 and parents[0].info.status == "RUNNING"
+    finished_before = {c.data.tags[rs.TAG_TRIAL_ID] for c in children if c.info.status == "FINISHED"}
+    assert 1 <= len(finished_before) < 4
+
+    refused = run_orchestrate(["sweep", str(spec)], cwd=tmp_path, timeout=120)
+    assert refused.returncode == 2 and "--resume" in refused.stderr
+
+    resumed = run_orchestrate(["sweep", str(spec), "--resume"], cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+
+    parents_after, children_after = runs_of(tmp_path, "killed")
+    assert [p.info.run_id for p in parents_after] == [parents[0].info.run_id]  # same parent reused
+    assert parents_after[0].info.status == "FINISHED"
+    assert len(children_after) == 4  # exactly the planned trials, none created twice
+    assert all(c.info.status == "FINISHED" for c in children_after)
+    client = client_for(tmp_path)
+    for child in children_after:
+        # A trial finished before the kill is not re-run: each epoch logged exactly once.
+        steps = _history(client, child.info.run_id, "dev_accuracy")
+        assert steps == [1, 2, 3, 4], (child.data.tags[rs.TAG_TRIAL_ID], steps)
+
+
+def test_failed_trial_is_retried_from_its_checkpoint(tmp_path):
+    spec = write_spec(
+        tmp_path,
+        {
+            "name": "retried",
+            "training": {"epochs": 3},
+            "search": {"space": {"lr": {"grid": [0.003]}, "dropout": {"grid": [0.0]}}, "max_failures": 1},
+        },
+    )
+    markers = tmp_path / "markers"
+    result = run_orchestrate(
+        ["sweep", str(spec)], cwd=tmp_path, env={"NLI_FAIL_ONCE_AT_EPOCH": f"2:{markers}"}
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert len(list(markers.iterdir())) == 1  # the failure did happen
+    _, children = runs_of(tmp_path, "retried")
+    assert len(children) == 1 and children[0].info.status == "FINISHED"
+    client = client_for(tmp_path)
+    # Resumed from the epoch-1 checkpoint: epochs 2 and 3 once each, epoch 1 not repeated.
+    assert _history(client, children[0].info.run_id, "dev_accuracy") == [1, 2, 3]
+
+
+def test_trial_error_reports_id_config_and_traceback(tmp_path):
+    spec = write_spec(
+        tmp_path,
+        {"name": "failing", "training": {"epochs": 2}, "search": {"max_failures": 0}},
+    )
+    markers = tmp_path / "markers"
+    result = run_orchestrate(
+        ["sweep", str(spec)], cwd=tmp_path, env={"NLI_FAIL_ONCE_AT_EPOCH": f"1:{markers}"}
+    )
+    output = result.stdout + result.stderr
+    assert result.returncode == 1, output
+    assert "failed; config {" in output and "'lr': 0.001" in output
+    assert "Traceback" in output and "injected failure at epoch 1" in output
+    assert "4 trials (4 failed)" in output  # the sweep went on past the first failure
+    _, children = runs_of(tmp_path, "failing")
+    assert len(children) == 4
+    assert all(c.info.status == "FAILED" for c in children)
+    assert all("injected failure" in c.data.tags[rs.TAG_ERROR] for c in children)
