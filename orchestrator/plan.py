@@ -33,5 +33,5 @@ def describe_plan(spec: SweepSpec, read_data: bool = True) -> str:
     ]
     if read_data:
         data = prepare_data(spec.data)
-        lines.append(f"  data: {data.summary()}")
+        lines.append(f"  data: {data.describe()}")
     return "\n".join(lines)

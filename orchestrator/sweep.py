@@ -216,7 +216,7 @@ def run_sweep(
         file=sys.stderr,
     )
     data = prepare_data(spec.data)
-    print(f"data: {data.summary()}", file=sys.stderr)
+    print(f"data: {data.describe()}", file=sys.stderr)
     base_params = logged_params(spec.base_config())
     recorder = SweepRecorder(
         tracker,

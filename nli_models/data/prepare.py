@@ -96,6 +96,18 @@ class PreparedData:
             "seconds": round(self.seconds, 3),
         }
 
+    def describe(self) -> str:
+        """One line for a terminal: corpus, split sizes, vocabulary, vectors, cache."""
+        sizes = ", ".join(f"{name} {len(split):,}" for name, split in self.splits.items())
+        vectors = ""
+        if self.vector_coverage is not None:
+            vectors = f", {self.embedding_dim}-d vectors cover {self.vector_coverage:.1%}"
+        source = "from cache" if self.from_cache else "prepared"
+        return (
+            f"{self.corpus}: {sizes} pairs; {len(self.labels)} classes; vocabulary "
+            f"{len(self.vocab):,}{vectors} ({source} in {self.seconds:.2f}s)"
+        )
+
 
 def resolve_files(config: DataConfig) -> dict[str, Path]:
     """The file of each split to read (none for toy, none for a dev made by the holdout)."""

@@ -37,7 +37,7 @@ def train_and_test(
     weights. Returns the trainer and the test evaluation."""
     resolve_device(config.training.device)  # a missing GPU fails before minutes of data prep
     data = data or prepare_data(config.data)
-    echo(f"data: {data.summary()}")
+    echo(f"data: {data.describe()}")
     trainer = make_trainer(config, data)
     echo(
         f"model {config.model.name}/{config.model.variant or '-'}: |θ|M = {trainer.theta_m:,}, "

@@ -1,0 +1,135 @@
+"""`orchestrate validate`: the resolved plan, and every bad spec rejected before anything runs."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+from click.testing import CliRunner
+from sweep_helpers import BASE_SPEC, merge
+
+from orchestrator.cli import main
+
+
+def _validate(tmp_path, spec: dict):
+    path = tmp_path / "spec.yaml"
+    path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    before = set(tmp_path.iterdir())
+    result = CliRunner().invoke(main, ["validate", str(path)], catch_exceptions=False)
+    return result, path, set(tmp_path.iterdir()) - before
+
+
+def test_plan_shows_trials_grid_resources_and_splits(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    spec = merge(BASE_SPEC, {"search": {"seeds": [1, 2], "resources": {"cpu": 2, "gpu": 0.25}}})
+    result, _, written = _validate(tmp_path, spec)
+    assert result.exit_code == 0, result.output
+    out = result.output
+    assert "grid: lr[2] x dropout[2] = 4 configurations" in out
+    assert "-> 8 trials" in out
+    assert "2.0 CPU, 0.25 GPU" in out
+    assert "train 480, dev 60, test 60 pairs" in out
+    assert not written  # validate writes nothing (no MLflow store, no Ray results)
+
+
+def _without(spec: dict, *path: str) -> dict:
+    spec = merge(spec, {})
+    node = spec
+    for key in path[:-1]:
+        node = node[key]
+    del node[path[-1]]
+    return spec
+
+
+BAD_SPECS = {
+    "unknown model": (
+        merge(BASE_SPEC, {"model": {"name": "transformer"}}),
+        ["model", "unknown model 'transformer'", "decomposable", "rocktaschel"],
+    ),
+    "unknown variant": (
+        merge(BASE_SPEC, {"model": {"variant": "deep"}}),
+        ["model", "unknown variant 'deep'", "vanilla", "intra"],
+    ),
+    "unknown sampler": (
+        merge(BASE_SPEC, {"search": {"sampler": "bayes"}}),
+        ["search.sampler", "'grid'", "'tpe'", "'cmaes'"],
+    ),
+    "negative learning rate in the grid": (
+        merge(BASE_SPEC, {"search": {"space": {"lr": {"grid": [0.1, -0.01]}}}}),
+        ["search.space.lr.grid[1]", "training.lr", "greater than 0"],
+    ),
+    "zero learning rate": (
+        merge(BASE_SPEC, {"training": {"lr": 0}}),
+        ["training.lr", "greater than 0"],
+    ),
+    "empty grid": (
+        merge(BASE_SPEC, {"search": {"space": {"dropout": {"grid": []}}}}),
+        ["search.space.dropout", "at least one value"],
+    ),
+    "unknown top-level key": (
+        merge(BASE_SPEC, {"serach": {}}),
+        ["serach", "unknown key"],
+    ),
+    "unknown search key": (
+        merge(BASE_SPEC, {"search": {"num_sample": 3}}),
+        ["search.num_sample", "unknown key"],
+    ),
+    "grid value of the wrong type": (
+        merge(BASE_SPEC, {"search": {"space": {"batch_size": {"grid": [32, "big"]}}}}),
+        ["search.space.batch_size.grid[1]", "training.batch_size", "integer"],
+    ),
+    "dropout out of range": (
+        merge(BASE_SPEC, {"search": {"space": {"dropout": {"grid": [0.1, 1.5]}}}}),
+        ["search.space.dropout.grid[1]", "dropout"],
+    ),
+    "unknown hyperparameter": (
+        merge(BASE_SPEC, {"search": {"space": {"filter_width": {"grid": [3]}}}}),
+        ["search.space.filter_width", "unknown hyperparameter", "allowed:", "hidden_size"],
+    ),
+    "grid with an Optuna sampler": (
+        merge(BASE_SPEC, {"search": {"sampler": "tpe"}}),
+        ["search", "grid values need sampler: grid", "choice"],
+    ),
+    "range with the grid sampler": (
+        merge(BASE_SPEC, {"search": {"space": {"l2": {"loguniform": [1e-6, 1e-3]}}}}),
+        ["search", "sampler 'grid' takes only grid values"],
+    ),
+    "seed searched in the space": (
+        merge(BASE_SPEC, {"search": {"space": {"seed": {"grid": [1, 2]}}}}),
+        ["search.space.seed", "search.seeds"],
+    ),
+    "missing model": (
+        _without(BASE_SPEC, "model"),
+        ["model", "Field required"],
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_SPECS))
+def test_bad_spec_exits_2_naming_the_field(tmp_path, monkeypatch, case):
+    monkeypatch.chdir(tmp_path)
+    spec, expected = BAD_SPECS[case]
+    result, path, written = _validate(tmp_path, spec)
+    assert result.exit_code == 2, result.output
+    assert str(path) in result.output  # names the file
+    for fragment in expected:
+        assert fragment in result.output, (fragment, result.output)
+    assert "Traceback" not in result.output
+    assert not written
+
+
+def test_sweep_rejects_a_bad_spec_before_launching(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    path = tmp_path / "spec.yaml"
+    path.write_text(yaml.safe_dump(merge(BASE_SPEC, {"training": {"lr": -1}})))
+    result = CliRunner().invoke(main, ["sweep", str(path)], catch_exceptions=False)
+    assert result.exit_code == 2 and "training.lr" in result.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["spec.yaml"]  # no store, no results
+
+
+def test_missing_and_malformed_files(tmp_path):
+    missing = CliRunner().invoke(main, ["validate", str(tmp_path / "nope.yaml")])
+    assert missing.exit_code == 2 and "nope.yaml: no such file" in missing.output
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("name: [unclosed\n")
+    result = CliRunner().invoke(main, ["validate", str(broken)])
+    assert result.exit_code == 2 and "not valid YAML" in result.output
