@@ -14,6 +14,7 @@ from typing import Any, Protocol
 
 import ray
 import torch
+import yaml
 from ray import tune
 from ray.tune.schedulers import ASHAScheduler, FIFOScheduler, MedianStoppingRule
 from ray.tune.search import ConcurrencyLimiter, Repeater
@@ -22,7 +23,7 @@ from ray.tune.search.repeater import TRIAL_INDEX
 
 from nli_models.config import RunConfig
 from nli_models.data import PreparedData
-from nli_models.training import EpochResult, Trainer, make_trainer
+from nli_models.training import TRIAL_CONFIG_FILE, EpochResult, Trainer, make_trainer
 from orchestrator.spec import SweepSpec, apply_hyperparameters
 
 CONFIGURATION_KEY = "configuration"
@@ -80,6 +81,7 @@ def run_trial(tune_config: dict[str, Any], *, base: dict, search: dict, data: Pr
     cpus = tune.get_context().get_trial_resources().required_resources.get("CPU", 1)
     torch.set_num_threads(max(1, int(cpus)))
     trainer = make_trainer(config, data)
+    config_yaml = yaml.safe_dump(config.model_dump(mode="json", exclude_unset=True), sort_keys=False)
     checkpoint = tune.get_checkpoint()
     if checkpoint is not None:
         with checkpoint.as_directory() as directory:
@@ -90,6 +92,9 @@ def run_trial(tune_config: dict[str, Any], *, base: dict, search: dict, data: Pr
         finished = trainer.state.epoch >= trainer.config.epochs or trainer.should_stop()
         with tempfile.TemporaryDirectory() as directory:
             trainer.save_checkpoint(directory)
+            # The config travels with the weights: `orchestrate attention` rebuilds the model
+            # (and its vocabulary) from the checkpoint artifact alone.
+            (Path(directory) / TRIAL_CONFIG_FILE).write_text(config_yaml)
             tune.report(
                 epoch_metrics(trainer, result, finished),
                 checkpoint=tune.Checkpoint.from_directory(directory),

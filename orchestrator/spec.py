@@ -207,6 +207,10 @@ def _check_space(spec: SweepSpec, source: str) -> None:
 def load_spec(path: str | Path) -> SweepSpec:
     raw = read_yaml(path)
     spec = validate_config(SweepSpec, raw, str(path))
+    if spec.data.data_dir is not None and not spec.data.data_dir.is_absolute():
+        # Relative to where the sweep is started; trial configs saved with checkpoints are
+        # read back from elsewhere.
+        spec.data.data_dir = spec.data.data_dir.expanduser().resolve()
     _check_space(spec, str(path))
     return spec
 

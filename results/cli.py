@@ -186,3 +186,26 @@ def _write(outputs: _Outputs) -> None:
         write_output(path, content)
         click.echo(f"wrote {path}", err=True)
     click.echo("\n".join(outputs.stdout), nl=False)
+
+
+@click.command("attention")
+@click.argument("run_id")
+@click.option("--pairs", type=click.IntRange(1, 500), default=5, show_default=True,
+              help="how many pairs of the split, in file order")
+@click.option("--split", default="dev", show_default=True)
+@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path),
+              default=Path("results/plots/attention"), show_default=True)
+@click.option("--tracking-uri", envvar="MLFLOW_TRACKING_URI", default=DEFAULT_TRACKING_URI,
+              show_default=True)
+def attention_command(run_id: str, pairs: int, split: str, out_dir: Path, tracking_uri: str) -> None:
+    """Attention heatmaps of a trial run's best-on-dev checkpoint for PAIRS pairs, written as
+    PNGs and logged to the run under attention/."""
+    from results.attention import attention_heatmaps
+
+    try:
+        client = open_client(tracking_uri)
+        written = attention_heatmaps(client, run_id, pairs, out_dir / run_id, split)
+    except (ResultsError, MlflowException) as exc:
+        raise click.UsageError(str(exc)) from None
+    for path in written:
+        click.echo(str(path))

@@ -47,6 +47,8 @@ def merge(base: dict, override: dict) -> dict:
 
 def write_spec(folder: Path, override: dict | None = None, replace_search: dict | None = None) -> Path:
     spec = merge(BASE_SPEC, override or {})
+    if override and "model" in override:  # another model's arguments do not mix with these
+        spec["model"] = copy.deepcopy(override["model"])
     if replace_search is not None:
         spec["search"] = replace_search
     spec["search"].setdefault("tracking_uri", f"sqlite:///{folder / 'mlruns.db'}")

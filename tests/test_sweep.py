@@ -208,3 +208,49 @@ def test_trial_error_reports_id_config_and_traceback(tmp_path):
     assert len(children) == 4
     assert all(c.info.status == "FAILED" for c in children)
     assert all("injected failure" in c.data.tags[rs.TAG_ERROR] for c in children)
+
+
+def test_real_sweep_feeds_results_table_and_attention_maps(ray_session, workdir):
+    """The sweep's records satisfy the results contract end to end."""
+    import pandas as pd
+    from click.testing import CliRunner
+
+    from orchestrator.cli import main
+
+    spec = write_spec(
+        workdir,
+        {
+            "name": "wbw",
+            "model": {
+                "name": "rocktaschel",
+                "variant": "word_by_word",
+                "args": {"embedding_dim": 16, "hidden_size": 8, "dropout": 0.0},
+            },
+            "training": {"epochs": 2},
+            "search": {"space": {"lr": {"grid": [0.003, 0.01]}, "dropout": {"grid": [0.0]}}, "seeds": [1, 2]},
+        },
+    )
+    run_sweep(spec)
+    uri = f"sqlite:///{workdir / 'mlruns.db'}"
+    out = workdir / "table.parquet"
+    result = CliRunner().invoke(main, ["results", "wbw", "--tracking-uri", uri, "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    table = pd.read_parquet(out)
+    assert len(table) == 1
+    row = table.iloc[0]
+    assert row["model"] == "rocktaschel" and row["variant"] == "word_by_word"
+    assert row["n_trials"] == 4 and row["n_seeds"] == 2
+    assert 0 <= row["test_accuracy"] <= 1 and not pd.isna(row["test_accuracy_std"])
+
+    _, children = runs_of(workdir, "wbw")
+    selected = next(c for c in children if c.data.tags.get(rs.TAG_SELECTED) == "true")
+    maps = CliRunner().invoke(
+        main,
+        ["attention", selected.info.run_id, "--pairs", "2", "--tracking-uri", uri,
+         "--out", str(workdir / "maps")],
+    )
+    assert maps.exit_code == 0, maps.output
+    pngs = sorted((workdir / "maps" / selected.info.run_id).glob("*.png"))
+    assert len(pngs) == 2 and all(p.stat().st_size > 1000 for p in pngs)
+    logged = client_for(workdir).list_artifacts(selected.info.run_id, "attention")
+    assert len(logged) == 2

@@ -3,6 +3,7 @@
 from nli_models.training.metrics import Evaluation, evaluate
 from nli_models.training.trainer import (
     CHECKPOINT_FILE,
+    TRIAL_CONFIG_FILE,
     DeviceUnavailable,
     EpochResult,
     Trainer,
@@ -14,6 +15,7 @@ from nli_models.training.trainer import (
 
 __all__ = [
     "CHECKPOINT_FILE",
+    "TRIAL_CONFIG_FILE",
     "DeviceUnavailable",
     "EpochResult",
     "Evaluation",

@@ -23,6 +23,7 @@ from nli_models.registry import build_model, count_parameters
 from nli_models.training.metrics import Evaluation, evaluate
 
 CHECKPOINT_FILE = "checkpoint.pt"
+TRIAL_CONFIG_FILE = "config.yaml"  # the RunConfig saved beside a sweep trial's checkpoint
 
 
 @dataclass
