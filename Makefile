@@ -24,6 +24,7 @@ $(STAMP): pyproject.toml
 
 demo: install
 	$(BIN)/orchestrate sweep search_spaces/quickstart.yaml --new
+	$(BIN)/orchestrate results quickstart --out results/tables/quickstart.parquet --format md
 
 test: install
 	$(BIN)/python -m pytest -q tests

@@ -385,7 +385,11 @@ def wait_for_progress(server: TrackingServer, name: str, cluster: Cluster, job_i
         return any(len(client.get_metric_history(c.info.run_id, "dev_accuracy")) >= steps
                    for c in children)
 
-    wait_for(progressed, 120, f"epochs of {name} in MLflow", poll_s=0.3)
+    try:
+        wait_for(progressed, 120, f"epochs of {name} in MLflow", poll_s=0.3)
+    except pytest.fail.Exception:
+        print(f"--- logs of job {job_id} ---\n{cluster.jobs().logs(job_id)}")
+        raise
 
 
 # -- tests ------------------------------------------------------------------------------------
