@@ -45,8 +45,8 @@ def render_catalog(rows: list[dict[str, Any]]) -> str:
     for name in model_names():
         lines.append(f"  {name:<14} variants: {', '.join(model_variants(name)) or '-'}")
     lines.append("")
-    lines.append(f"{'paper row':<62} {'published |θ|M':>15} {'ours |θ|M':>10}")
+    lines.append(f"{'paper row':<72} {'published |θ|M':>15} {'ours |θ|M':>10}")
     for row in rows:
         published = f"{row['published_theta_m']:,}" if row["published_theta_m"] else "-"
-        lines.append(f"{row['paper'] + ': ' + row['table_row']:<62.62} {published:>15} {row['theta_m']:>10,}")
+        lines.append(f"{row['paper'] + ': ' + row['table_row']:<72.72} {published:>15} {row['theta_m']:>10,}")
     return "\n".join(lines)
