@@ -97,13 +97,17 @@ def sweep(spec_path: str, resume: bool, new: bool, address: str | None, verbose:
         summary = run_sweep(spec_path, resume=resume, new=new, verbose=verbose, address=address)
     except (ConfigError, SweepExists, TrackingUnavailable, FileNotFoundError) as exc:
         _fail(str(exc))
+    if summary.interrupted:
+        _fail(
+            f"the sweep stopped before every trial ended ({summary.trials} trials known); "
+            f"continue it with `orchestrate sweep {spec_path} --resume`",
+            code=1,
+        )
     click.echo(
         f"sweep finished: {summary.trials} trials ({summary.failed} failed); "
         f"best dev accuracy {summary.best_dev_accuracy}; test accuracy of the selected "
         f"configuration {summary.test_accuracy}; MLflow parent run {summary.parent_run_id}"
     )
-    if summary.interrupted:
-        _fail("the sweep did not finish; continue it with --resume", code=1)
     if summary.failed:
         sys.exit(1)
 

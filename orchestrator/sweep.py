@@ -248,9 +248,11 @@ def run_sweep(
     planned = spec.search.time_budget_s is not None or len(outcomes) >= spec.num_trials()
     interrupted = not (complete and planned)
     failed = [o for o in outcomes if o.error is not None]
-    best_dev, best_test = apply_paper_protocol(
-        tracker, spec, data, outcomes, recorder.run_ids, full_params, parent_run_id
-    )
+    best_dev = best_test = None
+    if not interrupted:  # test data is touched once, for the final selection only
+        best_dev, best_test = apply_paper_protocol(
+            tracker, spec, data, outcomes, recorder.run_ids, full_params, parent_run_id
+        )
     state = "interrupted" if interrupted else "finished"
     tracker.set_tags(parent_run_id, {rs.TAG_SWEEP_STATE: state})
     _close_runs(tracker, experiment_id, parent_run_id, "KILLED" if state == "interrupted" else "FINISHED")

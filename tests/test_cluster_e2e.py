@@ -448,8 +448,10 @@ def test_server_restart_mid_sweep_loses_no_metrics(ray_cluster, tracking, tmp_pa
     time.sleep(6)  # epochs finish meanwhile; the sweep's sender keeps them queued
     up_ms = int(time.time() * 1000)
     tracking.start()  # same port, same PostgreSQL database
+    print(f"outage {down_ms}..{up_ms}; server back at {time.time():.1f}")
 
     logs = wait_succeeded(ray_cluster, job_id)
+    print(f"job done at {time.time():.1f}\n{logs}")
     assert "sweep finished: 2 trials (0 failed)" in logs
     client = tracking.client()
     _, children = assert_complete(client, name, trials=2, epochs=epochs)

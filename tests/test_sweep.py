@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import time
 
 import pytest
@@ -254,3 +256,31 @@ def test_real_sweep_feeds_results_table_and_attention_maps(ray_session, workdir)
     assert len(pngs) == 2 and all(p.stat().st_size > 1000 for p in pngs)
     logged = client_for(workdir).list_artifacts(selected.info.run_id, "attention")
     assert len(logged) == 2
+
+
+def test_ctrl_c_leaves_nothing_running_and_resume_finishes(tmp_path):
+    spec = write_spec(
+        tmp_path,
+        {"name": "interrupted", "training": {"epochs": 4}, "search": {"max_concurrent_trials": 1}},
+    )
+    log = tmp_path / "driver.log"
+    driver = start_orchestrate(["sweep", str(spec)], cwd=tmp_path, log=log)
+    try:
+        _wait_for_finished_child(tmp_path, "interrupted", driver, log)
+        os.killpg(driver.pid, signal.SIGINT)  # what Ctrl-C sends to the foreground group
+        assert driver.wait(timeout=120) == 1
+    finally:
+        kill_session(driver)
+    assert "--resume" in log.read_text()
+    parents, children = runs_of(tmp_path, "interrupted")
+    assert parents[0].info.status == "KILLED"
+    assert parents[0].data.tags[rs.TAG_SWEEP_STATE] == "interrupted"
+    assert all(run.info.status != "RUNNING" for run in parents + children)
+    assert not any(rs.METRIC_TEST_ACCURACY in c.data.metrics for c in children)  # no early test
+
+    resumed = run_orchestrate(["sweep", str(spec), "--resume"], cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    parents, children = runs_of(tmp_path, "interrupted")
+    assert parents[0].info.status == "FINISHED" and len(children) == 4
+    assert all(c.info.status == "FINISHED" for c in children)
+    assert sum(rs.METRIC_TEST_ACCURACY in c.data.metrics for c in children) == 1

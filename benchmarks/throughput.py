@@ -1,0 +1,228 @@
+"""Training throughput of every paper configuration (pairs/s), torch threads = 1 and 2, and the
+achieved matmul FLOP/s against this machine's dense torch.mm FLOP/s at the same thread count.
+
+Setup: paper size (300-d embeddings, vocabulary 20,000, every row trained: the embedding table
+gets a dense gradient and an Adam update, as in the trainer whether or not rows are frozen), batch
+32, Adam (the trainer's optimizer with its parameter groups). Sentence lengths are drawn from SNLI
+dev (whole pairs resampled; synthetic gamma lengths without the data), clipped to 40 tokens (ABCNN-1/3
+are built with max_length=40). 2,048 pairs are batched exactly as the trainer batches an epoch
+(``batch_indices``: one 64-batch chunk sorted by length, i.e. little padding), and a fixed,
+length-stratified subset of those batches is timed: forward + loss, zero_grad + backward,
+optimizer step — the body of ``Trainer.train_epoch``. Repeats alternate 1 and 2 threads; medians.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from benchmarks.common import Context, log, md_table, median, sample_lengths, spread, target
+from benchmarks.flops import BatchShape, training_flops
+
+NAME = "throughput"
+TITLE = "Training throughput per paper configuration"
+
+VOCAB_SIZE = 20_000
+BATCH_SIZE = 32
+POOL_PAIRS = 2_048  # one bucketing chunk (BUCKET_CHUNK_BATCHES x 32)
+THREADS = (1, 2)
+MATMUL_SIZES = {"representative": (512, 512, 512), "large": (1024, 1024, 1024), "lstm_step": (32, 100, 400)}
+
+
+def matmul_flops(threads: int, m: int, k: int, n: int, repeats: int, min_seconds: float) -> dict:
+    """Dense float32 torch.mm FLOP/s (2mkn per product), median of repeats."""
+    torch.set_num_threads(threads)
+    a, b = torch.randn(m, k), torch.randn(k, n)
+    out = torch.empty(m, n)
+    for _ in range(3):
+        torch.mm(a, b, out=out)
+    rates = []
+    for _ in range(repeats):
+        count, start = 0, time.perf_counter()
+        while True:
+            torch.mm(a, b, out=out)
+            count += 1
+            elapsed = time.perf_counter() - start
+            if elapsed >= min_seconds:
+                break
+        rates.append(2 * m * k * n * count / elapsed)
+    return spread(rates)
+
+
+def make_pool(ctx: Context) -> tuple[Any, dict]:
+    """POOL_PAIRS synthetic pairs with SNLI lengths and uniform random token ids."""
+    from nli_models.data import EncodedSplit
+
+    shared = ctx.shared_data if ctx.has_snli() else None
+    premise_len, hypothesis_len, info = sample_lengths(POOL_PAIRS, shared, seed=0)
+    rng = np.random.default_rng(1)
+
+    def flat(lengths):
+        offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
+        np.cumsum(lengths, out=offsets[1:])
+        ids = rng.integers(2, VOCAB_SIZE, int(offsets[-1])).astype(np.int32)
+        return ids, offsets
+
+    p_ids, p_off = flat(premise_len)
+    h_ids, h_off = flat(hypothesis_len)
+    labels = rng.integers(0, 3, POOL_PAIRS).astype(np.int64)
+    return EncodedSplit("train", p_ids, p_off, h_ids, h_off, labels), info
+
+
+def select_batches(split, count: int) -> list:
+    """``count`` batches of one trainer epoch over the pool, stratified by padded size."""
+    from nli_models.data.encode import batch_indices, make_batch
+
+    rows = batch_indices(split, BATCH_SIZE, shuffle=True, seed=0, epoch=1)
+    rows = [r for r in rows if len(r) == BATCH_SIZE]
+    size = [split.premise_lengths[r].max() + split.hypothesis_lengths[r].max() for r in rows]
+    ordered = [rows[i] for i in np.argsort(size, kind="stable")]
+    picks = [ordered[int((i + 0.5) * len(ordered) / count)] for i in range(count)]
+    return [make_batch(split, r) for r in picks]
+
+
+def shape_of(batch) -> BatchShape:
+    return BatchShape(
+        batch=len(batch),
+        premise_padded=int(batch.premise.shape[1]),
+        hypothesis_padded=int(batch.hypothesis.shape[1]),
+        premise_tokens=int(batch.premise_mask.sum()),
+        hypothesis_tokens=int(batch.hypothesis_mask.sum()),
+    )
+
+
+def _trainer(paper_config):
+    """The paper configuration built at paper size, wrapped in the project's Trainer (for its
+    optimizer: Adam with the trainer's parameter groups)."""
+    from nli_models.config import TrainingConfig
+    from nli_models.data import PreparedData, Vocabulary
+    from nli_models.registry import build_model
+    from nli_models.training import Trainer
+
+    torch.manual_seed(0)
+    model = build_model(paper_config.model, vocab_size=VOCAB_SIZE, **paper_config.config)
+    stub = PreparedData("synthetic", Vocabulary(["<pad>", "<unk>"]), ("a", "b", "c"), {})
+    return Trainer(model, stub, TrainingConfig(device="cpu", batch_size=BATCH_SIZE))
+
+
+def train_pass(trainer, batches, num_classes: int) -> dict[str, float]:
+    """One timed pass over ``batches``: the body of Trainer.train_epoch, phase by phase."""
+    model, optimizer = trainer.model, trainer.optimizer
+    model.train()
+    phases = {"forward": 0.0, "backward": 0.0, "optimizer": 0.0}
+    start = time.perf_counter()
+    for batch in batches:
+        labels = batch.label % num_classes
+        t0 = time.perf_counter()
+        logits = model(*batch.inputs())
+        loss = nn.functional.cross_entropy(logits.float(), labels)
+        t1 = time.perf_counter()
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        t2 = time.perf_counter()
+        optimizer.step()
+        t3 = time.perf_counter()
+        phases["forward"] += t1 - t0
+        phases["backward"] += t2 - t1
+        phases["optimizer"] += t3 - t2
+    phases["total"] = time.perf_counter() - start
+    return phases
+
+
+def run(ctx: Context) -> dict[str, Any]:
+    from nli_models.registry import count_parameters, paper_configs
+
+    n_batches, repeats = (2, 1) if ctx.quick else (8, 3)
+    mm_repeats, mm_seconds = (2, 0.1) if ctx.quick else (5, 0.3)
+    split, length_info = make_pool(ctx)
+    batches = select_batches(split, n_batches)
+    shapes = [shape_of(b) for b in batches]
+    log(
+        f"throughput: {n_batches} batches x {repeats} repeats per config and thread count; lengths "
+        f"from {length_info['source']} (mean {length_info['mean_premise']}/{length_info['mean_hypothesis']})"
+    )
+
+    matmul = {t: {name: matmul_flops(t, *dims, mm_repeats, mm_seconds) for name, dims in MATMUL_SIZES.items()} for t in THREADS}
+    peak = {t: matmul[t]["representative"]["median"] for t in THREADS}
+    log("throughput: torch.mm 512^3 GFLOP/s " + ", ".join(f"{t} thread(s) {peak[t] / 1e9:.1f}" for t in THREADS))
+
+    rows = []
+    for pc in paper_configs():
+        trainer = _trainer(pc)
+        classes = pc.config["num_classes"]
+        flops_pass = sum(training_flops(pc.model, pc.config, s) for s in shapes)
+        for t in THREADS:  # warm-up: first-call allocations, thread pool start
+            torch.set_num_threads(t)
+            train_pass(trainer, batches[:1], classes)
+        samples: dict[int, list[dict]] = {t: [] for t in THREADS}
+        for _ in range(repeats):
+            for t in THREADS:
+                torch.set_num_threads(t)
+                samples[t].append(train_pass(trainer, batches, classes))
+        theta_m, _ = count_parameters(trainer.model)
+        row: dict[str, Any] = {
+            "model": pc.model,
+            "table_row": pc.table_row,
+            "config": pc.config,
+            "theta_m": theta_m,
+            "train_gflop_per_batch": flops_pass / n_batches / 1e9,
+        }
+        for t in THREADS:
+            seconds = median(s["total"] for s in samples[t])
+            row[f"threads_{t}"] = {
+                "pairs_per_s": n_batches * BATCH_SIZE / seconds,
+                "pairs_per_s_all": [n_batches * BATCH_SIZE / s["total"] for s in samples[t]],
+                "seconds_per_batch": seconds / n_batches,
+                "achieved_gflop_s": flops_pass / seconds / 1e9,
+                "fraction_of_matmul_peak": flops_pass / seconds / peak[t],
+                "phase_share": {
+                    k: median(s[k] / s["total"] for s in samples[t]) for k in ("forward", "backward", "optimizer")
+                },
+            }
+        row["speedup_2_threads"] = row["threads_2"]["pairs_per_s"] / row["threads_1"]["pairs_per_s"]
+        rows.append(row)
+        log(
+            f"throughput: {pc.model:12s} {pc.table_row[:48]:48s} "
+            f"{row['threads_1']['pairs_per_s']:7.1f} / {row['threads_2']['pairs_per_s']:7.1f} pairs/s "
+            f"(1/2 threads), {row['threads_1']['fraction_of_matmul_peak']:.1%} of mm peak (1 thread)"
+        )
+        del trainer
+    torch.set_num_threads(max(THREADS))
+
+    table = md_table(
+        ["model", "paper row", "|θ|M", "GFLOP/batch (train)", "pairs/s 1 thr", "pairs/s 2 thr", "2-thr speedup",
+         "GFLOP/s 1 thr", "% of mm peak 1 thr", "% of mm peak 2 thr", "optimizer share 1 thr"],
+        [
+            (r["model"], r["table_row"], f"{r['theta_m']:,}", r["train_gflop_per_batch"],
+             round(r["threads_1"]["pairs_per_s"], 1), round(r["threads_2"]["pairs_per_s"], 1),
+             round(r["speedup_2_threads"], 2), round(r["threads_1"]["achieved_gflop_s"], 2),
+             f"{r['threads_1']['fraction_of_matmul_peak']:.1%}", f"{r['threads_2']['fraction_of_matmul_peak']:.1%}",
+             f"{r['threads_1']['phase_share']['optimizer']:.0%}")
+            for r in rows
+        ],
+    )
+    mm_line = "; ".join(
+        f"{t} thread(s): " + ", ".join(f"{name} {matmul[t][name]['median'] / 1e9:.1f}" for name in MATMUL_SIZES)
+        for t in THREADS
+    )
+    summary = (
+        f"Batch {BATCH_SIZE}, vocabulary {VOCAB_SIZE:,}, 300-d embeddings, Adam; {n_batches} length-stratified "
+        f"batches x {repeats} repeats (median). Lengths: {length_info['source']}, mean premise "
+        f"{length_info['mean_premise']} / hypothesis {length_info['mean_hypothesis']} tokens, clipped to "
+        f"{length_info['clipped_to']} ({length_info['share_of_pairs_clipped']:.2%} of pairs).\n\n"
+        f"torch.mm GFLOP/s ({', '.join(f'{k} {m}x{kk}x{n}' for k, (m, kk, n) in MATMUL_SIZES.items())}) — "
+        f"{mm_line}. '% of mm peak' divides the analytic matmul FLOPs of a training step "
+        f"(benchmarks/flops.py, forward x 3) by the time of the whole step and by the 512^3 rate.\n\n" + table
+    )
+    return {
+        "params": {"vocab_size": VOCAB_SIZE, "batch_size": BATCH_SIZE, "batches": n_batches, "repeats": repeats,
+                   "lengths": length_info, "batch_shapes": [s.__dict__ for s in shapes]},
+        "matmul_flops": {str(t): v for t, v in matmul.items()},
+        "rows": rows,
+        "targets": [],
+        "summary_md": summary,
+    }
