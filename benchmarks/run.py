@@ -84,7 +84,7 @@ def write_summary(out_dir: Path) -> Path:
             f"load average {meta.get('loadavg_start')} -> {meta.get('loadavg_end')}_\n\n{data.get('summary_md', '')}\n"
         )
         for t in data.get("targets", []):
-            met = {True: "met", False: "MISSED", None: "n/a"}[t.get("met")]
+            met = {True: "met", False: "MISSED", None: "n/a", "True": "met", "False": "MISSED"}.get(t.get("met"), "n/a")
             targets.append(f"| {name} | {t['target']} | {t['goal']} | {t['measured']} | {met} | {t.get('note', '')} |")
     machine = machine_info()
     header = (

@@ -20,7 +20,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from benchmarks.common import Context, log, md_table, median, sample_lengths, spread, target
+from benchmarks.common import Context, log, md_table, median, sample_lengths, spread
 from benchmarks.flops import BatchShape, training_flops
 
 NAME = "throughput"
@@ -30,6 +30,7 @@ VOCAB_SIZE = 20_000
 BATCH_SIZE = 32
 POOL_PAIRS = 2_048  # one bucketing chunk (BUCKET_CHUNK_BATCHES x 32)
 THREADS = (1, 2)
+CONFIG_BUDGET_S = 25.0  # per paper configuration: no further repeats once spent
 MATMUL_SIZES = {"representative": (512, 512, 512), "large": (1024, 1024, 1024), "lstm_step": (32, 100, 400)}
 
 
@@ -114,7 +115,7 @@ def train_pass(trainer, batches, num_classes: int) -> dict[str, float]:
     model, optimizer = trainer.model, trainer.optimizer
     model.train()
     phases = {"forward": 0.0, "backward": 0.0, "optimizer": 0.0}
-    start = time.perf_counter()
+    cpu_start, start = time.process_time(), time.perf_counter()
     for batch in batches:
         labels = batch.label % num_classes
         t0 = time.perf_counter()
@@ -130,13 +131,51 @@ def train_pass(trainer, batches, num_classes: int) -> dict[str, float]:
         phases["backward"] += t2 - t1
         phases["optimizer"] += t3 - t2
     phases["total"] = time.perf_counter() - start
+    # CPU seconds of this process per wall second: < 1 thread's worth means other processes
+    # took the cores (the machine is shared); with 2 threads, OpenMP spin-waits count as CPU.
+    phases["cpu_share"] = (time.process_time() - cpu_start) / phases["total"]
     return phases
+
+
+FUSED_CHECK_ROWS = ("Table 1: Conditional encoding, shared (k=100)", "Table 1: Our approach (vanilla)",
+                    "Table IV: Combined Attention (SNLI)")
+
+
+def fused_optimizer_check(paper_configs_, batches, repeats: int) -> list[dict]:
+    """The trainer's optimizer (per-parameter Adam, torch's CPU default) against the same Adam
+    with fused=True, 1 thread: what the recommended one-argument change would give."""
+    torch.set_num_threads(1)
+    rows = []
+    for pc in paper_configs_:
+        if pc.table_row not in FUSED_CHECK_ROWS:
+            continue
+        trainer = _trainer(pc)
+        default = trainer.optimizer
+        groups = [{"params": g["params"], "weight_decay": g["weight_decay"]} for g in default.param_groups]
+        fused = torch.optim.Adam(groups, lr=default.defaults["lr"], betas=default.defaults["betas"], fused=True)
+        classes = pc.config["num_classes"]
+        samples: dict[str, list[dict]] = {"default": [], "fused": []}
+        for optimizer in (default, fused):
+            trainer.optimizer = optimizer
+            train_pass(trainer, batches[:1], classes)
+        for _ in range(repeats):
+            for name, optimizer in (("default", default), ("fused", fused)):
+                trainer.optimizer = optimizer
+                samples[name].append(train_pass(trainer, batches, classes))
+        row = {"table_row": pc.table_row, "model": pc.model}
+        for name in samples:
+            row[name] = {"pairs_per_s": len(batches) * BATCH_SIZE / median(x["total"] for x in samples[name]),
+                         "optimizer_share": median(x["optimizer"] / x["total"] for x in samples[name])}
+        row["speedup"] = row["fused"]["pairs_per_s"] / row["default"]["pairs_per_s"]
+        rows.append(row)
+        log(f"throughput: fused Adam check {pc.table_row[:40]}: x{row['speedup']:.2f}")
+    return rows
 
 
 def run(ctx: Context) -> dict[str, Any]:
     from nli_models.registry import count_parameters, paper_configs
 
-    n_batches, repeats = (2, 1) if ctx.quick else (8, 3)
+    n_batches, repeats = (2, 1) if ctx.quick else (6, 3)
     mm_repeats, mm_seconds = (2, 0.1) if ctx.quick else (5, 0.3)
     split, length_info = make_pool(ctx)
     batches = select_batches(split, n_batches)
@@ -150,8 +189,11 @@ def run(ctx: Context) -> dict[str, Any]:
     peak = {t: matmul[t]["representative"]["median"] for t in THREADS}
     log("throughput: torch.mm 512^3 GFLOP/s " + ", ".join(f"{t} thread(s) {peak[t] / 1e9:.1f}" for t in THREADS))
 
+    configs = paper_configs()
+    if ctx.quick:  # smoke run: the first paper configuration of each model
+        configs = [pc for i, pc in enumerate(configs) if pc.model not in {c.model for c in configs[:i]}]
     rows = []
-    for pc in paper_configs():
+    for pc in configs:
         trainer = _trainer(pc)
         classes = pc.config["num_classes"]
         flops_pass = sum(training_flops(pc.model, pc.config, s) for s in shapes)
@@ -159,7 +201,12 @@ def run(ctx: Context) -> dict[str, Any]:
             torch.set_num_threads(t)
             train_pass(trainer, batches[:1], classes)
         samples: dict[int, list[dict]] = {t: [] for t in THREADS}
-        for _ in range(repeats):
+        spent = time.perf_counter()
+        for rep in range(repeats):
+            # Every thread count gets one repeat; more only within the per-config budget (with
+            # 2 threads on a loaded 2-core machine a pass can take a minute).
+            if rep > 0 and time.perf_counter() - spent > CONFIG_BUDGET_S:
+                break
             for t in THREADS:
                 torch.set_num_threads(t)
                 samples[t].append(train_pass(trainer, batches, classes))
@@ -169,6 +216,7 @@ def run(ctx: Context) -> dict[str, Any]:
             "table_row": pc.table_row,
             "config": pc.config,
             "theta_m": theta_m,
+            "repeats": len(samples[THREADS[0]]),
             "train_gflop_per_batch": flops_pass / n_batches / 1e9,
         }
         for t in THREADS:
@@ -179,6 +227,7 @@ def run(ctx: Context) -> dict[str, Any]:
                 "seconds_per_batch": seconds / n_batches,
                 "achieved_gflop_s": flops_pass / seconds / 1e9,
                 "fraction_of_matmul_peak": flops_pass / seconds / peak[t],
+                "cpu_share": median(s["cpu_share"] for s in samples[t]),
                 "phase_share": {
                     k: median(s[k] / s["total"] for s in samples[t]) for k in ("forward", "backward", "optimizer")
                 },
@@ -191,17 +240,19 @@ def run(ctx: Context) -> dict[str, Any]:
             f"(1/2 threads), {row['threads_1']['fraction_of_matmul_peak']:.1%} of mm peak (1 thread)"
         )
         del trainer
+    fused_rows = fused_optimizer_check(configs, batches, repeats)
     torch.set_num_threads(max(THREADS))
 
     table = md_table(
         ["model", "paper row", "|θ|M", "GFLOP/batch (train)", "pairs/s 1 thr", "pairs/s 2 thr", "2-thr speedup",
-         "GFLOP/s 1 thr", "% of mm peak 1 thr", "% of mm peak 2 thr", "optimizer share 1 thr"],
+         "GFLOP/s 1 thr", "% of mm peak 1 thr", "% of mm peak 2 thr", "optimizer share 1 thr", "CPU share 1/2 thr"],
         [
             (r["model"], r["table_row"], f"{r['theta_m']:,}", r["train_gflop_per_batch"],
              round(r["threads_1"]["pairs_per_s"], 1), round(r["threads_2"]["pairs_per_s"], 1),
              round(r["speedup_2_threads"], 2), round(r["threads_1"]["achieved_gflop_s"], 2),
              f"{r['threads_1']['fraction_of_matmul_peak']:.1%}", f"{r['threads_2']['fraction_of_matmul_peak']:.1%}",
-             f"{r['threads_1']['phase_share']['optimizer']:.0%}")
+             f"{r['threads_1']['phase_share']['optimizer']:.0%}",
+             f"{r['threads_1']['cpu_share']:.2f} / {r['threads_2']['cpu_share']:.2f}")
             for r in rows
         ],
     )
@@ -211,18 +262,28 @@ def run(ctx: Context) -> dict[str, Any]:
     )
     summary = (
         f"Batch {BATCH_SIZE}, vocabulary {VOCAB_SIZE:,}, 300-d embeddings, Adam; {n_batches} length-stratified "
-        f"batches x {repeats} repeats (median). Lengths: {length_info['source']}, mean premise "
+        f"batches x up to {repeats} repeats (median; fewer once a configuration used {CONFIG_BUDGET_S:.0f} s: "
+        f"{sum(r['repeats'] for r in rows) / len(rows):.1f} on average). Lengths: {length_info['source']}, mean premise "
         f"{length_info['mean_premise']} / hypothesis {length_info['mean_hypothesis']} tokens, clipped to "
         f"{length_info['clipped_to']} ({length_info['share_of_pairs_clipped']:.2%} of pairs).\n\n"
         f"torch.mm GFLOP/s ({', '.join(f'{k} {m}x{kk}x{n}' for k, (m, kk, n) in MATMUL_SIZES.items())}) — "
         f"{mm_line}. '% of mm peak' divides the analytic matmul FLOPs of a training step "
-        f"(benchmarks/flops.py, forward x 3) by the time of the whole step and by the 512^3 rate.\n\n" + table
+        f"(benchmarks/flops.py, forward x 3) by the time of the whole step and by the 512^3 rate. 'CPU share' = "
+        f"process CPU seconds per wall second during the timed passes (below 1.0 with 1 thread: other processes "
+        f"held the cores; with 2 threads OpenMP spin-waiting also counts).\n\n" + table
+        + "\n\nThe trainer's Adam (torch's per-parameter CPU implementation) against `torch.optim.Adam(..., "
+        "fused=True)` on the same parameter groups, 1 thread:\n\n"
+        + md_table(["paper row", "pairs/s default", "pairs/s fused", "speedup", "optimizer share default", "fused"],
+                   [(r["table_row"], round(r["default"]["pairs_per_s"], 1), round(r["fused"]["pairs_per_s"], 1),
+                     round(r["speedup"], 2), f"{r['default']['optimizer_share']:.0%}",
+                     f"{r['fused']['optimizer_share']:.0%}") for r in fused_rows])
     )
     return {
         "params": {"vocab_size": VOCAB_SIZE, "batch_size": BATCH_SIZE, "batches": n_batches, "repeats": repeats,
                    "lengths": length_info, "batch_shapes": [s.__dict__ for s in shapes]},
         "matmul_flops": {str(t): v for t, v in matmul.items()},
         "rows": rows,
+        "fused_optimizer_check": fused_rows,
         "targets": [],
         "summary_md": summary,
     }

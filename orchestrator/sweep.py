@@ -244,6 +244,7 @@ def run_sweep(
         )
     finally:
         recorder.flush()
+    recorder.upload_spool()  # after an outage: every trial run exists before the selection
     full_params = {o.trial_id: {**base_params, **o.params} for o in outcomes}
     planned = spec.search.time_budget_s is not None or len(outcomes) >= spec.num_trials()
     interrupted = not (complete and planned)

@@ -234,6 +234,41 @@ class SweepRecorder:
     def sweep_ended(self) -> None:
         pass  # flush() is called by the sweep after Tune returns
 
+    @property
+    def spooled(self) -> bool:
+        return self._spooling
+
+    def upload_spool(self, wait_s: float | None = None) -> int:
+        """After flush(): upload what the sender spooled, once the server answers again (waiting
+        up to max_wait_s), so the sweep's final steps find every trial run. Returns operations
+        sent; TrackingUnavailable naming the spool file if the server stays away."""
+        if not self._spooling or not self.spool_path.exists():
+            return 0
+        uri = self.tracker.tracking_uri
+        deadline = time.monotonic() + (self.max_wait_s if wait_s is None else wait_s)
+        delay = 0.5
+        while True:
+            try:
+                self.tracker.check_reachable()
+                break
+            except TrackingUnavailable:
+                if time.monotonic() > deadline:
+                    raise TrackingUnavailable(
+                        f"MLflow at {uri} is still unreachable after the sweep; its trials are "
+                        f"recorded in {self.spool_path}. Upload them with `orchestrate sync "
+                        f"{self.spool_path} --tracking-uri {uri}` once the server is back (the "
+                        "selection on dev and the test evaluation of this sweep did not run)."
+                    ) from None
+                time.sleep(delay)
+                delay = min(delay * 2, 10.0)
+        sent = replay_spool(self.spool_path, uri, run_ids=self.run_ids)
+        print(
+            f"MLflow at {uri} is back: uploaded the {sent} operations spooled in "
+            f"{self.spool_path}; nothing is left to sync",
+            file=sys.stderr,
+        )
+        return sent
+
     # -- sending ----------------------------------------------------------------------------
     def flush(self, timeout: float | None = None) -> None:
         """Wait until every queued operation is sent (or spooled)."""
@@ -334,11 +369,13 @@ def send_op(tracker: Tracker, experiment_id: str, parent_run_id: str, op: _Op, r
         raise ValueError(f"unknown tracking operation {op.kind!r}")
 
 
-def replay_spool(path: Path, tracking_uri: str) -> int:
-    """Upload what a sweep spooled while its tracking server was away; returns operations sent."""
+def replay_spool(path: Path, tracking_uri: str, run_ids: dict[str, str] | None = None) -> int:
+    """Upload what a sweep spooled while its tracking server was away; returns operations sent.
+    Replaying twice is harmless: runs are found by trial id and MLflow drops identical metrics.
+    `run_ids` (trial id -> run id) is filled in as runs are found or created."""
     tracker = Tracker(tracking_uri)
     tracker.check_reachable()
-    run_ids: dict[str, str] = {}
+    run_ids = {} if run_ids is None else run_ids
     sent = 0
     for line_number, line in enumerate(Path(path).read_text().splitlines(), start=1):
         if not line.strip():

@@ -297,9 +297,12 @@ def ray_cluster(postgres_uri, logs_dir):
 
 # -- sweeps -----------------------------------------------------------------------------------
 def write_spec(folder: Path, name: str, tracking_url: str, *, epochs: int = 4,
-               grid: dict | None = None) -> Path:
+               grid: dict | None = None, toy_size: int | None = None) -> Path:
+    """A copy of search_spaces/quickstart.yaml logging to `tracking_url`, results in `folder`."""
     spec = yaml.safe_load((REPO / "search_spaces" / "quickstart.yaml").read_text())
     spec["name"] = name
+    if toy_size is not None:
+        spec["data"]["toy"]["size"] = toy_size
     spec["training"]["epochs"] = epochs
     if grid is not None:
         spec["search"]["space"] = {k: {"grid": v} for k, v in grid.items()}
@@ -311,15 +314,33 @@ def write_spec(folder: Path, name: str, tracking_url: str, *, epochs: int = 4,
     return path
 
 
-def orchestrate(*args: str, env: dict | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run([str(BIN / "orchestrate"), *args], capture_output=True, text=True,
-                          env=env or base_env(), timeout=timeout)
+class Result:
+    def __init__(self, returncode: int, stdout: str, stderr: str):
+        self.returncode, self.stdout, self.stderr = returncode, stdout, stderr
 
 
-def submit(cluster: Cluster, spec: Path, *extra: str) -> str:
-    data_dir = spec.parent / "data-cache"
-    result = orchestrate("submit", str(spec), "--address", cluster.address,
-                         "--env", f"NLI_DATA_DIR={data_dir}", *extra)
+def orchestrate(*args: str) -> Result:
+    """`orchestrate ARGS` in this process (click's runner; a subprocess costs seconds of imports)."""
+    from click.testing import CliRunner
+
+    from orchestrator.cli import main
+
+    env = {"RAY_ADDRESS": None, "RAY_API_SERVER_ADDRESS": None, "MLFLOW_TRACKING_URI": None}
+    result = CliRunner(env=env).invoke(main, list(args))
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        raise result.exception
+    return Result(result.exit_code, result.stdout, result.stderr)
+
+
+def submit(cluster: Cluster, spec: Path, *extra: str, subprocess_cli: bool = False) -> str:
+    """`orchestrate submit`; its first stdout line is the job id."""
+    args = ["submit", str(spec), "--address", cluster.address,
+            "--env", f"NLI_DATA_DIR={spec.parent / 'data-cache'}", *extra]
+    if subprocess_cli:  # the installed console script, as a user runs it
+        result = subprocess.run([str(BIN / "orchestrate"), *args], capture_output=True, text=True,
+                                env=base_env(), timeout=120)
+    else:
+        result = orchestrate(*args)
     assert result.returncode == 0, result.stderr
     job_id = result.stdout.strip().splitlines()[0]
     assert f"orchestrate logs {job_id}" in result.stderr  # tells how to follow it
@@ -370,42 +391,41 @@ def metric_times(client, children) -> list[int]:
     return [m.timestamp for c in children for m in client.get_metric_history(c.info.run_id, "dev_accuracy")]
 
 
-def wait_for_progress(server: TrackingServer, name: str, cluster: Cluster, job_id: str, steps: int = 2):
-    """Block until some trial of the sweep has logged `steps` epochs (the sweep is mid-way)."""
-    client = server.client()
+def trial_runs(client, name: str) -> list:
+    experiment = client.get_experiment_by_name(name)
+    if experiment is None:
+        return []
+    return client.search_runs([experiment.experiment_id], "tags.`nli.role` = 'trial'")
 
-    def progressed() -> bool:
-        status = cluster.jobs().status(job_id)
-        if status in ("FAILED", "STOPPED", "SUCCEEDED"):
-            pytest.fail(f"job {job_id} ended ({status}) before the outage:\n{cluster.jobs().logs(job_id)[-4000:]}")
-        experiment = client.get_experiment_by_name(name)
-        if experiment is None:
-            return False
-        children = client.search_runs([experiment.experiment_id], "tags.`nli.role` = 'trial'")
-        return any(len(client.get_metric_history(c.info.run_id, "dev_accuracy")) >= steps
-                   for c in children)
 
-    try:
-        wait_for(progressed, 120, f"epochs of {name} in MLflow", poll_s=0.3)
-    except pytest.fail.Exception:
-        print(f"--- logs of job {job_id} ---\n{cluster.jobs().logs(job_id)}")
-        raise
+def logged_epochs(client, name: str) -> int:
+    """dev_accuracy values the sweep's trial runs hold (one per epoch and trial)."""
+    return sum(len(client.get_metric_history(run.info.run_id, "dev_accuracy"))
+               for run in trial_runs(client, name))
 
 
 # -- tests ------------------------------------------------------------------------------------
 def test_quickstart_submitted_to_two_node_cluster_logs_every_trial(ray_cluster, tracking, tmp_path):
-    spec = write_spec(tmp_path / "spec", "cluster-quickstart", tracking.url)
-    job_id = submit(ray_cluster, spec)
+    from orchestrator.spec import grid_points, load_spec
+
+    # The quickstart as shipped, searching lr x dropout (4 trials; its hidden_size grid would
+    # double the time without testing more of the cluster path).
+    spec = write_spec(tmp_path / "spec", "cluster-quickstart", tracking.url,
+                      grid={"lr": [0.001, 0.003], "dropout": [0.0, 0.2]})
+    loaded = load_spec(spec)
+    trials, epochs = loaded.num_trials(), loaded.training.epochs
+    job_id = submit(ray_cluster, spec, subprocess_cli=True)
 
     listed = orchestrate("jobs", "--address", ray_cluster.address)
     assert listed.returncode == 0 and job_id in listed.stdout, listed.stdout + listed.stderr
 
     logs = wait_succeeded(ray_cluster, job_id)
-    assert "sweep finished: 4 trials (0 failed)" in logs
-    parent, children = assert_complete(tracking.client(), "cluster-quickstart", trials=4, epochs=4)
+    assert f"sweep finished: {trials} trials (0 failed)" in logs
+    parent, children = assert_complete(tracking.client(), "cluster-quickstart", trials, epochs)
     assert "test_accuracy" in parent.data.metrics  # the selected configuration was tested
-    assert sorted((c.data.params["lr"], c.data.params["dropout"]) for c in children) == [
-        ("0.001", "0.0"), ("0.001", "0.2"), ("0.003", "0.0"), ("0.003", "0.2")]
+    names = sorted(loaded.search.space)
+    expected = sorted(tuple(str(point[k]) for k in names) for point in grid_points(loaded))
+    assert sorted(tuple(c.data.params[k] for k in names) for c in children) == expected
     # Artifacts went through the server to its destination; Tune results to storage_path.
     assert list(tracking.artifacts.rglob("spec.yaml")), "the spec artifact is not in the server's store"
     assert any((tmp_path / "spec" / "ray_results").iterdir())
@@ -419,83 +439,90 @@ def test_quickstart_submitted_to_two_node_cluster_logs_every_trial(ray_cluster, 
 
 def test_two_sweeps_at_once_share_the_server_without_losing_runs(ray_cluster, tracking, tmp_path):
     specs = {
-        name: write_spec(tmp_path / name, name, tracking.url, epochs=3)
+        name: write_spec(tmp_path / name, name, tracking.url, epochs=2, toy_size=1000,
+                         grid={"lr": [0.001, 0.003], "dropout": [0.0, 0.2]})
         for name in ("cluster-concurrent-a", "cluster-concurrent-b")
     }
     job_ids = {name: submit(ray_cluster, spec) for name, spec in specs.items()}
-    for name, job_id in job_ids.items():
+    for job_id in job_ids.values():
         logs = wait_succeeded(ray_cluster, job_id)
         assert "sweep finished: 4 trials (0 failed)" in logs
         assert "Traceback" not in logs and "unreachable" not in logs, logs[-4000:]
     client = tracking.client()
     run_ids = set()
     for name in specs:
-        parent, children = assert_complete(client, name, trials=4, epochs=3)
+        parent, children = assert_complete(client, name, trials=4, epochs=2)
         run_ids |= {parent.info.run_id, *(c.info.run_id for c in children)}
     assert len(run_ids) == 10
 
 
-def test_server_restart_mid_sweep_loses_no_metrics(ray_cluster, tracking, tmp_path):
-    epochs = 24
-    name = "cluster-outage"
-    spec = write_spec(tmp_path / "spec", name, tracking.url, epochs=epochs,
-                      grid={"lr": [0.001, 0.003], "dropout": [0.1]})
-    job_id = submit(ray_cluster, spec)
-    wait_for_progress(tracking, name, ray_cluster, job_id)
+def test_server_outage_mid_sweep_loses_nothing(ray_cluster, tracking, tmp_path):
+    """The tracking server is stopped while two sweeps train, and restarted (same port, same
+    database) once the shorter one has ended. `retry` keeps its metrics queued and resends them
+    until the server is back. `spool` (max wait 1 s) spools them, ends while the server is still
+    away and says so; `orchestrate sync` then uploads everything it recorded. Both send each
+    request once (MLFLOW_HTTP_REQUEST_MAX_RETRIES=0), so the retries are the sweep's own."""
+    retry, spooler = "cluster-outage-retry", "cluster-outage-spool"
+    retry_epochs, spool_epochs = 30, 20
+    retry_spec = write_spec(tmp_path / retry, retry, tracking.url, epochs=retry_epochs,
+                            grid={"lr": [0.001, 0.003], "dropout": [0.1]}, toy_size=1000)
+    spool_spec = write_spec(tmp_path / spooler, spooler, tracking.url, epochs=spool_epochs,
+                            grid={"lr": [0.003], "dropout": [0.1]}, toy_size=1000)
+    once = ("--env", "MLFLOW_HTTP_REQUEST_MAX_RETRIES=0")
+    retry_job = submit(ray_cluster, retry_spec, *once)
+    spool_job = submit(ray_cluster, spool_spec, *once, "--env", "NLI_TRACKING_MAX_WAIT_S=1")
+    # Stop the server once `retry` has logged an epoch and `spool` has its first trial run (all
+    # its direct MLflow calls before Tune are done; its epochs are still to come).
+    client = tracking.client()
+
+    def both_training() -> bool:
+        for job_id in (retry_job, spool_job):
+            status = ray_cluster.jobs().status(job_id)
+            if status != "PENDING" and status != "RUNNING":
+                pytest.fail(f"job {job_id} ended ({status}) before the outage:\n"
+                            f"{ray_cluster.jobs().logs(job_id)[-4000:]}")
+        return logged_epochs(client, retry) >= 1 and bool(trial_runs(client, spooler))
+
+    wait_for(both_training, 180, "both sweeps to train", poll_s=0.3)
 
     down_ms = int(time.time() * 1000)
     tracking.stop()
-    time.sleep(6)  # epochs finish meanwhile; the sweep's sender keeps them queued
-    up_ms = int(time.time() * 1000)
+    jobs = ray_cluster.jobs()
+    assert jobs.wait(spool_job, timeout_s=JOB_TIMEOUT_S) == "FAILED"  # it ended during the outage
     tracking.start()  # same port, same PostgreSQL database
-    print(f"outage {down_ms}..{up_ms}; server back at {time.time():.1f}")
+    up_ms = int(time.time() * 1000)
 
-    logs = wait_succeeded(ray_cluster, job_id)
-    print(f"job done at {time.time():.1f}\n{logs}")
+    # retry: every epoch arrives once the server is back, including those of the outage.
+    logs = wait_succeeded(ray_cluster, retry_job)
     assert "sweep finished: 2 trials (0 failed)" in logs
-    client = tracking.client()
-    _, children = assert_complete(client, name, trials=2, epochs=epochs)
+    assert "recording to" not in logs  # shorter than the default max wait: nothing spooled
+    _, children = assert_complete(client, retry, trials=2, epochs=retry_epochs)
     during = [t for t in metric_times(client, children) if down_ms <= t <= up_ms]
-    assert during, "no epoch ended while the server was down: the outage missed the sweep"
-    assert "recording to" not in logs  # the outage was shorter than the max wait: no spool
+    assert during, "no epoch of the sweep ended while the server was down"
 
-
-def test_long_outage_spools_and_sync_uploads_the_rest(ray_cluster, tracking, tmp_path):
-    epochs = 24
-    name = "cluster-spool"
-    folder = tmp_path / "spec"
-    spec = write_spec(folder, name, tracking.url, epochs=epochs,
-                      grid={"lr": [0.001, 0.003], "dropout": [0.1]})
-    # Spool after 1 s of failed sends; one HTTP attempt per send (no 4-minute client retries).
-    job_id = submit(ray_cluster, spec, "--env", "NLI_TRACKING_MAX_WAIT_S=1",
-                    "--env", "MLFLOW_HTTP_REQUEST_MAX_RETRIES=0")
-    wait_for_progress(tracking, name, ray_cluster, job_id)
-
-    tracking.stop()
-    storage = folder / "ray_results"
-    spool = wait_for(lambda: next(iter(storage.glob("tracking-spool-*.jsonl")), None), 60,
-                     "the sweep to start its spool file")
-    time.sleep(2)
-    tracking.start()
-
-    logs = wait_succeeded(ray_cluster, job_id)
-    assert f"orchestrate sync {spool}" in logs  # the sweep says how to upload the spool
-    client = tracking.client()
-    experiment = client.get_experiment_by_name(name)
-    children = client.search_runs([experiment.experiment_id], "tags.`nli.role` = 'trial'")
-    logged = sum(len(client.get_metric_history(c.info.run_id, "dev_accuracy")) for c in children)
-    assert logged < 2 * epochs, "nothing was missing before sync: the spool was not needed"
+    # spool: the job failed with instructions; what it spooled is missing until `sync`.
+    logs = jobs.logs(spool_job)
+    spools = list((tmp_path / spooler / "ray_results").glob("tracking-spool-*.jsonl"))
+    assert len(spools) == 1, logs[-4000:]
+    spool = spools[0]
+    assert "is still unreachable after the sweep" in logs, logs[-4000:]
+    assert f"orchestrate sync {spool} --tracking-uri {tracking.url}" in logs
+    assert logged_epochs(client, spooler) < spool_epochs, "nothing was missing before sync"
 
     bad = orchestrate("sync", str(spool), "--tracking-uri", f"http://127.0.0.1:{free_port()}")
-    assert bad.returncode == 1 and "unreachable" in bad.stderr
+    assert bad.returncode == 1 and "unreachable" in bad.stderr, bad.stderr
     synced = orchestrate("sync", str(spool), "--tracking-uri", tracking.url)
     assert synced.returncode == 0, synced.stderr
     assert re.search(r"uploaded \d+ operations", synced.stdout)
-    assert_complete(client, name, trials=2, epochs=epochs)
+    trials = trial_runs(client, spooler)
+    assert len(trials) == 1 and trials[0].info.status == "FINISHED"
+    history = client.get_metric_history(trials[0].info.run_id, "dev_accuracy")
+    assert sorted(m.step for m in history) == list(range(1, spool_epochs + 1))
+    assert any(down_ms <= m.timestamp <= up_ms for m in history)
 
 
 def test_stop_ends_a_running_job(ray_cluster, tracking, tmp_path):
-    spec = write_spec(tmp_path / "spec", "cluster-stop", tracking.url, epochs=200,
+    spec = write_spec(tmp_path / "spec", "cluster-stop", tracking.url, epochs=200, toy_size=1000,
                       grid={"lr": [0.001], "dropout": [0.1]})
     job_id = submit(ray_cluster, spec)
     wait_for(lambda: ray_cluster.jobs().status(job_id) == "RUNNING", 60, f"job {job_id} to run")

