@@ -51,9 +51,12 @@ def train(config_path: str, checkpoint_dir: str | None, resume: bool) -> None:
 
     try:
         config = load_run_config(config_path)
-        config.model.check()
-    except (ConfigError, ValueError) as exc:
+    except ConfigError as exc:
         _fail(str(exc))
+    try:
+        config.model.check()
+    except ValueError as exc:
+        _fail(f"{config_path}: model: {exc}")
     if resume and not checkpoint_dir:
         _fail("--resume needs --checkpoint-dir")
     try:

@@ -24,7 +24,7 @@ from orchestrator import run_schema as rs
 from orchestrator.progress import ProgressPrinter
 from orchestrator.ray_adapter import TrialOutcome, init_ray, run_tuner, shutdown_ray
 from orchestrator.spec import SweepSpec, apply_hyperparameters, config_key, load_spec, logged_params
-from orchestrator.tracking import SweepRecorder, Tracker, host_tags
+from orchestrator.tracking import SweepRecorder, Tracker, host_tags, spool_file
 from results.selection import TrialRecord, select_configuration
 
 
@@ -224,7 +224,7 @@ def run_sweep(
         parent_run_id,
         base_params=base_params,
         run_tags={rs.TAG_CORPUS: spec.data.corpus},
-        spool_path=Path(spec.storage_path) / f"tracking-spool-{parent_run_id}.jsonl",
+        spool_path=spool_file(spec.storage_path, parent_run_id),
     )
     finished_before = sum(
         run.info.status == "FINISHED" for run in tracker.trial_runs(experiment_id, parent_run_id)

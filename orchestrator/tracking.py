@@ -19,6 +19,7 @@ import tempfile
 import threading
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -80,6 +81,18 @@ def _probe_http(uri: str) -> str | None:
     except (urllib.error.URLError, OSError) as exc:
         return str(getattr(exc, "reason", exc))
     return None
+
+
+def spool_file(storage_path: str, parent_run_id: str) -> Path:
+    """Where a sweep spools: in its storage_path when that is a folder (file:// included); for an
+    object store (s3://, gs://, ...) in the local data dir ($NLI_DATA_DIR or ~/.cache/...)."""
+    name = f"tracking-spool-{parent_run_id}.jsonl"
+    if storage_path.startswith("file://"):
+        return Path(urllib.parse.urlsplit(storage_path).path) / name
+    if "://" in storage_path:
+        local = os.environ.get("NLI_DATA_DIR") or "~/.cache/nli-orchestrator"
+        return Path(local).expanduser() / "tracking-spool" / name
+    return Path(storage_path) / name
 
 
 def _now_ms() -> int:

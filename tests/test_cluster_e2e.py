@@ -297,7 +297,8 @@ def ray_cluster(postgres_uri, logs_dir):
 
 # -- sweeps -----------------------------------------------------------------------------------
 def write_spec(folder: Path, name: str, tracking_url: str, *, epochs: int = 4,
-               grid: dict | None = None, toy_size: int | None = None) -> Path:
+               grid: dict | None = None, toy_size: int | None = None,
+               storage_path: str | None = None) -> Path:
     """A copy of search_spaces/quickstart.yaml logging to `tracking_url`, results in `folder`."""
     spec = yaml.safe_load((REPO / "search_spaces" / "quickstart.yaml").read_text())
     spec["name"] = name
@@ -307,7 +308,7 @@ def write_spec(folder: Path, name: str, tracking_url: str, *, epochs: int = 4,
     if grid is not None:
         spec["search"]["space"] = {k: {"grid": v} for k, v in grid.items()}
     spec["search"]["tracking_uri"] = tracking_url
-    spec["search"]["storage_path"] = str(folder / "ray_results")
+    spec["search"]["storage_path"] = storage_path or str(folder / "ray_results")
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{name}.yaml"
     path.write_text(yaml.safe_dump(spec, sort_keys=False))
@@ -428,7 +429,7 @@ def test_quickstart_submitted_to_two_node_cluster_logs_every_trial(ray_cluster, 
     assert sorted(tuple(c.data.params[k] for k in names) for c in children) == expected
     # Artifacts went through the server to its destination; Tune results to storage_path.
     assert list(tracking.artifacts.rglob("spec.yaml")), "the spec artifact is not in the server's store"
-    assert any((tmp_path / "spec" / "ray_results").iterdir())
+    assert list((tmp_path / "spec" / "ray_results").glob("cluster-quickstart-*/*/checkpoint_*"))
 
     shown = orchestrate("logs", job_id, "--address", ray_cluster.address)
     assert shown.returncode == 0 and "sweep finished" in shown.stdout
@@ -438,10 +439,14 @@ def test_quickstart_submitted_to_two_node_cluster_logs_every_trial(ray_cluster, 
 
 
 def test_two_sweeps_at_once_share_the_server_without_losing_runs(ray_cluster, tracking, tmp_path):
+    # b's storage_path is a URI (as s3://... would be): Tune and the sweep take it as given.
+    grid = {"lr": [0.001, 0.003], "dropout": [0.0, 0.2]}
     specs = {
-        name: write_spec(tmp_path / name, name, tracking.url, epochs=2, toy_size=1000,
-                         grid={"lr": [0.001, 0.003], "dropout": [0.0, 0.2]})
-        for name in ("cluster-concurrent-a", "cluster-concurrent-b")
+        "cluster-concurrent-a": write_spec(tmp_path / "a", "cluster-concurrent-a", tracking.url,
+                                           epochs=2, toy_size=1000, grid=grid),
+        "cluster-concurrent-b": write_spec(tmp_path / "b", "cluster-concurrent-b", tracking.url,
+                                           epochs=2, toy_size=1000, grid=grid,
+                                           storage_path=f"file://{tmp_path}/b-results"),
     }
     job_ids = {name: submit(ray_cluster, spec) for name, spec in specs.items()}
     for job_id in job_ids.values():
@@ -454,6 +459,7 @@ def test_two_sweeps_at_once_share_the_server_without_losing_runs(ray_cluster, tr
         parent, children = assert_complete(client, name, trials=4, epochs=2)
         run_ids |= {parent.info.run_id, *(c.info.run_id for c in children)}
     assert len(run_ids) == 10
+    assert list((tmp_path / "b-results").glob("cluster-concurrent-b-*/*/checkpoint_*"))
 
 
 def test_server_outage_mid_sweep_loses_nothing(ray_cluster, tracking, tmp_path):

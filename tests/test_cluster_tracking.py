@@ -19,6 +19,7 @@ from orchestrator.tracking import (
     Tracker,
     TrackingUnavailable,
     default_max_wait_s,
+    spool_file,
 )
 
 REPO = Path(__file__).resolve().parents[1]
@@ -110,3 +111,10 @@ def test_spooled_trials_are_uploaded_once_the_server_answers(tmp_path, monkeypat
     assert recorder.upload_spool(wait_s=0) == 5
     assert len(store.client.get_metric_history(run_id, rs.METRIC_DEV_ACCURACY)) == 3
     assert len(store.trial_runs(experiment_id, parent)) == 1
+
+
+def test_spool_file_is_local_for_every_kind_of_storage_path(monkeypatch):
+    monkeypatch.setenv("NLI_DATA_DIR", "/data")
+    assert spool_file("/shared/ray_results", "p1") == Path("/shared/ray_results/tracking-spool-p1.jsonl")
+    assert spool_file("file:///shared/r", "p1") == Path("/shared/r/tracking-spool-p1.jsonl")
+    assert spool_file("s3://bucket/r", "p1") == Path("/data/tracking-spool/tracking-spool-p1.jsonl")
