@@ -223,29 +223,46 @@ def analyse(spec: dict[str, Any], wall: float, started_wall: float, inst: Instru
     n = max(len(per_trial), 1)
     training = sum(t["training_s"] for t in per_trial)
     tune_total = sum(t["tune_time_total_s"] for t in per_trial)
-    setup = sum(t["setup_s"] for t in per_trial)
     spans = sum(t["driver_span_s"] or 0.0 for t in per_trial)
+    # The first trial on each slot starts a trial actor (a worker process: imports, object-store
+    # fetch); later trials reuse it (reuse_actors=True). That start-up is a per-sweep cost.
+    by_start = sorted((t for t in per_trial if t["start"]), key=lambda t: t["start"])
+    first_on_slot = {t["trial_id"] for t in by_start[:slots]}
+    actor_startup = sum(t["setup_s"] for t in per_trial if t["trial_id"] in first_on_slot)
+    setup = sum(t["setup_s"] for t in per_trial if t["trial_id"] not in first_on_slot)
 
     # The Tune phase on a time line: start-up until the first trial starts, the steady state
     # until the last trial completes, teardown after it.
     tune_call = next(c for c in inst.calls if c.name == "phase.tune")
     tune_start, tune_end = tune_call.start, tune_call.start + tune_call.seconds
-    starts = [t["start"] for t in per_trial if t["start"]]
-    ends = [t["end"] for t in per_trial if t["end"]]
-    first_start = min(starts) if starts else tune_start
-    last_end = max(ends) if ends else tune_end
+    starts = sorted(t["start"] for t in per_trial if t["start"])
+    ends = sorted(t["end"] for t in per_trial if t["end"])
+    first_start = starts[0] if starts else tune_start
+    last_end = ends[-1] if ends else tune_end
     startup, teardown = first_start - tune_start, tune_end - last_end
     steady = last_end - first_start
+    # Slot accounting of the steady state (FIFO, every trial takes one slot): trial k >= slots
+    # starts when trial k - slots's slot frees up; the first `slots` trials start staggered; at
+    # the end, slots whose last trial finished sit idle until the last trial completes (tail).
+    gaps = sum(max(starts[k] - ends[k - slots], 0.0) for k in range(slots, len(starts)))
+    stagger = sum(s - first_start for s in starts[:slots])
+    tail = sum(last_end - e for e in ends[-slots:-1]) if len(ends) >= slots else 0.0
+    between = slots * steady - spans
     slot_seconds = {  # sums to slots x Tune phase
         "training": training,
-        "trial_setup": setup,
-        "report_and_checkpoint": tune_total - training - setup,
-        "waiting_inside_trial": spans - tune_total,  # trial started but not in train(): actor start, result handling
-        "between_trials": slots * steady - spans,  # slot empty: scheduling the next trial, and the tail
+        "trial_setup": setup,  # reused actor: config, model build, checkpoint lookup
+        "report_and_checkpoint": tune_total - training - setup - actor_startup,
+        "waiting_inside_trial": spans - tune_total,  # trial running but not in train(): result handling
+        "gaps_between_trials": gaps,
+        "tail_imbalance": tail,
+        "other_between_trials": between - gaps - tail - stagger,
+        "actor_startup": actor_startup + stagger,  # first trial per slot: worker start, imports
         "tune_startup": slots * startup,
         "tune_teardown": slots * teardown,
     }
-    per_trial_overhead = (slots * steady - training) / n  # steady state: every slot-second not training
+    per_trial_keys = ("trial_setup", "report_and_checkpoint", "waiting_inside_trial", "gaps_between_trials",
+                      "other_between_trials")
+    per_trial_overhead = sum(slot_seconds[k] for k in per_trial_keys) / n
 
     mlflow_training = sum(sum(t["epoch_time_s"]) for t in trials)
     mlflow_trial_time = sum(t["trial_time_s"] or 0.0 for t in trials)
@@ -273,10 +290,15 @@ def analyse(spec: dict[str, Any], wall: float, started_wall: float, inst: Instru
         "slot_seconds": slot_seconds,
         "overhead_per_trial_s": {
             "all": (slots * wall - training) / n,  # every slot-second not training, fixed costs included
-            "steady_state": per_trial_overhead,  # without Ray/Tune start-up, data, MLflow setup, protocol
+            # What each further trial adds: setup, report+checkpoint, result handling, scheduling
+            # gaps. Not: Ray/Tune/actor start-up, data, MLflow setup, protocol, tail imbalance.
+            "per_trial": per_trial_overhead,
+            "steady_state": (slots * steady - training) / n,  # per_trial + tail + actor start-up
             **{k: v / n for k, v in slot_seconds.items() if k != "training"},
         },
-        "fixed_slot_s": slots * wall - slots * steady,  # everything outside the steady state
+        # Slot-seconds that do not grow with the number of trials (tail imbalance excluded).
+        "fixed_slot_s": slots * (wall - steady) + slot_seconds["actor_startup"],
+        "tail_slot_s": tail,
         "mean_trial_time_s": tune_total / n,
         "mean_training_s": training / n,
         "tracking": {

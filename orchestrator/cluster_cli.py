@@ -63,8 +63,8 @@ def _time(ms: int | None) -> str:
 @click.option("--resume", is_flag=True, help="continue the experiment's latest sweep")
 @click.option("--new", is_flag=True, help="start another sweep in an experiment that has one")
 @click.option("--working-dir", type=click.Path(file_okay=False), default=None,
-              help="folder shipped with the job (default: the current folder when the spec is "
-                   "inside it, else the spec's folder)")
+              help="folder shipped with the job (default: the current folder when it is a "
+                   "project (pyproject.toml) holding the spec, else the spec's folder)")
 @click.option("--env", "env", multiple=True, metavar="NAME=VALUE",
               help="environment variable of the job's driver and trials (repeatable)")
 @click.option("--job-id", default=None, help="submission id (default: SPECNAME-DATE-TIME-XXXXXX)")

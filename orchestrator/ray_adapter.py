@@ -265,7 +265,8 @@ def run_tuner(
     )
     resources = {"cpu": spec.search.resources.cpu, "gpu": spec.search.resources.gpu}
     trainable = tune.with_resources(trainable, resources)
-    experiment_path = str(Path(spec.storage_path) / experiment_name)
+    # Not Path(): it would fold "s3://bucket" into "s3:/bucket".
+    experiment_path = f"{spec.storage_path.rstrip('/')}/{experiment_name}"
     if resume and tune.Tuner.can_restore(experiment_path):
         tuner = tune.Tuner.restore(
             experiment_path, trainable=trainable, resume_unfinished=True, resume_errored=True

@@ -63,7 +63,7 @@ class Group:
     def __init__(self, argv: list[str], log: Path, env: dict[str, str] | None = None):
         self.argv = argv
         self.log = log
-        self._log = open(log, "ab")  # noqa: SIM115 (closed in stop)
+        self._log = open(log, "ab")  # closed in stop()
         self.proc = subprocess.Popen(
             argv, env=env or base_env(), stdout=self._log, stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL, start_new_session=True,
