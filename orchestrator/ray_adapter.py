@@ -242,7 +242,11 @@ class TrialOutcome:
     trial_id: str
     params: dict[str, Any]
     metrics: dict[str, Any]
-    checkpoint_dir: str | None
+    checkpoint: tune.Checkpoint | None  # on local disk, a shared folder or s3://
+
+    def local_checkpoint(self):
+        """Context manager: the checkpoint as a local folder (downloaded if remote)."""
+        return self.checkpoint.as_directory()
     error: str | None
 
 
@@ -314,7 +318,7 @@ def run_tuner(
                 trial_id=trial_id,
                 params=trial_params(result.config or {}, search_dump),
                 metrics=dict(result.metrics or {}),
-                checkpoint_dir=result.checkpoint.path if result.checkpoint else None,
+                checkpoint=result.checkpoint,
                 error=error,
             )
         )

@@ -125,7 +125,8 @@ def _evaluate_selected(
     config = apply_hyperparameters(spec.base_config(), outcome.params)
     config = config.model_copy(update={"training": config.training.model_copy(update={"device": "auto"})})
     trainer = make_trainer(config, data)
-    trainer.load_checkpoint(outcome.checkpoint_dir)
+    with outcome.local_checkpoint() as directory:
+        trainer.load_checkpoint(directory)
     evaluation = trainer.evaluate_best("test")
     dev = trainer.evaluate_best("dev")
     metrics = {rs.METRIC_TEST_ACCURACY: evaluation.accuracy}
@@ -173,7 +174,7 @@ def apply_paper_protocol(
         tests = []
         if "test" in data.splits:
             for outcome in seeds:
-                if outcome.checkpoint_dir and outcome.trial_id in run_ids:
+                if outcome.checkpoint is not None and outcome.trial_id in run_ids:
                     tests.append(_evaluate_selected(tracker, spec, data, outcome, run_ids[outcome.trial_id]))
         test = sum(tests) / len(tests) if tests else None
         print(f"selected on dev for {label}: {seeds[0].params} dev {dev:.4f}"
