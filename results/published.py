@@ -8,8 +8,8 @@ as Bowman et al.'s LSTM are not).
 * rocktaschel2016 (rocktaschel2016_reasoning_about_entailment.md), Table 1, SNLI: k, |θ|W+M, |θ|M,
   train, dev and test accuracy.
 * parikh2016 (parikh2016_decomposable_attention.md), Table 1, SNLI: train and test accuracy and
-  parameters excluding embeddings (|θ|M); Table 2: per-class accuracy on the SNLI *dev* set (so it
-  is compared with ``dev_accuracy.<label>``, which the sweep does not log: ours stays missing).
+  parameters excluding embeddings (|θ|M); Table 2: per-class accuracy on the SNLI *dev* set,
+  compared with ``dev_accuracy.<label>``, which the sweep logs on the selected runs.
   Hidden size 200 is the network size of §5.1.
 * yin2016 (yin2016_abcnn.md), Table 6, SICK accuracy; one-conv / two-conv are num_blocks 1 / 2.
   In the extraction each model name sits on its *second* line (e.g. "BCNN two-conv 85.0" follows
@@ -21,8 +21,8 @@ as Bowman et al.'s LSTM are not).
 
 Matching: a published row's ``match`` names params; one of our rows matches when each of those
 params, as logged for its selected configuration, equals the published value (numbers
-numerically, booleans case-insensitively; see ``results.params.same_value``). The dataset is not
-part of the tracking contract, so pass only the experiments run on the paper's dataset.
+numerically, booleans case-insensitively; see ``results.params.same_value``) and its corpus (tag
+nli.corpus) is the published row's dataset.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from dataclasses import dataclass
 import pandas as pd
 import pyarrow as pa
 
-from orchestrator.run_schema import CLASS_ACCURACY_PREFIX
+from orchestrator.run_schema import CLASS_ACCURACY_PREFIX, DEV_CLASS_ACCURACY_PREFIX
 from results.params import same_value
 from results.schema import Column, arrow_table, describe
 
@@ -99,7 +99,7 @@ def _parikh(label, variant, train, test, theta_m, neutral, entailment, contradic
             "snli",
             match,
             table2,
-            "dev-set breakdown; per-class dev accuracy is not tracked",
+            "dev-set breakdown (dev_accuracy.<label> of the selected runs)",
         ),
     )
 
@@ -201,7 +201,11 @@ def comparison_table(results: pd.DataFrame, paper: str) -> pa.Table:
     ours = [(row, json.loads(row["hyperparameters"])) for _, row in results.iterrows()]
     rows = []
     for published in PAPERS[paper]:
-        matching = [row for row, params in ours if _matches(published.match, params)]
+        matching = [
+            row
+            for row, params in ours
+            if _matches(published.match, params) and _same_corpus(row, published.dataset)
+        ]
         for metric, value in published.values.items():
             for row in matching or [None]:
                 mine = None if row is None else _our_value(row, metric)
@@ -223,6 +227,11 @@ def comparison_table(results: pd.DataFrame, paper: str) -> pa.Table:
     return arrow_table(rows, COLUMNS, "comparison", paper=paper)
 
 
+def _same_corpus(row: pd.Series, dataset: str) -> bool:
+    corpus = row.get("corpus")
+    return corpus is None or pd.isna(corpus) or corpus == dataset  # untagged rows still match
+
+
 def _matches(match: Mapping[str, object], params: Mapping[str, object]) -> bool:
     return all(key in params and same_value(value, params[key]) for key, value in match.items())
 
@@ -233,11 +242,15 @@ def _our_value(row: pd.Series, metric: str) -> float | None:
         value = 100 * row[metric]
     elif metric in PARAMETER_COUNTS:
         value = row[metric]
-    elif metric.startswith(CLASS_ACCURACY_PREFIX) and isinstance(
-        row["test_accuracy_per_class"], str
-    ):
-        per_class = json.loads(row["test_accuracy_per_class"])
-        value = 100 * per_class.get(metric.removeprefix(CLASS_ACCURACY_PREFIX), math.nan)
     else:
-        return None
+        for prefix, column in (
+            (CLASS_ACCURACY_PREFIX, "test_accuracy_per_class"),
+            (DEV_CLASS_ACCURACY_PREFIX, "dev_accuracy_per_class"),
+        ):
+            if metric.startswith(prefix) and isinstance(row[column], str):
+                per_class = json.loads(row[column])
+                value = 100 * per_class.get(metric.removeprefix(prefix), math.nan)
+                break
+        else:
+            return None
     return None if pd.isna(value) else float(value)

@@ -28,6 +28,7 @@ import pyarrow as pa
 
 from orchestrator.run_schema import (
     CLASS_ACCURACY_PREFIX,
+    DEV_CLASS_ACCURACY_PREFIX,
     METRIC_BEST_TRAIN_ACCURACY,
     METRIC_EPOCHS_TRAINED,
     METRIC_TEST_ACCURACY,
@@ -70,6 +71,7 @@ def _summary_columns(metric: str, what: str) -> list[Column]:
 
 COLUMNS: tuple[Column, ...] = (
     Column("experiment", pa.string(), "MLflow experiment (one per sweep spec name)"),
+    Column("corpus", pa.string(), "nli.corpus tag: the corpus the row was trained on (snli, sick, ...)"),
     Column(
         "model_config",
         pa.string(),
@@ -111,6 +113,11 @@ COLUMNS: tuple[Column, ...] = (
         "test_accuracy_per_class",
         pa.string(),
         'JSON object label -> mean test_accuracy.<label> over seeds, e.g. {"entailment": 0.9}; null without test metrics',
+    ),
+    Column(
+        "dev_accuracy_per_class",
+        pa.string(),
+        "JSON object label -> mean dev_accuracy.<label> over seeds (Parikh Table 2); null if not logged",
     ),
     Column(
         "epochs_trained",
@@ -169,6 +176,7 @@ def _row(
     params = {k: parse_param(v) for k, v in sorted(best.record.params.items()) if k != PARAM_SEED}
     return {
         "experiment": experiment,
+        "corpus": best.corpus,
         "model_config": model_config,
         "model": best.record.params.get(PARAM_MODEL),
         "variant": best.record.params.get(PARAM_VARIANT),
@@ -188,7 +196,8 @@ def _row(
         **_summary_fields(
             "test_accuracy", summarise(_present(m.get(METRIC_TEST_ACCURACY) for m in tests))
         ),
-        "test_accuracy_per_class": _per_class(tests),
+        "test_accuracy_per_class": _per_class(tests, CLASS_ACCURACY_PREFIX),
+        "dev_accuracy_per_class": _per_class([t.metrics for t in seeds], DEV_CLASS_ACCURACY_PREFIX),
         "epochs_trained": _mean(t.metrics.get(METRIC_EPOCHS_TRAINED) for t in seeds),
         "total_trial_time_s": _sum(t.metrics.get(METRIC_TRIAL_TIME) for t in group),
     }
@@ -203,15 +212,12 @@ def _summary_fields(metric: str, summary: Summary) -> dict:
     }
 
 
-def _per_class(tests: list[Mapping[str, float]]) -> str | None:
-    labels = sorted({name for m in tests for name in m if name.startswith(CLASS_ACCURACY_PREFIX)})
+def _per_class(runs: list[Mapping[str, float]], prefix: str) -> str | None:
+    labels = sorted({name for m in runs for name in m if name.startswith(prefix)})
     if not labels:
         return None
     return json.dumps(
-        {
-            name.removeprefix(CLASS_ACCURACY_PREFIX): _mean(m.get(name) for m in tests)
-            for name in labels
-        }
+        {name.removeprefix(prefix): _mean(m.get(name) for m in runs) for name in labels}
     )
 
 

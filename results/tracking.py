@@ -22,6 +22,7 @@ from mlflow.exceptions import MlflowException
 from orchestrator.run_schema import (
     ARTIFACT_TEST_PREDICTIONS,
     CLASS_ACCURACY_PREFIX,
+    TAG_CORPUS,
     METRIC_BEST_DEV_ACCURACY,
     METRIC_TEST_ACCURACY,
     METRIC_THETA_M,
@@ -49,6 +50,7 @@ class TrialRun:
     parent_run_id: str | None
     tagged_selected: bool  # nli.selected == "true", as the sweep wrote it
     metrics: Mapping[str, float]  # latest value of every metric except the test ones
+    corpus: str | None = None  # nli.corpus: the sweep's data.corpus
 
 
 def open_client(tracking_uri: str) -> MlflowClient:
@@ -150,6 +152,7 @@ def _trial(run: Run, experiment: str) -> TrialRun | None:
         parent_run_id=tags.get(TAG_PARENT_RUN),
         tagged_selected=tags.get(TAG_SELECTED, "").lower() == "true",
         metrics=metrics,
+        corpus=tags.get(TAG_CORPUS),
     )
 
 

@@ -4,6 +4,7 @@ import os
 
 os.environ["MLFLOW_DISABLE_TELEMETRY"] = "true"  # before anything imports mlflow
 
+import json
 import math
 import random
 
@@ -12,6 +13,7 @@ import pytest
 
 from results.evp import expected_max_curve
 from results.params import as_int, parse_param, same_value
+from results.published import comparison_table
 from results.render import render
 from results.selection import TrialRecord, select_configuration
 from results.stats import mcnemar, summarise, t_quantile
@@ -162,3 +164,20 @@ def test_render_formats_escape_and_blank_nulls():
     latex = render(frame, "latex")
     assert latex.startswith("\\begin{tabular}{lr}\n\\hline\nmodel config & test \\\\")
     assert r"x\_y \& z &  \\" in latex and latex.rstrip().endswith(r"\end{tabular}")
+
+
+def test_paper_rows_match_only_rows_trained_on_the_papers_corpus():
+    params = {"model": "rocktaschel", "variant": "word_by_word", "hidden_size": 100, "two_way": False}
+    frame = pd.DataFrame(
+        [
+            {"experiment": e, "model_config": "wbw", "corpus": corpus,
+             "hyperparameters": json.dumps(params), "test_accuracy": acc, "train_accuracy": 0.9,
+             "dev_accuracy": 0.8, "theta_m": 252_103, "theta_wm": 3_900_000,
+             "test_accuracy_per_class": None, "dev_accuracy_per_class": None}
+            for e, corpus, acc in (("on-snli", "snli", 0.83), ("on-sick", "sick", 0.5))
+        ]
+    )
+    table = comparison_table(frame, "rocktaschel2016").to_pandas()
+    wbw = table[(table["row"] == "Word-by-word attention, k=100") & (table["metric"] == "test_accuracy")]
+    assert list(wbw["experiment"]) == ["on-snli"]
+    assert wbw["ours"].iloc[0] == pytest.approx(83.0)

@@ -214,6 +214,8 @@ def test_trial_error_reports_id_config_and_traceback(tmp_path):
 
 def test_real_sweep_feeds_results_table_and_attention_maps(ray_session, workdir):
     """The sweep's records satisfy the results contract end to end."""
+    import json
+
     import pandas as pd
     from click.testing import CliRunner
 
@@ -243,6 +245,9 @@ def test_real_sweep_feeds_results_table_and_attention_maps(ray_session, workdir)
     assert row["model"] == "rocktaschel" and row["variant"] == "word_by_word"
     assert row["n_trials"] == 4 and row["n_seeds"] == 2
     assert 0 <= row["test_accuracy"] <= 1 and not pd.isna(row["test_accuracy_std"])
+    labels = {"entailment", "neutral", "contradiction"}
+    assert set(json.loads(row["dev_accuracy_per_class"])) == labels  # Parikh Table 2's breakdown
+    assert set(json.loads(row["test_accuracy_per_class"])) == labels
 
     _, children = runs_of(workdir, "wbw")
     selected = next(c for c in children if c.data.tags.get(rs.TAG_SELECTED) == "true")
