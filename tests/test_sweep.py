@@ -136,17 +136,24 @@ def _wait_for_finished_child(folder, experiment, process, log, timeout=240) -> N
     raise AssertionError("no trial finished in time")
 
 
-def test_sigkill_then_resume_runs_each_trial_once(tmp_path):
+def _driver_past_first_trial(folder, name):
+    """A 4-trial sweep driven by `orchestrate sweep` in its own session, once a trial finished."""
     spec = write_spec(
-        tmp_path,
-        {"name": "killed", "training": {"epochs": 4}, "search": {"max_concurrent_trials": 1}},
+        folder, {"name": name, "training": {"epochs": 4}, "search": {"max_concurrent_trials": 1}}
     )
-    log = tmp_path / "driver.log"
-    driver = start_orchestrate(["sweep", str(spec)], cwd=tmp_path, log=log)
+    log = folder / "driver.log"
+    driver = start_orchestrate(["sweep", str(spec)], cwd=folder, log=log)
     try:
-        _wait_for_finished_child(tmp_path, "killed", driver, log)
-    finally:
+        _wait_for_finished_child(folder, name, driver, log)
+    except BaseException:
         kill_session(driver)
+        raise
+    return spec, driver, log
+
+
+def test_sigkill_then_resume_runs_each_trial_once(tmp_path):
+    spec, driver, _ = _driver_past_first_trial(tmp_path, "killed")
+    kill_session(driver)
     parents, children = runs_of(tmp_path, "killed")
     assert len(parents) == 1 and parents[0].info.status == "RUNNING"
     finished_before = {c.data.tags[rs.TAG_TRIAL_ID] for c in children if c.info.status == "FINISHED"}
@@ -264,14 +271,8 @@ def test_real_sweep_feeds_results_table_and_attention_maps(ray_session, workdir)
 
 
 def test_ctrl_c_leaves_nothing_running_and_resume_finishes(tmp_path):
-    spec = write_spec(
-        tmp_path,
-        {"name": "interrupted", "training": {"epochs": 4}, "search": {"max_concurrent_trials": 1}},
-    )
-    log = tmp_path / "driver.log"
-    driver = start_orchestrate(["sweep", str(spec)], cwd=tmp_path, log=log)
+    spec, driver, log = _driver_past_first_trial(tmp_path, "interrupted")
     try:
-        _wait_for_finished_child(tmp_path, "interrupted", driver, log)
         os.killpg(driver.pid, signal.SIGINT)  # what Ctrl-C sends to the foreground group
         assert driver.wait(timeout=120) == 1
     finally:
