@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.common import Context, log, md_table, median, target
-from benchmarks.sweeps import grid_of, run_instrumented_sweep, twelve_trial_spec
+from benchmarks.sweeps import CpuSampler, grid_of, run_instrumented_sweep, twelve_trial_spec
 
 NAME = "plain_optuna"
 TITLE = "Plain Optuna loop (no Ray, no MLflow) vs our sweep, same 12 trials"
@@ -82,6 +82,7 @@ def run_plain(spec: dict[str, Any], folder: Path) -> dict[str, Any]:
     cache_dir = str(folder / "data-cache")
     storage_path = str(folder / "optuna-journal.log")
     grid = grid_of(spec)
+    sampler = CpuSampler()
     started = time.perf_counter()
     previous = os.environ.get("NLI_DATA_DIR")
     os.environ["NLI_DATA_DIR"] = cache_dir
@@ -109,6 +110,7 @@ def run_plain(spec: dict[str, Any], folder: Path) -> dict[str, Any]:
         p.join()
     workers_s = time.perf_counter() - t_spawn
     wall = time.perf_counter() - started
+    cpu = sampler.stop()
     if any(p.exitcode != 0 for p in processes):
         raise RuntimeError(f"plain Optuna worker failed (exit codes {[p.exitcode for p in processes]})")
     trials = optuna.load_study(study_name=STUDY, storage=_storage(storage_path)).trials
@@ -122,6 +124,7 @@ def run_plain(spec: dict[str, Any], folder: Path) -> dict[str, Any]:
 
     startup = [json.loads(p.read_text()) for p in sorted(folder.glob("worker-*.json"))]
     return {
+        "cpu": cpu,
         "worker_ready_s": [w["ready_s"] for w in startup],
         "worker_finished_s": [w["finished_s"] for w in startup],
         "wall_s": wall,
@@ -134,6 +137,12 @@ def run_plain(spec: dict[str, Any], folder: Path) -> dict[str, Any]:
         "best_dev_accuracy": max(r["value"] for r in rows),
         "trials": rows,
     }
+
+
+def _plain_label(kind: str) -> str:
+    if kind.startswith("driver"):
+        return "parent (data preparation, study, waiting)"
+    return kind.replace("other children", "worker processes")
 
 
 def run(ctx: Context) -> dict[str, Any]:
@@ -173,7 +182,13 @@ def run(ctx: Context) -> dict[str, Any]:
         f"**Wall-time ratio ours / plain = {ratio:.3f}**\n\n"
         + md_table(["", "ours (Ray Tune + MLflow)", "plain Optuna", "ours / plain"], rows)
         + "\n\nA per-epoch ratio above 1 means our trials trained slower (contention with the driver, Ray's "
-        "processes and the MLflow sender on 2 cores, or other load on the machine)."
+        "processes and the MLflow sender on 2 cores, or other load on the machine). CPU used over each run "
+        "(cores = CPU seconds / wall seconds, this process tree only):\n\n"
+        + md_table(["run", "process", "CPU s", "cores"],
+                   [("ours", k, v, sweep.get("cpu", {}).get("cores_used", {}).get(k))
+                    for k, v in sweep.get("cpu", {}).get("cpu_s", {}).items()]
+                   + [("plain", _plain_label(k), v, plain["cpu"]["cores_used"][k])
+                      for k, v in plain["cpu"]["cpu_s"].items()])
     )
     return {
         "spec": spec,

@@ -83,8 +83,8 @@ def needed(curve: list[tuple[int, float, float]], threshold: float) -> tuple[int
 
 
 def _selected_test(m: dict[str, Any]) -> float | None:
-    tests = [t["test_accuracy"] for t in m["mlflow_trials"] if t.get("test_accuracy") is not None]
-    return sum(tests) / len(tests) if tests else None
+    """The sweep's test accuracy: the paper protocol's selected configuration (parent run)."""
+    return (m.get("summary") or {}).get("test_accuracy")
 
 
 def _compact(m: dict[str, Any]) -> dict[str, Any]:
@@ -129,22 +129,40 @@ def run(ctx: Context) -> dict[str, Any]:
         log(f"search_efficiency: ASHA+TPE seed {seed}: best dev {runs[-1]['best_dev_accuracy']:.4f}, "
             f"{runs[-1]['trial_epochs_total']} trial-epochs in {m['wall_s']:.0f} s, needed {epochs_needed}")
 
+    result = {
+        "grid_spec": grid_spec,
+        "asha_spec": asha_spec,
+        "grid": {**_compact(grid), "curve": grid_curve, "best_dev_accuracy": grid_best, "threshold": threshold,
+                 "selected_test_accuracy": _selected_test(grid), "trial_epochs": grid_epochs,
+                 "trial_epochs_needed": grid_needed, "seconds_needed": grid_needed_s},
+        "asha_tpe": runs,
+    }
+    result.update(render(result))
+    return result
+
+
+def render(result: dict[str, Any]) -> dict[str, Any]:
+    """Targets, median fraction and the Markdown summary (also re-renders a stored JSON)."""
+    grid, runs, grid_spec = result["grid"], result["asha_tpe"], result["grid_spec"]
+    grid_epochs, grid_best = grid["trial_epochs"], grid["best_dev_accuracy"]
     reached = [r["trial_epochs_needed"] for r in runs]
     # A run that never came within 0.5 points counts as needing more than all its epochs.
     as_fraction = [(n / grid_epochs) if n is not None else float("inf") for n in reached]
     med_fraction = median(as_fraction)
     met = all(n is not None for n in reached) and med_fraction <= 1 / 3
-    rows = [("grid (FIFO)", "-", grid_epochs, grid_needed, round(grid_best, 4), _fmt(_selected_test(grid)),
-             round(grid["wall_s"]), 0)]
+    rows = [("grid (FIFO)", "-", grid_epochs, grid["trial_epochs_needed"], round(grid_best, 4),
+             _fmt(grid.get("selected_test_accuracy")), round(grid["wall_s"]), 0)]
     for r in runs:
         rows.append(("ASHA+TPE", r["sampler_seed"], r["trial_epochs_total"], r["trial_epochs_needed"] or "never",
                      round(r["best_dev_accuracy"], 4), _fmt(r["selected_test_accuracy"]), round(r["wall_s"]),
                      r["early_stopped"]))
     summary = (
-        f"Grid: {grid['trials']} configurations x {grid_spec['training']['epochs']} epochs = {grid_epochs} trial-epochs, "
-        f"best dev accuracy {grid_best:.4f}; threshold {threshold:.4f} (0.5 points below). Corpus "
-        f"{grid_spec['data'].get('corpus')}; with SNLI's ~1,000 held-out dev pairs one standard error of an accuracy "
-        f"is ~1.5 points, so 0.5 points is within the noise of the dev estimate itself.\n\n"
+        f"Grid: {grid['trials']} configurations x {grid_spec['training']['epochs']} epochs = {grid_epochs} "
+        f"trial-epochs, best dev accuracy {grid_best:.4f}; threshold {grid_best - THRESHOLD:.4f} (0.5 points below). "
+        f"Corpus {grid_spec['data'].get('corpus')}; with SNLI's ~1,000 held-out dev pairs one standard error of an "
+        f"accuracy is ~1.5 points, so 0.5 points is within the noise of the dev estimate itself. 'test acc.' is the "
+        f"sweep's own result: the paper protocol's selected configuration (mean over the runs it treats as its "
+        f"seeds).\n\n"
         + md_table(["search", "sampler seed", "trial-epochs run", "trial-epochs to within 0.5 pt", "best dev",
                     "test acc. (selected)", "wall s", "trials stopped early"], rows)
         + f"\n\n**ASHA+TPE needed a median {_fmt_frac(med_fraction)} of the grid's trial-epochs** "
@@ -152,11 +170,6 @@ def run(ctx: Context) -> dict[str, Any]:
         + "."
     )
     return {
-        "grid_spec": grid_spec,
-        "asha_spec": asha_spec,
-        "grid": {**_compact(grid), "curve": grid_curve, "best_dev_accuracy": grid_best,
-                 "trial_epochs": grid_epochs, "trial_epochs_needed": grid_needed, "seconds_needed": grid_needed_s},
-        "asha_tpe": runs,
         "median_fraction_of_grid": med_fraction,
         "targets": [target("ASHA+TPE vs grid", "within 0.5 pt of grid best at <= 1/3 of grid trial-epochs",
                            f"median {_fmt_frac(med_fraction)} of grid trial-epochs ({len(runs)} sampler seeds)", met,

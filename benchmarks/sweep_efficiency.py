@@ -4,7 +4,8 @@ sweep on 2 CPUs (2 concurrent trials of 1 CPU), and where the rest of the time g
 The workload (benchmarks/sweeps.py ``twelve_trial_spec``): decomposable attention (vanilla,
 GloVe 50d, projection = hidden = 100) on SNLI dev minus a 10% premise holdout (8,861 train / 981
 dev pairs; SNLI test for the selected configuration), lr {5e-4, 1e-3, 2e-3} x dropout {0, 0.1, 0.2,
-0.3}, 8 epochs: about 60-80 s per trial on this machine. --quick: the toy corpus, 2 tiny epochs.
+0.3}, 12 epochs: about 60-65 s per trial on this machine when quiet (more under load). --quick: the
+toy corpus, 2 tiny epochs.
 
 The sweep is ``orchestrator.sweep.run_sweep`` (what `orchestrate sweep SPEC --new` runs, minus
 the interpreter start and imports), in this process, with a fresh MLflow SQLite store, a fresh
@@ -122,16 +123,23 @@ def run(ctx: Context) -> dict[str, Any]:
         + f"\n\nSlot-seconds inside the Tune phase ({slots} x {ph['tune']:.1f} s = start-up {tl['startup']:.1f} s + "
         f"steady state {tl['steady']:.1f} s + teardown {tl['teardown']:.1f} s):\n\n"
         + md_table(["where", "slot-s", "share", "per trial s"], slot_rows)
-        + f"\n\n'trial setup' = the first iteration's time beyond a typical iteration's report+checkpoint "
-        f"(data fetch, model build); measured directly: unpickling the {direct['data_bytes'] / 1e6:.1f} MB prepared "
-        f"data {direct['unpickle_s'] * 1000:.1f} ms + make_trainer {direct['make_trainer_s'] * 1000:.1f} ms. "
-        f"'waiting inside trial' = from Tune's trial start to its completion, time not inside the trial's train() "
-        f"calls (actor start-up, the driver handling each result and checkpoint while the trial waits). "
-        f"'between trials' = a slot with no trial (scheduling the next one, and the tail).\n\n"
+        + f"\n\n'trial setup' = a trial's first iteration beyond a typical iteration's report+checkpoint, on a reused "
+        f"actor (config, model build, data from the object store); measured directly: unpickling the "
+        f"{direct['data_bytes'] / 1e6:.1f} MB prepared data {direct['unpickle_s'] * 1000:.1f} ms + make_trainer "
+        f"{direct['make_trainer_s'] * 1000:.1f} ms. 'actor startup' = the same for the first trial of each slot "
+        f"(a new worker process: imports, first object-store fetch) plus the stagger of the slots' first starts. "
+        f"'waiting inside trial' = trial started but not inside its train() calls (the driver handling each result "
+        f"and checkpoint while the trial waits). 'gaps between trials' = a slot empty between one trial's end and "
+        f"the next one's start. 'tail imbalance' = slots idle at the end while the last trial finishes (uneven "
+        f"trial lengths).\n\n"
         f"MLflow: {tracking['sender_ops']} operations sent by the background thread in {tracking['sender_thread_s']:.2f} s "
         f"({tracking['per_trial_logging_s']:.3f} s per trial, {tracking['share_of_trial_time']:.2%} of trial time); "
         f"one-time driver-thread Tracker calls {tracking['one_time_s']:.2f} s (of which opening/creating the SQLite "
         f"store {tracking['store_open_s']:.2f} s); waiting for the sender to drain {tracking['flush_wait_s']:.2f} s.\n\n"
+        "CPU used during the sweep by this process tree (cores = CPU seconds / wall seconds; the machine has 2; "
+        "other users' processes are not counted):\n\n"
+        + md_table(["process", "CPU s", "cores"], [(k, v, m["cpu"]["cores_used"][k]) for k, v in m["cpu"]["cpu_s"].items()])
+        + "\n\n"
         f"Model of this sweep: fixed {fixed:.0f} slot-s + {per_trial:.2f} slot-s per trial + tail {tail:.0f} slot-s; "
         f"without the tail it would be {no_tail:.3f}; with these fixed costs 0.95 needs trials of ~{needed} s at "
         f"12 trials."

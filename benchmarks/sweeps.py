@@ -33,6 +33,110 @@ RESULT_KEYS = ("epoch", "epoch_time_s", "time_this_iter_s", "time_total_s", "tra
                "best_dev_accuracy", "trial_finished")
 
 
+# --- CPU use of the process tree --------------------------------------------------------------
+
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+_STARTING = "ray workers (starting or idle)"
+
+
+def _categorize(cmd: str) -> str:
+    """What a descendant process is, from its command line (workers rename themselves ray::...)."""
+    if "ray::IDLE" in cmd or "default_worker.py" in cmd:
+        return _STARTING
+    if cmd.startswith("ray::"):
+        return "trial workers"
+    executable = os.path.basename(cmd.split(" ", 1)[0]) if cmd else ""
+    if executable in ("gcs_server", "raylet"):
+        return f"ray {executable}"
+    for key, name in (("dashboard/agent", "ray dashboard agent"), ("dashboard.py", "ray dashboard"),
+                      ("log_monitor", "ray log_monitor"), ("runtime_env", "ray runtime_env agent")):
+        if key in cmd:
+            return name
+    return "other children"
+
+
+def _proc_table() -> dict[int, tuple[int, float, str]]:
+    """pid -> (parent pid, CPU seconds user+system, command line) from /proc (Linux)."""
+    table = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as handle:
+                stat = handle.read().decode(errors="replace")
+            fields = stat[stat.rindex(")") + 2 :].split()
+            with open(f"/proc/{entry}/cmdline", "rb") as handle:
+                cmd = handle.read().replace(b"\0", b" ").decode(errors="replace")
+        except (OSError, ValueError):
+            continue
+        # fields[1] = ppid; fields[11], fields[12] = utime, stime (clock ticks)
+        table[int(entry)] = (int(fields[1]), (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS, cmd)
+    return table
+
+
+class CpuSampler:
+    """Samples the CPU seconds (user + system) of this process and all its descendants (Ray's
+    GCS, raylet, dashboard, workers) from /proc every ``interval`` s in a background thread;
+    ``stop()`` returns CPU seconds per category over the sampled period. A process counts its
+    last sample minus its first (0 if born after the start), so a short-lived one loses at
+    most one interval. Without /proc (not Linux) it records nothing."""
+
+    def __init__(self, interval: float = 0.5):
+        import threading
+
+        self.interval = interval
+        self.me = os.getpid()
+        self.first: dict[int, float] = {}
+        self.last: dict[int, float] = {}
+        self.kind: dict[int, str] = {}
+        self.available = os.path.isdir("/proc")
+        self._stop = threading.Event()
+        self._sample()
+        self.first = dict(self.last)
+        self.started = time.perf_counter()
+        self._thread = threading.Thread(target=self._run, name="cpu-sampler", daemon=True)
+        self._thread.start()
+
+    def _sample(self) -> None:
+        if not self.available:
+            return
+        table = _proc_table()
+        children: dict[int, list[int]] = {}
+        for pid, (ppid, _, _) in table.items():
+            children.setdefault(ppid, []).append(pid)
+        stack, tree = [self.me], []
+        while stack:
+            pid = stack.pop()
+            tree.append(pid)
+            stack.extend(children.get(pid, ()))
+        for pid in tree:
+            if pid not in table:
+                continue
+            _, cpu, cmd = table[pid]
+            self.last[pid] = cpu
+            if pid == self.me:
+                self.kind[pid] = "driver (Tune loop, MLflow sender, this benchmark)"
+            elif self.kind.get(pid) in (None, "other children", _STARTING):
+                self.kind[pid] = _categorize(cmd)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            self._sample()
+
+    def stop(self) -> dict[str, Any]:
+        self._stop.set()
+        self._thread.join()
+        self._sample()
+        seconds = time.perf_counter() - self.started
+        by_kind: dict[str, float] = {}
+        for pid, last in self.last.items():
+            kind = self.kind.get(pid, "other children")
+            by_kind[kind] = by_kind.get(kind, 0.0) + last - self.first.get(pid, 0.0)
+        ordered = sorted(by_kind.items(), key=lambda kv: -kv[1])
+        return {"wall_s": seconds, "cpu_s": {k: round(v, 2) for k, v in ordered},
+                "cores_used": {k: round(v / seconds, 3) for k, v in ordered}}
+
+
 # --- workloads --------------------------------------------------------------------------------
 
 
@@ -53,8 +157,8 @@ def snli_data_block(shared_data: Path, vectors: bool = True) -> dict[str, Any]:
 def twelve_trial_spec(shared_data: Path | None, quick: bool) -> dict[str, Any]:
     """The 12-trial grid of sweep_efficiency and plain_optuna: decomposable attention (vanilla,
     GloVe 50d fixed, projection = hidden = 100), lr x dropout = 3 x 4, one seed, 2 x 1 CPU.
-    Full: SNLI dev-minus-holdout, 8 epochs (~60-80 s per trial here). Without the shared data
-    (or --quick) the generated toy corpus stands in."""
+    Full: SNLI dev-minus-holdout, 12 epochs: ~60-65 s per trial on this machine when it is quiet,
+    up to ~2x that under load. Without the shared data (or --quick) the toy corpus stands in."""
     if quick:
         data = {"corpus": "toy", "toy": {"size": 600, "seed": 0}}
         args = {"embedding_dim": 16, "projection_dim": 16, "hidden_size": 16}
@@ -62,11 +166,11 @@ def twelve_trial_spec(shared_data: Path | None, quick: bool) -> dict[str, Any]:
     elif shared_data is not None:
         data = snli_data_block(shared_data)
         args = {"projection_dim": 100, "hidden_size": 100}
-        epochs = 8
+        epochs = 12
     else:  # toy stand-in of about the same trial length
         data = {"corpus": "toy", "toy": {"size": 12000, "seed": 0}}
         args = {"embedding_dim": 50, "projection_dim": 100, "hidden_size": 100}
-        epochs = 8
+        epochs = 12
     return {
         "name": "bench-12-trials",
         "model": {"name": "decomposable", "variant": "vanilla", "args": {**args, "dropout": 0.0}},
@@ -146,7 +250,11 @@ def run_instrumented_sweep(spec: dict[str, Any], folder: Path) -> dict[str, Any]
         inst.wrap(SweepRecorder, "flush", "phase.mlflow_flush")
         started_wall = time.time()
         started = time.perf_counter()
-        summary = sweep_module.run_sweep(spec_path, new=True)
+        sampler = CpuSampler()
+        try:
+            summary = sweep_module.run_sweep(spec_path, new=True)
+        finally:
+            cpu = sampler.stop()
         wall = time.perf_counter() - started
     finally:
         inst.restore()
@@ -156,7 +264,9 @@ def run_instrumented_sweep(spec: dict[str, Any], folder: Path) -> dict[str, Any]
             os.environ["NLI_DATA_DIR"] = previous_cache
 
     trials = read_trial_runs(spec["search"].get("tracking_uri", f"sqlite:///{folder / 'mlruns.db'}"), spec["name"])
-    return analyse(spec, wall, started_wall, inst, events, trials, summary.__dict__)
+    result = analyse(spec, wall, started_wall, inst, events, trials, summary.__dict__)
+    result["cpu"] = cpu
+    return result
 
 
 def read_trial_runs(tracking_uri: str, experiment: str) -> list[dict[str, Any]]:

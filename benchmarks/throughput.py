@@ -31,7 +31,7 @@ VOCAB_SIZE = 20_000
 BATCH_SIZE = 32
 POOL_PAIRS = 2_048  # one bucketing chunk (BUCKET_CHUNK_BATCHES x 32)
 THREADS = (1, 2)
-CONFIG_BUDGET_S = 25.0  # per paper configuration: no further repeats once spent
+CONFIG_BUDGET_S = 15.0  # per paper configuration: no further repeats once spent
 MATMUL_SIZES = {"representative": (512, 512, 512), "large": (1024, 1024, 1024), "lstm_step": (32, 100, 400)}
 
 
