@@ -180,11 +180,14 @@ def fused_optimizer_check(paper_configs_, batches, repeats: int) -> list[dict]:
         if pc.table_row not in FUSED_CHECK_ROWS:
             continue
         trainer = _trainer(pc)
-        groups = [{"params": g["params"], "weight_decay": g["weight_decay"]} for g in trainer.optimizer.param_groups]
+        base_groups = [(g["params"], g["weight_decay"]) for g in trainer.optimizer.param_groups]
+        # Fresh group dicts per optimizer: an Optimizer writes its defaults (fused, foreach) into them.
         variants = {
-            "for_loop": torch.optim.Adam(groups, lr=1e-3, foreach=False, fused=False),
-            "fused": torch.optim.Adam(groups, lr=1e-3, fused=True),
+            "for_loop": torch.optim.Adam([{"params": p, "weight_decay": w} for p, w in base_groups], lr=1e-3,
+                                         foreach=False, fused=False),
+            "fused": torch.optim.Adam([{"params": p, "weight_decay": w} for p, w in base_groups], lr=1e-3, fused=True),
         }
+        assert not variants["for_loop"].defaults["fused"] and variants["fused"].param_groups[0]["fused"]
         classes = pc.config["num_classes"]
         samples: dict[str, list[dict]] = {name: [] for name in variants}
         for optimizer in variants.values():
