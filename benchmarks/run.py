@@ -33,7 +33,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.run", description=__doc__.split("\n\n")[0])
     parser.add_argument("names", nargs="*", metavar="NAME", help=f"benchmarks to run: {', '.join(ALL_BENCHMARKS)}")
     parser.add_argument("--quick", action="store_true", help="tiny sizes: a smoke run of a few minutes")
-    parser.add_argument("--with-search", action="store_true", help="also run search_efficiency (~30 min)")
+    parser.add_argument("--with-search", action="store_true", help="also run search_efficiency (~11 min quiet, ~25 min or more under load)")
     parser.add_argument("--out", type=Path, default=OUT_DIR, help=f"output folder (default {OUT_DIR})")
     parser.add_argument("--keep-work", action="store_true", help="keep the scratch folders (MLflow stores, Ray results)")
     args = parser.parse_args(argv)

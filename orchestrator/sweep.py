@@ -149,6 +149,15 @@ def apply_paper_protocol(
 ) -> tuple[float | None, float | None]:
     """Select on dev per model configuration; test only the selected configurations."""
     finished = [o for o in outcomes if o.error is None and "best_dev_accuracy" in o.metrics]
+    # A sampler may propose the same point twice (TPE does): keep the longest-trained run per
+    # (configuration, seed) so a duplicate does not count as another seed.
+    unique: dict[tuple[str, object], TrialOutcome] = {}
+    for outcome in finished:
+        key = (config_key(full_params[outcome.trial_id]), full_params[outcome.trial_id].get("seed"))
+        kept = unique.get(key)
+        if kept is None or outcome.metrics.get("epoch", 0) > kept.metrics.get("epoch", 0):
+            unique[key] = outcome
+    finished = list(unique.values())
     groups: dict[str, list[TrialOutcome]] = defaultdict(list)
     for outcome in finished:
         groups[rs.model_config_label(full_params[outcome.trial_id])].append(outcome)
