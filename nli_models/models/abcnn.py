@@ -30,7 +30,13 @@ import torch.nn.functional as F
 from torch import nn
 
 from nli_models.embeddings import WordEmbeddings
-from nli_models.models.layers import check_choice, check_dropout, check_positive, masked_mean
+from nli_models.models.layers import (
+    Dropout,
+    check_choice,
+    check_dropout,
+    check_positive,
+    masked_mean,
+)
 from nli_models.registry import PaperConfig, register_model
 
 _SCORES_PER_BLOCK = 2  # cosine similarity and Euclidean distance (§5.4.1)
@@ -177,7 +183,7 @@ class ABCNN(nn.Module):
         self.max_length = max_length
         self.attention_input = variant in ("abcnn1", "abcnn3")
         self.word_embeddings = WordEmbeddings(vocab_size, embedding_dim)
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
         self.blocks = nn.ModuleList(
             _Block(
                 embedding_dim if i == 0 else hidden_size,

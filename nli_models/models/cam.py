@@ -26,6 +26,7 @@ from torch import nn
 from nli_models.embeddings import WordEmbeddings
 from nli_models.models.layers import (
     AdditiveAttention,
+    Dropout,
     check_choice,
     check_dropout,
     check_positive,
@@ -97,15 +98,15 @@ class CombinedAttentionModel(nn.Module):
         self.variant = variant
         self.intra_output = intra_output
         self.word_embeddings = WordEmbeddings(vocab_size, embedding_dim)
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
         self.encoder = nn.LSTM(embedding_dim, hidden_size, batch_first=True, bidirectional=True)
         width = 2 * hidden_size  # ā_i, b̄_j are 2d-dimensional
         self.intra_attention = AdditiveAttention(width) if variant != "inter_only" else None
         self.classifier = nn.Sequential(
-            nn.Dropout(dropout),
+            Dropout(dropout),
             nn.Linear(4 * width, hidden_size),  # eq. 13: [v_p,avg; v_p,max; v_h,avg; v_h,max]
             nn.Tanh(),
-            nn.Dropout(dropout),
+            Dropout(dropout),
             nn.Linear(hidden_size, num_classes),
         )
 

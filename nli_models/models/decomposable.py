@@ -23,6 +23,7 @@ from torch import nn
 
 from nli_models.embeddings import WordEmbeddings
 from nli_models.models.layers import (
+    Dropout,
     check_choice,
     check_dropout,
     check_positive,
@@ -37,10 +38,10 @@ MAX_DISTANCE = 10  # intra-attention: |i-j| above this shares one bias
 def _feed_forward(input_dim: int, hidden_size: int, dropout: float) -> nn.Sequential:
     """F, G, H and F_intra: two ReLU layers with dropout on each layer's input."""
     return nn.Sequential(
-        nn.Dropout(dropout),
+        Dropout(dropout),
         nn.Linear(input_dim, hidden_size),
         nn.ReLU(),
-        nn.Dropout(dropout),
+        Dropout(dropout),
         nn.Linear(hidden_size, hidden_size),
         nn.ReLU(),
     )

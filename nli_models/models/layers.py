@@ -31,6 +31,24 @@ def check_dropout(value: Any) -> None:
         raise ValueError(f"dropout must be a number in [0, 1); got {value!r}")
 
 
+class Dropout(nn.Dropout):
+    """nn.Dropout with a cheaper mask on CPU; the same module (state, repr, eval behaviour).
+
+    torch's CPU ``bernoulli_`` draws each mask element in a branchy scalar loop whose cost grows
+    with p (torch 2.13, one thread, 144k elements: 0.8 ms at p=0.1, 1.5 ms at p=0.4, against
+    0.4 ms for ``rand_like``). With 2-4 dropout layers per step, that made a decomposable
+    attention epoch 27% longer at p=0.4 than at p=0.1, and sweep trials of unequal length leave
+    slots idle. Thresholding a uniform draw is exact (24-bit uniforms) and costs the same for every
+    p. CUDA keeps torch's fused kernel.
+    """
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not self.training or self.p == 0 or x.device.type != "cpu":
+            return super().forward(x)
+        keep_scaled = torch.rand_like(x).ge_(self.p).mul_(1.0 / (1.0 - self.p))
+        return x * keep_scaled
+
+
 def masked_softmax(scores: torch.Tensor, mask: torch.Tensor, dim: int = -1) -> torch.Tensor:
     """Softmax that gives padding exactly zero weight; ``mask`` broadcasts against ``scores``."""
     # The dtype's minimum rather than -inf: a fully masked row (a padding query) stays finite.

@@ -31,6 +31,7 @@ from torch import nn
 from nli_models.embeddings import PAD_INDEX, WordEmbeddings
 from nli_models.models.layers import (
     AdditiveAttention,
+    Dropout,
     check_choice,
     check_dropout,
     check_positive,
@@ -158,7 +159,7 @@ class Rocktaschel2016(nn.Module):
         self.word_embeddings = WordEmbeddings(vocab_size, embedding_dim)
         # §2.2.1: "a linear layer to project word vectors to the dimensionality of the hidden size".
         self.projection = nn.Linear(embedding_dim, hidden_size)
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
         self.premise_lstm = nn.LSTM(hidden_size, hidden_size, batch_first=True)
         self.hypothesis_lstm = (
             self.premise_lstm
