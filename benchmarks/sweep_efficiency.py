@@ -4,7 +4,7 @@ sweep on 2 CPUs (2 concurrent trials of 1 CPU), and where the rest of the time g
 The workload (benchmarks/sweeps.py ``twelve_trial_spec``): decomposable attention (vanilla,
 GloVe 50d, projection = hidden = 100) on SNLI dev minus a 10% premise holdout (8,861 train / 981
 dev pairs; SNLI test for the selected configuration), lr {5e-4, 1e-3, 2e-3} x dropout {0.1, 0.2,
-0.3, 0.4}, 15 epochs: about 60-65 s per trial on this machine when quiet (up to ~2x under load).
+0.3, 0.4}, 21 epochs: about 60-65 s per trial on this machine when quiet (up to ~2x under load).
 --quick: the toy corpus, 2 tiny epochs.
 
 The sweep is ``orchestrator.sweep.run_sweep`` (what `orchestrate sweep SPEC --new` runs, minus

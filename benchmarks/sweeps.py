@@ -157,9 +157,9 @@ def snli_data_block(shared_data: Path, vectors: bool = True) -> dict[str, Any]:
 def twelve_trial_spec(shared_data: Path | None, quick: bool) -> dict[str, Any]:
     """The 12-trial grid of sweep_efficiency and plain_optuna: decomposable attention (vanilla,
     GloVe 50d fixed, projection = hidden = 100), lr {5e-4, 1e-3, 2e-3} x dropout {0.1, 0.2, 0.3,
-    0.4}, one seed, 2 x 1 CPU. Every trial does the same work: dropout 0 would make a trial ~40%
-    shorter (no Bernoulli masks), and uneven trials leave a slot idle at the end (the tail).
-    Full: SNLI dev-minus-holdout, 15 epochs: ~60-65 s per trial on this machine when it is quiet,
+    0.4}, one seed, 2 x 1 CPU. Every trial does the same work: dropout 0 would make a trial
+    shorter (no dropout masks), and uneven trials leave a slot idle at the end (the tail).
+    Full: SNLI dev-minus-holdout, 21 epochs: ~60-65 s per trial on this machine when it is quiet,
     up to ~2x that under load. Without the shared data (or --quick) the toy corpus stands in."""
     if quick:
         data = {"corpus": "toy", "toy": {"size": 600, "seed": 0}}
@@ -168,11 +168,11 @@ def twelve_trial_spec(shared_data: Path | None, quick: bool) -> dict[str, Any]:
     elif shared_data is not None:
         data = snli_data_block(shared_data)
         args = {"projection_dim": 100, "hidden_size": 100}
-        epochs = 15
+        epochs = 21
     else:  # toy stand-in of about the same trial length
         data = {"corpus": "toy", "toy": {"size": 12000, "seed": 0}}
         args = {"embedding_dim": 50, "projection_dim": 100, "hidden_size": 100}
-        epochs = 15
+        epochs = 21
     return {
         "name": "bench-12-trials",
         "model": {"name": "decomposable", "variant": "vanilla", "args": {**args, "dropout": 0.1}},
