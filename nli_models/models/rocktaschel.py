@@ -37,6 +37,7 @@ from nli_models.models.layers import (
     check_positive,
     run_lstm,
 )
+from nli_models.models.word_by_word import word_by_word_attention
 from nli_models.registry import PaperConfig, register_model
 
 _PAPER = "rocktaschel2016"
@@ -248,19 +249,15 @@ class Rocktaschel2016(nn.Module):
         hypothesis_outputs: torch.Tensor,
         hypothesis_mask: torch.Tensor,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Eq. 11-13 -> (r_N, α [B, Lh, Lp]). r_t depends on r_{t-1}, so the loop over hypothesis
-        words stays; everything not depending on r is projected once, outside it."""
-        projected_premise = self.attention.w_y(premise_outputs)  # W^y Y
-        projected_outputs = self.attention.w_h(hypothesis_outputs)  # W^h h_t, every t
-        r = premise_outputs.new_zeros(premise_outputs.shape[0], premise_outputs.shape[2])
-        alphas = []
-        for t in range(hypothesis_outputs.shape[1]):
-            query = projected_outputs[:, t] + self.w_r(r)
-            attended, alpha = self.attention.attend(
-                premise_outputs, projected_premise, premise_mask, query
-            )
-            # Rows whose hypothesis already ended keep their r_N.
-            r = torch.where(hypothesis_mask[:, t, None], attended + torch.tanh(self.w_t(r)), r)
-            alphas.append(alpha)
-        alphas = torch.stack(alphas, dim=1) * hypothesis_mask.unsqueeze(-1)
-        return r, alphas
+        """Eq. 11-13 -> (r_N, α [B, Lh, Lp]); everything not depending on r is projected once,
+        outside the recurrence."""
+        return word_by_word_attention(
+            premise_outputs,
+            self.attention.w_y(premise_outputs),  # W^y Y
+            premise_mask,
+            self.attention.w_h(hypothesis_outputs),  # W^h h_t, every t
+            hypothesis_mask,
+            self.w_r.weight,
+            self.w_t.weight,
+            self.attention.w.weight,
+        )

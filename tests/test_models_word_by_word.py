@@ -1,0 +1,91 @@
+"""The fused word-by-word attention function against Rocktäschel et al. eq. 11-13 written with
+plain autograd (the reference below), on ragged premises and hypotheses."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from nli_models.models.layers import masked_softmax
+from nli_models.models.word_by_word import word_by_word_attention
+
+
+def reference(memory, projected_memory, memory_mask, projected_queries, query_mask, w_r, w_t, w):
+    r = memory.new_zeros(memory.shape[0], memory.shape[2])
+    alphas = []
+    for t in range(projected_queries.shape[1]):
+        m = torch.tanh(projected_memory + (projected_queries[:, t] + r @ w_r.t()).unsqueeze(1))
+        alpha = masked_softmax((m @ w.t()).squeeze(-1), memory_mask)
+        new = torch.bmm(alpha.unsqueeze(1), memory).squeeze(1) + torch.tanh(r @ w_t.t())
+        r = torch.where(query_mask[:, t, None], new, r)
+        alphas.append(alpha)
+    return r, torch.stack(alphas, dim=1) * query_mask.unsqueeze(-1)
+
+
+def inputs(batch=4, premise=6, hypothesis=5, dim=3, dtype=torch.float64, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    premise_lengths = torch.tensor([premise, 1, 3, premise - 1][:batch])
+    hypothesis_lengths = torch.tensor([2, hypothesis, 1, hypothesis - 2][:batch])
+    memory_mask = torch.arange(premise) < premise_lengths.unsqueeze(1)
+    query_mask = torch.arange(hypothesis) < hypothesis_lengths.unsqueeze(1)
+
+    def leaf(*shape):
+        return torch.randn(*shape, generator=g, dtype=dtype).requires_grad_()
+
+    return (leaf(batch, premise, dim), leaf(batch, premise, dim), memory_mask,
+            leaf(batch, hypothesis, dim), query_mask, leaf(dim, dim), leaf(dim, dim), leaf(1, dim))
+
+
+def differentiable(args):
+    return [a for a in args if a.requires_grad]
+
+
+def test_matches_the_autograd_equations_in_value_and_gradient():
+    args = inputs()
+    r, alphas = word_by_word_attention(*args)
+    r_ref, alphas_ref = reference(*args)
+    assert torch.allclose(r, r_ref) and torch.allclose(alphas, alphas_ref)
+    upstream = torch.randn_like(r)
+    grads = torch.autograd.grad((r * upstream).sum(), differentiable(args))
+    grads_ref = torch.autograd.grad((r_ref * upstream).sum(), differentiable(args))
+    for got, want in zip(grads, grads_ref, strict=True):
+        assert got.shape == want.shape
+        assert torch.allclose(got, want, atol=1e-10), (got - want).abs().max()
+
+
+def test_passes_gradcheck():
+    args = inputs(batch=3, premise=4, hypothesis=3, dim=2, seed=1)
+    assert torch.autograd.gradcheck(lambda *x: word_by_word_attention(*x)[0], args)
+
+
+def test_padding_gets_no_weight_and_does_not_change_r():
+    args = list(inputs())
+    args[4] = args[4] & (torch.arange(5) < 3)  # hypotheses of at most 3 words, padded to 5
+    r, alphas = word_by_word_attention(*args)
+    memory_mask, query_mask = args[2], args[4]
+    assert torch.all(alphas[~query_mask] == 0)
+    assert torch.all(alphas.masked_select(~memory_mask.unsqueeze(1)) == 0)
+    cut = list(args)
+    cut[3], cut[4] = args[3][:, :3], args[4][:, :3]
+    assert torch.allclose(word_by_word_attention(*cut)[0], r)
+    longer = list(args)  # two more padded premise positions holding arbitrary values
+    longer[0], longer[1] = (torch.cat([a, torch.randn(4, 2, 3, dtype=a.dtype)], 1) for a in args[:2])
+    longer[2] = torch.cat([args[2], torch.zeros(4, 2, dtype=torch.bool)], 1)
+    assert torch.allclose(word_by_word_attention(*longer)[0], r)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_float32_and_float64(dtype):
+    args = inputs(dtype=dtype)
+    r, alphas = word_by_word_attention(*args)
+    assert r.dtype == dtype and alphas.dtype == dtype
+    r.sum().backward()
+    assert all(a.grad is not None and torch.isfinite(a.grad).all() for a in differentiable(args))
+
+
+def test_runs_in_float32_under_autocast():
+    args = inputs(dtype=torch.float32)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        r, _ = word_by_word_attention(*args)
+    assert r.dtype == torch.float32
+    assert torch.allclose(r, reference(*args)[0], atol=1e-5)
