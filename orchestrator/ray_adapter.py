@@ -17,7 +17,7 @@ import torch
 import yaml
 from ray import tune
 from ray.tune.schedulers import ASHAScheduler, FIFOScheduler, MedianStoppingRule
-from ray.tune.search import ConcurrencyLimiter, Repeater
+from ray.tune.search import Repeater
 from ray.tune.search.optuna import OptunaSearch
 from ray.tune.search.repeater import TRIAL_INDEX
 
@@ -154,9 +154,9 @@ def _searcher(spec: SweepSpec):
         "tpe": optuna.samplers.TPESampler,
         "cmaes": optuna.samplers.CmaEsSampler,
     }
+    # No ConcurrencyLimiter here: TuneConfig(max_concurrent_trials=...) wraps the searcher in one
+    # (and warns when it already is one).
     searcher = OptunaSearch(sampler=samplers[search.sampler](seed=search.sampler_seed))
-    if search.max_concurrent_trials:
-        searcher = ConcurrencyLimiter(searcher, max_concurrent=search.max_concurrent_trials)
     if len(search.seeds) == 1:
         return searcher
     # Each sampled configuration runs once per seed; Optuna sees the mean over seeds.
