@@ -1,4 +1,4 @@
-"""The shared model layers whose behaviour is not visible through the model contract tests."""
+"""The shared model layers and the embedding table: behaviour the model contract tests do not see."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import pytest
 import torch
 from torch import nn
 
+from nli_models.embeddings import WordEmbeddings
 from nli_models.models.layers import Dropout
 
 
@@ -44,3 +45,26 @@ def test_dropout_is_reproducible_under_a_seed_and_keeps_nn_dropout_state():
     assert torch.equal(first, second)
     module = Dropout(0.2)
     assert isinstance(module, nn.Dropout) and module.state_dict() == {} and "p=0.2" in repr(module)
+
+
+def _embedding_gradient(embeddings: WordEmbeddings) -> torch.Tensor | None:
+    embeddings.zero_grad(set_to_none=True)
+    downstream = torch.ones(1, requires_grad=True)  # a model parameter after the lookup
+    (embeddings(torch.tensor([[1, 2, 3]])) * downstream).sum().backward()
+    return embeddings.embedding.weight.grad
+
+
+def test_embeddings_give_a_gradient_only_to_tuned_rows_and_none_when_all_are_frozen():
+    embeddings = WordEmbeddings(5, 2)
+    assert torch.equal(_embedding_gradient(embeddings)[1:4], torch.ones(3, 2))
+    some = torch.tensor([False, False, True, False, False])
+    embeddings.load(torch.randn(5, 2), some)
+    assert torch.equal(_embedding_gradient(embeddings).abs().sum(1) != 0, some)
+    embeddings.load(torch.randn(5, 2), torch.zeros(5, dtype=torch.bool))
+    assert _embedding_gradient(embeddings) is None
+    # The frozen state travels with the state dict (checkpoints, best-weight restores).
+    restored = WordEmbeddings(5, 2)
+    restored.load_state_dict(embeddings.state_dict())
+    assert _embedding_gradient(restored) is None
+    restored.load_state_dict(WordEmbeddings(5, 2).state_dict())
+    assert _embedding_gradient(restored) is not None

@@ -355,6 +355,7 @@ def test_all_rows_frozen_with_hashed_oov(toy, tmp_path):
     trainer.fit()
     assert torch.equal(embedding(trainer), before)
     assert not torch.equal(trainer.model.output.weight, network_before)
+    assert trainer.model.word_embeddings.embedding.weight.grad is None  # no [V, D] gradient at all
 
 
 # -- metrics ------------------------------------------------------------------------------------
