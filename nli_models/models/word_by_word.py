@@ -27,22 +27,27 @@ class _WordByWord(torch.autograd.Function):
         batch, length, dim = memory.shape
         steps = projected_queries.shape[1]
         queries = memory.new_empty(steps, batch, dim)  # W^h h_t + W^r r_{t-1}, kept for backward
-        m = torch.empty_like(memory)  # M_t, one step at a time: backward recomputes it
+        m = memory.new_empty(batch, length, dim)  # M_t, one step at a time: backward recomputes it
         alphas = memory.new_empty(steps, batch, length)
         r = memory.new_zeros(steps + 1, batch, dim)  # r_0 = 0, r_1 ... r_N
         u = memory.new_empty(steps, batch, dim)  # tanh(W^t r_{t-1})
-        padding = ~memory_mask
-        lowest = torch.finfo(memory.dtype).min  # as masked_softmax: a fully masked row stays finite
+        # As masked_softmax: padding scores become the dtype's minimum (a fully masked row stays
+        # finite), added to w^T M_t by the same matrix-vector op.
+        padding = torch.zeros(batch * length, dtype=memory.dtype, device=memory.device)
+        padding.masked_fill_(~memory_mask.reshape(-1), torch.finfo(memory.dtype).min)
         w_vector = w.reshape(-1)
+        ended = _ended_steps(query_mask)
         for t in range(steps):
             torch.addmm(projected_queries[:, t], r[t], w_r.t(), out=queries[t])
             torch.add(projected_memory, queries[t].unsqueeze(1), out=m).tanh_()
-            scores = torch.matmul(m, w_vector).masked_fill_(padding, lowest)
+            scores = torch.addmv(padding, m.view(-1, dim), w_vector).view(batch, length)
             alphas[t] = torch.softmax(scores, dim=-1)
             attended = torch.bmm(alphas[t].unsqueeze(1), memory).squeeze(1)
             torch.mm(r[t], w_t.t(), out=u[t]).tanh_()
-            # Rows whose hypothesis already ended keep their r.
-            torch.where(query_mask[:, t, None], attended + u[t], r[t], out=r[t + 1])
+            if ended[t]:  # rows whose hypothesis already ended keep their r
+                torch.where(query_mask[:, t, None], attended + u[t], r[t], out=r[t + 1])
+            else:
+                torch.add(attended, u[t], out=r[t + 1])
         ctx.save_for_backward(memory, projected_memory, query_mask, w_r, w_t, w, queries, alphas, r, u)
         weights = (alphas.permute(1, 0, 2) * query_mask.unsqueeze(-1)).contiguous()
         ctx.mark_non_differentiable(weights)
@@ -57,28 +62,28 @@ class _WordByWord(torch.autograd.Function):
         grad_w = torch.zeros_like(w_vector)
         grad_attended = memory.new_empty(steps, batch, dim)
         grad_query = memory.new_empty(steps, batch, dim)
-        grad_u_pre = memory.new_empty(steps, batch, dim)  # through tanh(W^t r_{t-1})
+        grad_u_pre = 1 - u * u  # becomes the gradient through tanh(W^t r_{t-1}), step by step
         memory_t = memory.transpose(1, 2).contiguous()  # row vector x matrix: 4x faster bmm on CPU
-        m_t = torch.empty_like(memory)
-        scratch = torch.empty_like(memory)
+        m_t = memory.new_empty(memory.shape)
+        scratch = memory.new_empty(memory.shape)
         live = query_mask.to(memory.dtype).t().unsqueeze(-1)  # [steps, B, 1]
+        ended = _ended_steps(query_mask)
         grad = grad_r if grad_r is not None else memory.new_zeros(batch, dim)
         for t in reversed(range(steps)):
-            grad_new = grad * live[t]
-            grad_previous = grad - grad_new  # rows already ended pass r through
-            grad_attended[t] = grad_new
-            torch.mul(grad_new, 1 - u[t] * u[t], out=grad_u_pre[t])
+            grad_new = torch.mul(grad, live[t], out=grad_attended[t]) if ended[t] else grad
+            if not ended[t]:
+                grad_attended[t] = grad
+            grad_u_pre[t].mul_(grad_new)
             grad_alpha = torch.bmm(grad_new.unsqueeze(1), memory_t).squeeze(1)
-            a = alphas[t]
-            grad_scores = a * (grad_alpha - (a * grad_alpha).sum(-1, keepdim=True))
+            grad_scores = torch._softmax_backward_data(grad_alpha, alphas[t], -1, alphas.dtype)
             torch.add(projected_memory, queries[t].unsqueeze(1), out=m_t).tanh_()
-            grad_w.addmv_(m_t.reshape(-1, dim).t(), grad_scores.reshape(-1))
+            grad_w.addmv_(m_t.view(-1, dim).t(), grad_scores.view(-1))
             torch.mul(grad_scores.unsqueeze(-1), w_vector, out=scratch)
             grad_pre = torch.ops.aten.tanh_backward.grad_input(scratch, m_t, grad_input=m_t)  # dM_t in place
             grad_projected_memory.add_(grad_pre)
             torch.sum(grad_pre, dim=1, out=grad_query[t])
-            grad_previous.addmm_(grad_query[t], w_r).addmm_(grad_u_pre[t], w_t)
-            grad = grad_previous
+            through = torch.mm(grad_query[t], w_r).addmm_(grad_u_pre[t], w_t)
+            grad = through.add_(grad - grad_new) if ended[t] else through  # ended rows pass r through
         # The parts that do not feed the recurrence: one matmul each over all steps.
         grad_memory = torch.bmm(alphas.permute(1, 2, 0), grad_attended.transpose(0, 1))
         previous = r[:-1].reshape(-1, dim)
@@ -86,6 +91,11 @@ class _WordByWord(torch.autograd.Function):
         grad_w_t = grad_u_pre.reshape(-1, dim).t() @ previous
         return (grad_memory, grad_projected_memory, None, grad_query.transpose(0, 1), None,
                 grad_w_r, grad_w_t, grad_w.view_as(w))
+
+
+def _ended_steps(query_mask: torch.Tensor) -> list[bool]:
+    """Per step: does some row's hypothesis end before it? (One device sync per batch.)"""
+    return (~query_mask).any(dim=0).tolist()
 
 
 def word_by_word_attention(
