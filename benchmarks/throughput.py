@@ -2,8 +2,8 @@
 achieved matmul FLOP/s against this machine's dense torch.mm FLOP/s at the same thread count.
 
 Setup: paper size (300-d embeddings, vocabulary 20,000, every row trained: the embedding table
-gets a dense gradient and an Adam update, as in the trainer whether or not rows are frozen), batch
-32, Adam (the trainer's optimizer with its parameter groups). Sentence lengths are drawn from SNLI
+gets a dense gradient and an Adam update, as in the trainer whenever any row is tuned; with every
+row frozen there is none, see frozen_embeddings_check), batch 32, Adam (the trainer's optimizer with its parameter groups). Sentence lengths are drawn from SNLI
 dev (whole pairs resampled; synthetic gamma lengths without the data), clipped to 40 tokens (ABCNN-1/3
 are built with max_length=40). 2,048 pairs are batched exactly as the trainer batches an epoch
 (``batch_indices``: one 64-batch chunk sorted by length, i.e. little padding), and a fixed,
@@ -170,11 +170,27 @@ FUSED_CHECK_ROWS = ("Table 1: Conditional encoding, shared (k=100)", "Table 1: O
                     "Table IV: Combined Attention (SNLI)")
 
 
+def compare_variants(trainer, batches, classes: int, repeats: int, variants: dict) -> dict[str, dict]:
+    """Pairs/s and optimizer share of one trainer under each variant (a function that sets the
+    trainer up), alternating the variants every repeat; 1 thread."""
+    torch.set_num_threads(1)
+    samples: dict[str, list[dict]] = {name: [] for name in variants}
+    for apply in variants.values():
+        apply(trainer)
+        train_pass(trainer, batches[:1], classes)
+    for _ in range(repeats):
+        for name, apply in variants.items():
+            apply(trainer)
+            samples[name].append(train_pass(trainer, batches, classes))
+    return {name: {"pairs_per_s": len(batches) * BATCH_SIZE / median(x["total"] for x in runs),
+                   "optimizer_share": median(x["optimizer"] / x["total"] for x in runs)}
+            for name, runs in samples.items()}
+
+
 def fused_optimizer_check(paper_configs_, batches, repeats: int) -> list[dict]:
     """Adam as torch runs it on CPU by default (a Python loop over parameter tensors: the
     trainer's optimizer before commit 3d37aab) against Adam(fused=True) (the trainer's since),
     same parameter groups, 1 thread."""
-    torch.set_num_threads(1)
     rows = []
     for pc in paper_configs_:
         if pc.table_row not in FUSED_CHECK_ROWS:
@@ -182,28 +198,42 @@ def fused_optimizer_check(paper_configs_, batches, repeats: int) -> list[dict]:
         trainer = _trainer(pc)
         base_groups = [(g["params"], g["weight_decay"]) for g in trainer.optimizer.param_groups]
         # Fresh group dicts per optimizer: an Optimizer writes its defaults (fused, foreach) into them.
-        variants = {
+        optimizers = {
             "for_loop": torch.optim.Adam([{"params": p, "weight_decay": w} for p, w in base_groups], lr=1e-3,
                                          foreach=False, fused=False),
             "fused": torch.optim.Adam([{"params": p, "weight_decay": w} for p, w in base_groups], lr=1e-3, fused=True),
         }
-        assert not variants["for_loop"].defaults["fused"] and variants["fused"].param_groups[0]["fused"]
-        classes = pc.config["num_classes"]
-        samples: dict[str, list[dict]] = {name: [] for name in variants}
-        for optimizer in variants.values():
-            trainer.optimizer = optimizer
-            train_pass(trainer, batches[:1], classes)
-        for _ in range(repeats):
-            for name, optimizer in variants.items():
-                trainer.optimizer = optimizer
-                samples[name].append(train_pass(trainer, batches, classes))
-        row = {"table_row": pc.table_row, "model": pc.model}
-        for name in samples:
-            row[name] = {"pairs_per_s": len(batches) * BATCH_SIZE / median(x["total"] for x in samples[name]),
-                         "optimizer_share": median(x["optimizer"] / x["total"] for x in samples[name])}
+        assert not optimizers["for_loop"].defaults["fused"] and optimizers["fused"].param_groups[0]["fused"]
+        variants = {name: (lambda tr, o=optimizer: setattr(tr, "optimizer", o)) for name, optimizer in optimizers.items()}
+        row = {"table_row": pc.table_row, "model": pc.model,
+               **compare_variants(trainer, batches, pc.config["num_classes"], repeats, variants)}
         row["speedup"] = row["fused"]["pairs_per_s"] / row["for_loop"]["pairs_per_s"]
         rows.append(row)
         log(f"throughput: fused vs for-loop Adam, {pc.table_row[:40]}: x{row['speedup']:.2f}")
+    return rows
+
+
+FROZEN_CHECK_ROWS = ("Table 1: Our approach (vanilla)", "Table 6 (SICK): ABCNN-3 one-conv")
+
+
+def frozen_embeddings_check(paper_configs_, batches, repeats: int) -> list[dict]:
+    """Parikh et al. and Yin et al. keep every embedding row fixed. The table above trains every
+    row; here the same models with all 20k rows frozen (the papers' setup: no [V, D] gradient,
+    see nli_models/embeddings.py) against all rows trained, 1 thread."""
+    rows = []
+    for pc in paper_configs_:
+        if pc.table_row not in FROZEN_CHECK_ROWS:
+            continue
+        trainer = _trainer(pc)
+        weight = trainer.model.word_embeddings.embedding.weight.detach().clone()
+        variants = {name: (lambda tr, w=weight, rows=torch.full((VOCAB_SIZE,), trained):
+                           tr.model.word_embeddings.load(w, rows))
+                    for name, trained in (("all_trained", True), ("all_frozen", False))}
+        row = {"table_row": pc.table_row, "model": pc.model,
+               **compare_variants(trainer, batches, pc.config["num_classes"], repeats, variants)}
+        row["speedup"] = row["all_frozen"]["pairs_per_s"] / row["all_trained"]["pairs_per_s"]
+        rows.append(row)
+        log(f"throughput: frozen vs trained embeddings, {pc.table_row[:40]}: x{row['speedup']:.2f}")
     return rows
 
 
@@ -276,6 +306,7 @@ def run(ctx: Context) -> dict[str, Any]:
         )
         del trainer
     fused_rows = fused_optimizer_check(configs, batches, repeats)
+    frozen_rows = frozen_embeddings_check(configs, batches, repeats)
     omp = omp_wait_policy_check(mm_repeats, mm_seconds)
     torch.set_num_threads(max(THREADS))
 
@@ -285,6 +316,7 @@ def run(ctx: Context) -> dict[str, Any]:
         "matmul_flops": {str(t): v for t, v in matmul.items()},
         "rows": rows,
         "fused_optimizer_check": fused_rows,
+        "frozen_embeddings_check": frozen_rows,
         "omp_wait_policy": omp,
         "targets": [],
     }
@@ -341,7 +373,22 @@ def render(result: dict[str, Any]) -> str:
                    [(r["table_row"], round(r[_loop(r)]["pairs_per_s"], 1), round(r["fused"]["pairs_per_s"], 1),
                      round(r["speedup"], 2), f"{r[_loop(r)]['optimizer_share']:.0%}",
                      f"{r['fused']['optimizer_share']:.0%}") for r in fused_rows])
+        + _render_frozen(result.get("frozen_embeddings_check"))
         + _render_omp(result.get("omp_wait_policy"))
+    )
+
+
+def _render_frozen(rows: list[dict] | None) -> str:
+    if not rows:  # JSON from before the check existed
+        return ""
+    return (
+        "\n\nEvery embedding row frozen (Parikh et al., Yin et al.: no [V, D] gradient) against every row "
+        "trained (the table above), 1 thread:\n\n"
+        + md_table(["paper row", "pairs/s all trained", "pairs/s all frozen", "speedup", "optimizer share trained",
+                    "frozen"],
+                   [(r["table_row"], round(r["all_trained"]["pairs_per_s"], 1), round(r["all_frozen"]["pairs_per_s"], 1),
+                     round(r["speedup"], 2), f"{r['all_trained']['optimizer_share']:.0%}",
+                     f"{r['all_frozen']['optimizer_share']:.0%}") for r in rows])
     )
 
 
