@@ -358,6 +358,13 @@ def test_all_rows_frozen_with_hashed_oov(toy, tmp_path):
     assert trainer.model.word_embeddings.embedding.weight.grad is None  # no [V, D] gradient at all
 
 
+def test_a_cpu_trainer_flushes_denormal_floats(toy):
+    torch.set_flush_denormal(False)
+    assert (torch.tensor([1e-39]) * 1.0).item() != 0.0
+    make_trainer(run_config(), toy)
+    assert (torch.tensor([1e-39]) * 1.0).item() == 0.0
+
+
 # -- metrics ------------------------------------------------------------------------------------
 
 

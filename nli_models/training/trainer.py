@@ -120,6 +120,11 @@ class Trainer:
         self.config = config
         self.data = data
         self.device = resolve_device(config.device)
+        if self.device.type == "cpu":
+            # Saturated tanh and softmax gradients underflow into denormal floats, which x86 CPUs
+            # compute ~100x slower: a word-by-word step went from 112 to 210 ms once the model
+            # saturated. With this, values below 1.2e-38 become 0 (threads started later inherit it).
+            torch.set_flush_denormal(True)
         self.model = model.to(self.device)
         self.optimizer = _optimizer(self.model, config)
         self.state = TrainState()
