@@ -1,6 +1,6 @@
 """Search efficiency on real data: ASHA + TPE against the full grid — the trial-epochs each needs
 to come within 0.5 points of the grid's best dev accuracy. Opt-in (`--with-search` or name it):
-~20 minutes on 2 CPUs when the machine is quiet.
+~23 minutes on 2 CPUs when the machine is quiet.
 
 Data: SNLI dev minus a 10% premise holdout as train (8,861 pairs), the holdout as dev (981, used
 for selection and for ASHA), SNLI test (9,824) for the selected configuration; GloVe 6B 50d,
