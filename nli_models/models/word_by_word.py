@@ -6,7 +6,7 @@
 
 r_t depends on r_{t-1}, so the loop over hypothesis words cannot be vectorized. Written with
 autograd, each step keeps its [B, Lp, k] tanh output (80 MB at 80 tokens, batch 32, k=100,
-written to fresh memory and read back from DRAM in backward) and the backward builds the
+written to fresh memory and read back in backward) and the backward builds the
 gradients of the [B, Lp, k] terms from outer-product matmuls: at 80 tokens the loop cost 3.9x the
 whole conditional-encoding model. Here the forward keeps only the step's query W^h h_t + W^r r_{t-1}
 and the attention weights; the backward recomputes M_t into one cache-resident buffer, turns it
