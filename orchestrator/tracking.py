@@ -170,6 +170,15 @@ class Tracker:
     def terminate(self, run_id: str, status: str) -> None:
         self.client.set_terminated(run_id, status=status)
 
+    def last_logged_epoch(self, run_id: str) -> int:
+        """The last epoch a trial run holds metrics for (0 if none); an epoch's metrics are
+        logged in one batch, so any of them tells."""
+        logged = self.client.get_run(run_id).data.metrics
+        key = next((k for k in EPOCH_METRICS if k in logged), None)
+        if key is None:
+            return 0
+        return max(m.step for m in self.client.get_metric_history(run_id, key))
+
     def find_trial_run(self, experiment_id: str, parent_run_id: str, trial_id: str) -> str | None:
         runs = self.client.search_runs(
             [experiment_id],
@@ -211,6 +220,7 @@ class SweepRecorder:
         self.spool_path = Path(spool_path)
         self.max_wait_s = default_max_wait_s() if max_wait_s is None else max_wait_s
         self.run_ids: dict[str, str] = {}
+        self.logged_epochs: dict[str, int] = {}
         self.params: dict[str, dict[str, Any]] = {}
         self._queue: queue.Queue[_Op | None] = queue.Queue()
         self._spooling = False
@@ -331,11 +341,20 @@ class SweepRecorder:
             handle.write(json.dumps(record, default=str) + "\n")
 
     def _send(self, op: _Op) -> None:
-        send_op(self.tracker, self.experiment_id, self.parent_run_id, op, self.run_ids)
+        send_op(self.tracker, self.experiment_id, self.parent_run_id, op, self.run_ids, self.logged_epochs)
 
 
-def send_op(tracker: Tracker, experiment_id: str, parent_run_id: str, op: _Op, run_ids: dict) -> None:
-    """Apply one recorded operation (shared by the live sender and `orchestrate sync`)."""
+def send_op(
+    tracker: Tracker,
+    experiment_id: str,
+    parent_run_id: str,
+    op: _Op,
+    run_ids: dict[str, str],
+    logged_epochs: dict[str, int],
+) -> None:
+    """Apply one recorded operation (shared by the live sender and `orchestrate sync`).
+    `run_ids` (trial id -> run id) and `logged_epochs` (trial id -> last epoch its existing run
+    already held) fill in as operations are applied."""
     client = tracker.client
     if op.kind == "start":
         run_id = run_ids.get(op.trial_id) or tracker.find_trial_run(
@@ -360,6 +379,10 @@ def send_op(tracker: Tracker, experiment_id: str, parent_run_id: str, op: _Op, r
             client.log_batch(run_id, params=[Param(k, str(v)) for k, v in sorted(params.items())])
         else:
             client.update_run(run_id, status="RUNNING")  # resumed or retried trial
+            # A trial restarts from its last checkpoint Tune saved, which can be older than the
+            # last epoch logged (the driver was killed between the two); training is
+            # deterministic, so the epochs it repeats are not logged twice.
+            logged_epochs[op.trial_id] = tracker.last_logged_epoch(run_id)
         run_ids[op.trial_id] = run_id
         return
     run_id = run_ids.get(op.trial_id) or tracker.find_trial_run(experiment_id, parent_run_id, op.trial_id)
@@ -368,6 +391,8 @@ def send_op(tracker: Tracker, experiment_id: str, parent_run_id: str, op: _Op, r
     run_ids[op.trial_id] = run_id
     if op.kind == "metrics":
         step = op.data["step"]
+        if step <= logged_epochs.get(op.trial_id, 0):
+            return
         metrics = [Metric(k, v, op.time_ms, step) for k, v in op.data["values"].items()]
         client.log_batch(run_id, metrics=metrics)
     elif op.kind == "finish":
@@ -389,6 +414,7 @@ def replay_spool(path: Path, tracking_uri: str, run_ids: dict[str, str] | None =
     tracker = Tracker(tracking_uri)
     tracker.check_reachable()
     run_ids = {} if run_ids is None else run_ids
+    logged_epochs: dict[str, int] = {}
     sent = 0
     for line_number, line in enumerate(Path(path).read_text().splitlines(), start=1):
         if not line.strip():
@@ -398,7 +424,7 @@ def replay_spool(path: Path, tracking_uri: str, run_ids: dict[str, str] | None =
         except json.JSONDecodeError as exc:
             raise ValueError(f"{path}:{line_number}: not a JSON line: {exc}") from None
         op = _Op(record["kind"], record["trial_id"], record["data"], record["time_ms"])
-        send_op(tracker, record["experiment_id"], record["parent_run_id"], op, run_ids)
+        send_op(tracker, record["experiment_id"], record["parent_run_id"], op, run_ids, logged_epochs)
         sent += 1
     return sent
 

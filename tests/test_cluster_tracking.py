@@ -1,7 +1,8 @@
 """Tracking-server outages, in one process and without Ray: an unreachable server stops a sweep
 before it launches (quickly, with a clear message); the sender spools after its bounded wait
 (NLI_TRACKING_MAX_WAIT_S); what was spooled is uploaded as soon as the server answers again.
-The same behaviour against a real server and a real cluster is in test_cluster_e2e.py."""
+The same behaviour against a real server and a real cluster is in test_cluster_e2e.py. Also: a
+resumed trial that repeats epochs it had already logged does not log them twice."""
 
 from __future__ import annotations
 
@@ -118,3 +119,34 @@ def test_spool_file_is_local_for_every_kind_of_storage_path(monkeypatch):
     assert spool_file("/shared/ray_results", "p1") == Path("/shared/ray_results/tracking-spool-p1.jsonl")
     assert spool_file("file:///shared/r", "p1") == Path("/shared/r/tracking-spool-p1.jsonl")
     assert spool_file("s3://bucket/r", "p1") == Path("/data/tracking-spool/tracking-spool-p1.jsonl")
+
+
+def test_epochs_a_resumed_trial_repeats_are_logged_once(tmp_path):
+    store = Tracker(f"sqlite:///{tmp_path / 'mlruns.db'}")
+    experiment_id = store.experiment_id("resumed")
+    parent = store.start_sweep(experiment_id, "sweep-resumed", {})
+
+    def recorder():
+        return SweepRecorder(store, experiment_id, parent, base_params={"model": "decomposable"},
+                             run_tags={}, spool_path=tmp_path / "spool.jsonl")
+
+    def result(epoch):
+        return {"epoch": epoch, "dev_accuracy": 0.5 + epoch / 10, "epoch_time_s": 1.0}
+
+    killed = recorder()  # the driver logged epochs 1-2, then was killed before Tune saved them
+    killed.trial_started("t1", {"lr": 0.001})
+    for epoch in (1, 2):
+        killed.trial_result("t1", result(epoch))
+    killed.flush(timeout=60)
+
+    resumed = recorder()  # the resumed sweep restarts the trial from its last saved checkpoint
+    resumed.trial_started("t1", {"lr": 0.001})
+    for epoch in (1, 2, 3):
+        resumed.trial_result("t1", result(epoch))
+    resumed.trial_completed("t1", {"best_dev_accuracy": 0.8, "epoch": 3, "trial_finished": 1}, None)
+    resumed.flush(timeout=60)
+
+    [run] = store.trial_runs(experiment_id, parent)
+    assert run.info.status == "FINISHED"
+    for key in (rs.METRIC_DEV_ACCURACY, rs.METRIC_EPOCH_TIME):
+        assert sorted(m.step for m in store.client.get_metric_history(run.info.run_id, key)) == [1, 2, 3]
