@@ -25,7 +25,7 @@ from orchestrator.progress import ProgressPrinter
 from orchestrator.ray_adapter import TrialOutcome, init_ray, run_tuner, shutdown_ray
 from orchestrator.spec import SweepSpec, apply_hyperparameters, config_key, load_spec, logged_params
 from orchestrator.tracking import SweepRecorder, Tracker, host_tags, spool_file
-from results.selection import TrialRecord, select_configuration
+from results.selection import TrialRecord, seed_runs, select_configuration
 
 
 class SweepExists(RuntimeError):
@@ -149,15 +149,6 @@ def apply_paper_protocol(
 ) -> tuple[float | None, float | None]:
     """Select on dev per model configuration; test only the selected configurations."""
     finished = [o for o in outcomes if o.error is None and "best_dev_accuracy" in o.metrics]
-    # A sampler may propose the same point twice (TPE does): keep the longest-trained run per
-    # (configuration, seed) so a duplicate does not count as another seed.
-    unique: dict[tuple[str, object], TrialOutcome] = {}
-    for outcome in finished:
-        key = (config_key(full_params[outcome.trial_id]), full_params[outcome.trial_id].get("seed"))
-        kept = unique.get(key)
-        if kept is None or outcome.metrics.get("epoch", 0) > kept.metrics.get("epoch", 0):
-            unique[key] = outcome
-    finished = list(unique.values())
     groups: dict[str, list[TrialOutcome]] = defaultdict(list)
     for outcome in finished:
         groups[rs.model_config_label(full_params[outcome.trial_id])].append(outcome)
@@ -174,11 +165,13 @@ def apply_paper_protocol(
                 seed=int(full_params[o.trial_id].get("seed", 0)),
                 status="FINISHED",
                 theta_m=int(o.metrics["theta_m"]),
+                epochs_trained=o.metrics.get("epoch"),
             )
             for o in members
         ]
         chosen = select_configuration(records)
-        seeds = [o for o in members if config_key(full_params[o.trial_id]) == chosen]
+        by_run = {record.run_id: o for record, o in zip(records, members, strict=True)}
+        seeds = [by_run[r.run_id] for r in seed_runs(records) if r.config_key == chosen]
         dev = sum(o.metrics["best_dev_accuracy"] for o in seeds) / len(seeds)
         tests = []
         if "test" in data.splits:

@@ -8,9 +8,12 @@ Within one model configuration (tag ``nli.model_config``):
 1. Only FINISHED trial runs with a ``best_dev_accuracy`` count. A run an early-stopping scheduler
    stopped is FINISHED too and counts with the accuracy it reached; FAILED, KILLED and still
    RUNNING runs are ignored.
-2. A configuration (tag ``nli.config_key``: the hyperparameters without the seed) scores the mean
+2. One run per (configuration, seed): a sampler such as TPE can propose the same point twice,
+   and a repeat is not another seed. The run that trained the most epochs counts (ties: the
+   smallest run id).
+3. A configuration (tag ``nli.config_key``: the hyperparameters without the seed) scores the mean
    of ``best_dev_accuracy`` over its seed-runs; the highest mean wins.
-3. Ties, in order: the higher minimum over seeds (the configuration less at the mercy of its
+4. Ties, in order: the higher minimum over seeds (the configuration less at the mercy of its
    seed), fewer model parameters ``theta_m`` (unknown counts last), the lexicographically smallest
    config_key, so the result never depends on the order runs were logged or listed in.
 """
@@ -37,11 +40,26 @@ class TrialRecord:
     seed: int | None
     status: str  # MLflow run status: FINISHED, FAILED, KILLED, RUNNING, ...
     theta_m: int | None = None
+    epochs_trained: float | None = None
 
 
 def eligible(trial: TrialRecord) -> bool:
     """Whether a trial takes part in selection (rule 1)."""
     return trial.status == FINISHED and trial.best_dev_accuracy is not None
+
+
+def seed_runs(trials: list[TrialRecord]) -> list[TrialRecord]:
+    """The trials that take part in selection, one per (configuration, seed) (rules 1-2)."""
+    kept: dict[tuple[str, int | None], TrialRecord] = {}
+    for trial in filter(eligible, trials):
+        key = (trial.config_key, trial.seed)
+        if key not in kept or _longer(trial, kept[key]):
+            kept[key] = trial
+    return sorted(kept.values(), key=lambda t: t.run_id)
+
+
+def _longer(trial: TrialRecord, other: TrialRecord) -> bool:
+    return (-(trial.epochs_trained or 0), trial.run_id) < (-(other.epochs_trained or 0), other.run_id)
 
 
 def select_configuration(trials: list[TrialRecord]) -> str:
@@ -54,7 +72,7 @@ def select_configuration(trials: list[TrialRecord]) -> str:
     if len(model_configs) > 1:
         raise ValueError(f"trials span several model configurations: {sorted(model_configs)}")
     by_config: dict[str, list[TrialRecord]] = defaultdict(list)
-    for trial in filter(eligible, trials):
+    for trial in seed_runs(trials):
         by_config[trial.config_key].append(trial)
     if not by_config:
         raise ValueError(

@@ -41,7 +41,7 @@ from orchestrator.run_schema import (
 from results.errors import ResultsWarning
 from results.params import as_int, parse_param
 from results.schema import Column, arrow_table, describe
-from results.selection import eligible, select_configuration
+from results.selection import seed_runs, select_configuration
 from results.stats import Summary, summarise
 from results.tracking import TrialRun
 
@@ -161,7 +161,8 @@ def _row(
     config_key: str,
     test_metrics: TestMetrics,
 ) -> dict:
-    seeds = [t for t in group if t.record.config_key == config_key and eligible(t.record)]
+    counted = {r.run_id for r in seed_runs([t.record for t in group]) if r.config_key == config_key}
+    seeds = [t for t in group if t.record.run_id in counted]
     best = min(seeds, key=lambda t: (-t.record.best_dev_accuracy, t.record.run_id))
     tagged = {t.record.config_key for t in group if t.tagged_selected}
     if tagged and tagged != {config_key}:

@@ -23,6 +23,7 @@ from orchestrator.run_schema import (
     ARTIFACT_TEST_PREDICTIONS,
     CLASS_ACCURACY_PREFIX,
     METRIC_BEST_DEV_ACCURACY,
+    METRIC_EPOCHS_TRAINED,
     METRIC_TEST_ACCURACY,
     METRIC_THETA_M,
     PARAM_SEED,
@@ -145,6 +146,7 @@ def _trial(run: Run, experiment: str) -> TrialRun | None:
         seed=as_int(params.get(PARAM_SEED)),
         status=run.info.status,
         theta_m=as_int(metrics.get(METRIC_THETA_M)),
+        epochs_trained=metrics.get(METRIC_EPOCHS_TRAINED),
     )
     return TrialRun(
         record=record,

@@ -7,6 +7,7 @@ os.environ["MLFLOW_DISABLE_TELEMETRY"] = "true"  # before anything imports mlflo
 import json
 import math
 import random
+from dataclasses import replace
 
 import pandas as pd
 import pytest
@@ -15,8 +16,10 @@ from results.evp import expected_max_curve
 from results.params import as_int, parse_param, same_value
 from results.published import comparison_table
 from results.render import render
-from results.selection import TrialRecord, select_configuration
+from results.selection import TrialRecord, seed_runs, select_configuration
 from results.stats import mcnemar, summarise, t_quantile
+from results.table import build_table
+from results.tracking import TrialRun
 
 MODEL_CONFIG = "rocktaschel/attention hidden_size=100"
 
@@ -70,6 +73,26 @@ def test_only_finished_runs_count_and_early_stopped_ones_do():
         *seeds("normal", 0.65),
     ]
     assert select_configuration(trials) == "stopped_early"
+
+
+def repeated_proposal():
+    """TPE proposed configuration a twice with seed 1: ASHA stopped one run after 1 epoch."""
+    a_full = replace(trial("a", 0.90), run_id="a-full", epochs_trained=10)
+    a_stopped = replace(trial("a", 0.50), run_id="a-stopped", epochs_trained=1)
+    return [a_stopped, a_full, replace(trial("b", 0.85), epochs_trained=10)]
+
+
+def test_a_repeated_configuration_and_seed_counts_once_the_longest_trained_run():
+    trials = repeated_proposal()
+    assert [t.run_id for t in seed_runs(trials)] == ["a-full", "b-1-FINISHED"]
+    assert select_configuration(trials) == "a"  # counting both runs, a's mean 0.70 would lose to b
+
+
+def test_the_results_table_counts_a_repeated_seed_once():
+    runs = [TrialRun(record=t, experiment="e", parent_run_id="p", tagged_selected=False,
+                     metrics={"best_dev_accuracy": t.best_dev_accuracy}) for t in repeated_proposal()]
+    [row] = build_table(runs, lambda run_id: {}, ["e"]).to_pylist()
+    assert row["n_trials"] == 3 and row["n_seeds"] == 1 and row["dev_accuracy"] == 0.90
 
 
 def test_selection_refuses_mixed_or_empty_input():
