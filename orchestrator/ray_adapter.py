@@ -243,11 +243,11 @@ class TrialOutcome:
     params: dict[str, Any]
     metrics: dict[str, Any]
     checkpoint: tune.Checkpoint | None  # on local disk, a shared folder or s3://
+    error: str | None
 
     def local_checkpoint(self):
         """Context manager: the checkpoint as a local folder (downloaded if remote)."""
         return self.checkpoint.as_directory()
-    error: str | None
 
 
 def run_tuner(

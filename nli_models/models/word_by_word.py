@@ -49,6 +49,7 @@ class _WordByWord(torch.autograd.Function):
             else:
                 torch.add(attended, u[t], out=r[t + 1])
         ctx.save_for_backward(memory, projected_memory, query_mask, w_r, w_t, w, queries, alphas, r, u)
+        ctx.ended = ended
         weights = (alphas.permute(1, 0, 2) * query_mask.unsqueeze(-1)).contiguous()
         ctx.mark_non_differentiable(weights)
         return r[steps].clone(), weights
@@ -67,7 +68,7 @@ class _WordByWord(torch.autograd.Function):
         m_t = memory.new_empty(memory.shape)
         scratch = memory.new_empty(memory.shape)
         live = query_mask.to(memory.dtype).t().unsqueeze(-1)  # [steps, B, 1]
-        ended = _ended_steps(query_mask)
+        ended = ctx.ended
         grad = grad_r if grad_r is not None else memory.new_zeros(batch, dim)
         for t in reversed(range(steps)):
             grad_new = torch.mul(grad, live[t], out=grad_attended[t]) if ended[t] else grad
