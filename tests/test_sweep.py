@@ -117,6 +117,25 @@ def test_tpe_with_asha_stops_some_trials_early(ray_session, workdir):
     assert len({c.data.params["lr"] for c in children}) == 8  # TPE sampled distinct points
 
 
+def test_tpe_on_a_choice_space_trains_each_configuration_once(ray_session, workdir):
+    """TPE proposes points again; a repeat is told the recorded result instead of being trained."""
+    search = {
+        "sampler": "tpe",
+        "space": {"lr": {"choice": [0.003, 0.01]}, "dropout": {"choice": [0.0, 0.2]}},
+        "num_samples": 4,
+        "sampler_seed": 0,
+        "seeds": [1],
+        "max_concurrent_trials": 2,
+        "resources": {"cpu": 1},
+    }
+    spec = write_spec(workdir, {"name": "distinct"}, replace_search=search)
+    summary = run_sweep(spec)
+    assert summary.trials == 4 and summary.failed == 0
+    _, children = runs_of(workdir, "distinct")
+    points = {(float(c.data.params["lr"]), float(c.data.params["dropout"])) for c in children}
+    assert len(children) == 4 and len(points) == 4
+
+
 def _wait_for_finished_child(folder, experiment, process, log, timeout=240) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
