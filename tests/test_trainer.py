@@ -60,7 +60,7 @@ def weights(trainer: Trainer) -> dict[str, torch.Tensor]:
 
 
 def embedding(trainer: Trainer) -> torch.Tensor:
-    return trainer.model.word_embeddings.embedding.weight.detach().clone()
+    return trainer.model.word_embeddings.full_weight().clone()
 
 
 def metrics(history) -> list[tuple]:
@@ -231,7 +231,7 @@ def _groups(trainer: Trainer) -> tuple[dict, dict]:
 def test_l2_on_non_embedding_parameters_only_param_groups(toy, optimizer):
     trainer = make_trainer(run_config(optimizer=optimizer, l2=0.25, lr=0.03), toy)
     embedding_group, network_group = _groups(trainer)
-    embedding_ids = {id(p) for p in trainer.model.word_embeddings.parameters()}
+    embedding_ids = {id(p) for p in trainer.model.word_embeddings.parameters() if p.requires_grad}
     assert {id(p) for p in embedding_group["params"]} == embedding_ids
     assert embedding_group["weight_decay"] == 0.0
     assert network_group["weight_decay"] == 0.25

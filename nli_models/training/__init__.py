@@ -9,6 +9,7 @@ from nli_models.training.trainer import (
     Trainer,
     TrainState,
     build_for_data,
+    make_optimizer,
     make_trainer,
     resolve_device,
 )
@@ -23,6 +24,7 @@ __all__ = [
     "Trainer",
     "build_for_data",
     "evaluate",
+    "make_optimizer",
     "make_trainer",
     "resolve_device",
 ]

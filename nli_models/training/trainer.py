@@ -98,7 +98,8 @@ def build_for_data(config: RunConfig, data: PreparedData) -> nn.Module:
     return model
 
 
-def _optimizer(model: nn.Module, config: TrainingConfig) -> torch.optim.Optimizer:
+def make_optimizer(model: nn.Module, config: TrainingConfig) -> torch.optim.Optimizer:
+    """The configured optimizer over the model's trainable parameters, in two groups."""
     # ℓ2 applies to non-embedding parameters only (the papers regularise the network, not the
     # word vectors); both optimizers add it to the gradient, i.e. classic ℓ2 regularisation.
     embedding_ids = {id(p) for p in model.word_embeddings.parameters()}
@@ -126,7 +127,7 @@ class Trainer:
             # saturated. With this, values below 1.2e-38 become 0 (threads started later inherit it).
             torch.set_flush_denormal(True)
         self.model = model.to(self.device)
-        self.optimizer = _optimizer(self.model, config)
+        self.optimizer = make_optimizer(self.model, config)
         self.state = TrainState()
         self.best_model_state: dict[str, torch.Tensor] | None = None
         self.autocast_dtype = (
