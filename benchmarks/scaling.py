@@ -96,11 +96,9 @@ def _model(variant: str, vocab: int):
 def _trainer_optimizer(model):
     """The trainer's optimizer for ``model`` (Adam with the trainer's parameter groups)."""
     from nli_models.config import TrainingConfig
-    from nli_models.data import PreparedData, Vocabulary
-    from nli_models.training import Trainer
+    from nli_models.training import make_optimizer
 
-    stub = PreparedData("synthetic", Vocabulary(["<pad>", "<unk>"]), ("a", "b", "c"), {})
-    return Trainer(model, stub, TrainingConfig(device="cpu")).optimizer
+    return make_optimizer(model, TrainingConfig(device="cpu"))
 
 
 def _batch(length: int, vocab: int, batch: int = 32):
