@@ -19,7 +19,13 @@ from typing import Any
 import optuna
 from ray.tune.schedulers import TrialScheduler
 
-from orchestrator.ray_adapter import make_scheduler, make_searcher, param_space, trial_params
+from orchestrator.ray_adapter import (
+    DistinctProposals,
+    make_scheduler,
+    make_searcher,
+    param_space,
+    trial_params,
+)
 from orchestrator.spec import SweepSpec
 
 Curves = dict[str, list[tuple[float, float]]]  # configuration key -> per epoch (dev accuracy, seconds)
@@ -48,6 +54,8 @@ def replay(spec_dict: dict[str, Any], curves: Curves, skip_repeats: bool = True)
     search = spec.search
     searcher = make_searcher(spec)
     if not skip_repeats:
+        if not isinstance(searcher, DistinctProposals):  # e.g. Repeater(DistinctProposals) for seeds
+            raise ValueError("skip_repeats=False replays one-seed sweeps of an Optuna sampler only")
         searcher = searcher.searcher
     scheduler = make_scheduler(spec)
     searcher.set_search_properties(search.metric, search.mode, param_space(spec))

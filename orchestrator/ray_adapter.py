@@ -173,8 +173,8 @@ class DistinctProposals(Searcher):
     deterministic for a configuration and seed, so a repeat would only reproduce a recorded
     result. The wrapper tells the sampler that result instead (the remedy Optuna's maintainers give
     in optuna/optuna#2021) and asks again; a repeat of a trial still running is told the trial's
-    result when it arrives. After `max_tries` repeats in a row (a converged sampler or an exhausted
-    space) the last proposal runs, so a sweep still runs `num_samples` trials.
+    result when it arrives. If `max_tries` proposals in a row are all repeats (a converged sampler
+    or an exhausted space), the last one runs, so a sweep still runs `num_samples` trials.
     """
 
     def __init__(self, searcher: Searcher, max_tries: int = 10):
