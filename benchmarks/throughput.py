@@ -237,11 +237,13 @@ def frozen_embeddings_check(paper_configs_, batches, repeats: int) -> list[dict]
         trainer = _trainer(pc)
         weight = trainer.model.word_embeddings.full_weight().clone()
 
-        def use(mask, tr=trainer, w=weight):
-            tr.model.word_embeddings.load(w, mask)
-            tr.optimizer = make_optimizer(tr.model, tr.config)
+        def tuning(mask, weight=weight):
+            def apply(tr):
+                tr.model.word_embeddings.load(weight, mask)
+                tr.optimizer = make_optimizer(tr.model, tr.config)  # the trainer builds it after load
+            return apply
 
-        variants = {name: (lambda tr, mask=mask: use(mask)) for name, mask in masks.items()}
+        variants = {name: tuning(mask) for name, mask in masks.items()}
         row = {"table_row": pc.table_row, "model": pc.model,
                **compare_variants(trainer, batches, pc.config["num_classes"], repeats, variants)}
         for name in ("oov_trained", "all_frozen"):
