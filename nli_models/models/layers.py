@@ -101,8 +101,8 @@ def run_lstm(
 class AdditiveAttention(nn.Module):
     """M = tanh(W^y Y + W^h h ⊗ e_L), α = softmax(w^T M), r = Y α^T (Rocktäschel eq. 7-9).
 
-    ``attend`` takes W^y Y and the query term precomputed, so a caller that attends many times
-    over the same memory (word-by-word attention, eq. 11-13) projects the memory only once.
+    Word-by-word attention (eq. 11-13) reuses the three projections in
+    ``nli_models.models.word_by_word``.
     """
 
     def __init__(self, dim: int):
@@ -111,20 +111,10 @@ class AdditiveAttention(nn.Module):
         self.w_h = nn.Linear(dim, dim, bias=False)
         self.w = nn.Linear(dim, 1, bias=False)
 
-    def attend(
-        self,
-        memory: torch.Tensor,
-        projected_memory: torch.Tensor,
-        mask: torch.Tensor,
-        projected_query: torch.Tensor,
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """memory, projected_memory [B, L, D]; mask [B, L]; projected_query [B, D]
-        -> (r [B, D], α [B, L])."""
-        m = torch.tanh(projected_memory + projected_query.unsqueeze(1))
-        alpha = masked_softmax(self.w(m).squeeze(-1), mask)
-        return torch.bmm(alpha.unsqueeze(1), memory).squeeze(1), alpha
-
     def forward(
         self, memory: torch.Tensor, mask: torch.Tensor, query: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        return self.attend(memory, self.w_y(memory), mask, self.w_h(query))
+        """memory [B, L, D]; mask [B, L]; query [B, D] -> (r [B, D], α [B, L])."""
+        m = torch.tanh(self.w_y(memory) + self.w_h(query).unsqueeze(1))
+        alpha = masked_softmax(self.w(m).squeeze(-1), mask)
+        return torch.bmm(alpha.unsqueeze(1), memory).squeeze(1), alpha

@@ -71,8 +71,10 @@ class _WordByWord(torch.autograd.Function):
         ended = ctx.ended
         grad = grad_r if grad_r is not None else memory.new_zeros(batch, dim)
         for t in reversed(range(steps)):
-            grad_new = torch.mul(grad, live[t], out=grad_attended[t]) if ended[t] else grad
-            if not ended[t]:
+            if ended[t]:  # rows whose hypothesis ended get no gradient through this step
+                grad_new = torch.mul(grad, live[t], out=grad_attended[t])
+            else:
+                grad_new = grad
                 grad_attended[t] = grad
             grad_u_pre[t].mul_(grad_new)
             grad_alpha = torch.bmm(grad_new.unsqueeze(1), memory_t).squeeze(1)
