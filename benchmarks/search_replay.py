@@ -31,7 +31,7 @@ from orchestrator.spec import SweepSpec
 Curves = dict[str, list[tuple[float, float]]]  # configuration key -> per epoch (dev accuracy, seconds)
 
 
-def config_key(params: dict[str, Any]) -> str:
+def _params_key(params: dict[str, Any]) -> str:
     return repr(sorted(params.items()))
 
 
@@ -40,7 +40,7 @@ def recorded_curves(events: list[dict[str, Any]]) -> Curves:
     params = {e["trial_id"]: e["params"] for e in events if e["event"] == "start"}
     curves: Curves = {}
     for e in sorted((e for e in events if e["event"] == "result"), key=lambda e: e["time"]):
-        curves.setdefault(config_key(params[e["trial_id"]]), []).append(
+        curves.setdefault(_params_key(params[e["trial_id"]]), []).append(
             (float(e["dev_accuracy"]), float(e["epoch_time_s"]))
         )
     return curves
@@ -69,7 +69,7 @@ def replay(spec_dict: dict[str, Any], curves: Curves, skip_repeats: bool = True)
         trial_id = f"replay_{next(ids)}"
         config = searcher.suggest(trial_id)
         trial = SimpleNamespace(trial_id=trial_id, epoch=0,
-                                curve=curves[config_key(trial_params(config, search_dump))])
+                                curve=curves[_params_key(trial_params(config, search_dump))])
         scheduler.on_trial_add(None, trial)
         heapq.heappush(running, (now + trial.curve[0][1], next(order), trial))
 

@@ -182,8 +182,7 @@ class DistinctProposals(Searcher):
         self.searcher = searcher
         self.max_tries = max_tries
         self._proposals = 0
-        self._inner_id: dict[str, str] = {}  # Tune's trial id -> the inner searcher's id
-        self._key_of: dict[str, str] = {}  # inner id -> configuration key
+        self._trials: dict[str, tuple[str, str]] = {}  # Tune's trial id -> (inner searcher's id, key)
         self._outcome: dict[str, dict | None] = {}  # configuration key -> final result (None: running)
         self._waiting: dict[str, list[str]] = {}  # key of a running trial -> inner ids of its repeats
 
@@ -207,17 +206,15 @@ class DistinctProposals(Searcher):
                 self._waiting.setdefault(key, []).append(inner_id)
             else:
                 self.searcher.on_trial_complete(inner_id, self._outcome[key])
-        self._inner_id[trial_id] = inner_id
-        self._key_of[inner_id] = key
+        self._trials[trial_id] = (inner_id, key)
         self._outcome.setdefault(key, None)
         return config
 
     def on_trial_result(self, trial_id: str, result: dict) -> None:
-        self.searcher.on_trial_result(self._inner_id[trial_id], result)
+        self.searcher.on_trial_result(self._trials[trial_id][0], result)
 
     def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False) -> None:
-        inner_id = self._inner_id[trial_id]
-        key = self._key_of[inner_id]
+        inner_id, key = self._trials[trial_id]
         self.searcher.on_trial_complete(inner_id, result, error=error)
         if error:  # a failed configuration may be proposed and run again
             self._outcome.pop(key, None)
