@@ -13,10 +13,11 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from nli_models.data.config import DataConfig
+from nli_models.errors import InputError
 from nli_models.registry import build_model, check_config, model_names, model_variants
 
 
-class ConfigError(ValueError):
+class ConfigError(InputError):
     """A config file is unreadable or invalid; the message names the file and the field."""
 
 

@@ -115,7 +115,10 @@ def init_ray(address: str | None = None, num_cpus: int | None = None, verbose: b
     if address or os.environ.get("RAY_ADDRESS"):
         ray.init(address=address or os.environ["RAY_ADDRESS"], **kwargs)
     else:
-        ray.init(num_cpus=num_cpus, include_dashboard=False, **kwargs)
+        # address="local": always a private instance. A bare ray.init() joins the cluster named in
+        # Ray's current-cluster file, which a killed `ray start --head` leaves behind (a dead head
+        # then hangs every local sweep).
+        ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, **kwargs)
     return True
 
 

@@ -20,7 +20,7 @@ import torch
 
 from nli_models.data import PreparedData, prepare_data
 from nli_models.training import make_trainer
-from orchestrator import run_schema as rs
+from results import run_schema as rs
 from orchestrator.progress import ProgressPrinter
 from orchestrator.ray_adapter import TrialOutcome, init_ray, run_tuner, shutdown_ray
 from orchestrator.spec import SweepSpec, apply_hyperparameters, config_key, load_spec, logged_params

@@ -28,7 +28,7 @@ from typing import Any
 from mlflow import MlflowClient
 from mlflow.entities import Metric, Param, RunTag
 
-from orchestrator import run_schema as rs
+from results import run_schema as rs
 from orchestrator.spec import config_key
 
 EPOCH_METRICS = (

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 import pandas as pd
 import pyarrow as pa
 
-from orchestrator.run_schema import CLASS_ACCURACY_PREFIX, DEV_CLASS_ACCURACY_PREFIX
+from results.run_schema import CLASS_ACCURACY_PREFIX, DEV_CLASS_ACCURACY_PREFIX
 from results.params import same_value
 from results.schema import Column, arrow_table, describe
 

@@ -26,7 +26,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 import pyarrow as pa
 
-from orchestrator.run_schema import (
+from results.run_schema import (
     CLASS_ACCURACY_PREFIX,
     DEV_CLASS_ACCURACY_PREFIX,
     METRIC_BEST_TRAIN_ACCURACY,

@@ -19,7 +19,7 @@ from mlflow import MlflowClient
 from mlflow.entities import Experiment, Run
 from mlflow.exceptions import MlflowException
 
-from orchestrator.run_schema import (
+from results.run_schema import (
     ARTIFACT_TEST_PREDICTIONS,
     CLASS_ACCURACY_PREFIX,
     METRIC_BEST_DEV_ACCURACY,

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from orchestrator import run_schema as rs
+from results import run_schema as rs
 from orchestrator.tracking import (
     SweepRecorder,
     Tracker,

@@ -1,6 +1,6 @@
 """`orchestrate results` end to end on a real MLflow SQLite store holding fake sweeps.
 
-The sweeps are logged with MlflowClient following orchestrator/run_schema.py; one store and one
+The sweeps are logged with MlflowClient following results/run_schema.py; one store and one
 full CLI run (table, markdown, paper comparison, EVP, McNemar) are shared by the module.
 """
 
@@ -21,7 +21,7 @@ from click.testing import CliRunner
 from mlflow import MlflowClient
 from mlflow.entities import Metric, Param
 
-from orchestrator import run_schema as rs
+from results import run_schema as rs
 from results import table as results_table
 from results.cli import results_command
 from results.errors import ResultsWarning

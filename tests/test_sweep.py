@@ -16,7 +16,7 @@ from sweep_helpers import (
     write_spec,
 )
 
-from orchestrator import run_schema as rs
+from results import run_schema as rs
 from orchestrator.sweep import SweepExists, run_sweep
 
 pytestmark = pytest.mark.ray

@@ -1,4 +1,6 @@
-"""Names of what a sweep records in MLflow; the sweep writes them and `results` reads them.
+"""Names of what a sweep records in MLflow: the contract between the sweep driver (`orchestrator`),
+which writes them, and `results`, which reads them. It lives here so that `results` never imports
+`orchestrator` (imports run orchestrator -> results -> nli_models).
 
 Layout: one experiment per spec name; one parent run per sweep (tag nli.role=sweep); one child run
 per trial (tag nli.role=trial, mlflow.parentRunId = the parent). Per-epoch metrics use step=epoch
