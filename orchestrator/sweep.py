@@ -20,11 +20,11 @@ import torch
 
 from nli_models.data import PreparedData, prepare_data
 from nli_models.training import make_trainer
-from results import run_schema as rs
 from orchestrator.progress import ProgressPrinter
 from orchestrator.ray_adapter import TrialOutcome, init_ray, run_tuner, shutdown_ray
 from orchestrator.spec import SweepSpec, apply_hyperparameters, config_key, load_spec, logged_params
 from orchestrator.tracking import SweepRecorder, Tracker, host_tags, spool_file
+from results import run_schema as rs
 from results.selection import TrialRecord, seed_runs, select_configuration
 
 

@@ -28,8 +28,8 @@ from typing import Any
 from mlflow import MlflowClient
 from mlflow.entities import Metric, Param, RunTag
 
-from results import run_schema as rs
 from orchestrator.spec import config_key
+from results import run_schema as rs
 
 EPOCH_METRICS = (
     rs.METRIC_TRAIN_LOSS,

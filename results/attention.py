@@ -19,8 +19,8 @@ import yaml  # noqa: E402
 from nli_models.config import RunConfig  # noqa: E402
 from nli_models.data import iterate_batches, prepare_data  # noqa: E402
 from nli_models.training import CHECKPOINT_FILE, TRIAL_CONFIG_FILE, build_for_data  # noqa: E402
-from results.run_schema import ARTIFACT_CHECKPOINT_DIR  # noqa: E402
 from results.errors import ResultsError  # noqa: E402
+from results.run_schema import ARTIFACT_CHECKPOINT_DIR  # noqa: E402
 
 ATTENTION_ARTIFACT_DIR = "attention"
 

@@ -35,8 +35,8 @@ from dataclasses import dataclass
 import pandas as pd
 import pyarrow as pa
 
-from results.run_schema import CLASS_ACCURACY_PREFIX, DEV_CLASS_ACCURACY_PREFIX
 from results.params import same_value
+from results.run_schema import CLASS_ACCURACY_PREFIX, DEV_CLASS_ACCURACY_PREFIX
 from results.schema import Column, arrow_table, describe
 
 ACCURACY = ("train_accuracy", "dev_accuracy", "test_accuracy")

@@ -12,13 +12,14 @@ import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from unittest.mock import patch
 from urllib.parse import urlparse
 
 from mlflow import MlflowClient
 from mlflow.entities import Experiment, Run
 from mlflow.exceptions import MlflowException
 
+from results.errors import ResultsError, ResultsWarning
+from results.params import as_int
 from results.run_schema import (
     ARTIFACT_TEST_PREDICTIONS,
     CLASS_ACCURACY_PREFIX,
@@ -35,8 +36,6 @@ from results.run_schema import (
     TAG_ROLE,
     TAG_SELECTED,
 )
-from results.errors import ResultsError, ResultsWarning
-from results.params import as_int
 from results.selection import TrialRecord
 
 TRIAL_FILTER = f"tags.`{TAG_ROLE}` = '{ROLE_TRIAL}'"
@@ -169,12 +168,11 @@ def fetch_test_metrics(client: MlflowClient, run_id: str) -> dict[str, float]:
 
 
 def download_predictions(client: MlflowClient, run_id: str, directory: Path) -> Path:
+    # One small file per row: MLflow's progress bars would only clutter stderr (MLflow reads the
+    # variable on every download; a reading process has no use for them).
+    os.environ["MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"] = "false"
     try:
-        # One small file per row: MLflow's progress bars would only clutter stderr.
-        with patch.dict(os.environ, {"MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false"}):
-            return Path(
-                client.download_artifacts(run_id, ARTIFACT_TEST_PREDICTIONS, str(directory))
-            )
+        return Path(client.download_artifacts(run_id, ARTIFACT_TEST_PREDICTIONS, str(directory)))
     except (MlflowException, OSError) as exc:
         raise ResultsError(
             f"run {run_id} has no {ARTIFACT_TEST_PREDICTIONS} artifact: {exc}"

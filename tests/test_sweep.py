@@ -16,8 +16,8 @@ from sweep_helpers import (
     write_spec,
 )
 
-from results import run_schema as rs
 from orchestrator.sweep import SweepExists, run_sweep
+from results import run_schema as rs
 
 pytestmark = pytest.mark.ray
 EPOCHS = 3
