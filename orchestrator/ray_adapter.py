@@ -148,10 +148,8 @@ def param_space(spec: SweepSpec) -> dict[str, Any]:
     return space
 
 
-def make_searcher(spec: SweepSpec):
-    search = spec.search
-    if search.sampler == "grid":
-        return None
+def optuna_search(sampler: str, seed: int) -> OptunaSearch:
+    """Tune's OptunaSearch over the named, seeded Optuna sampler (random | tpe | cmaes)."""
     import optuna
 
     samplers = {
@@ -159,9 +157,16 @@ def make_searcher(spec: SweepSpec):
         "tpe": optuna.samplers.TPESampler,
         "cmaes": optuna.samplers.CmaEsSampler,
     }
+    return OptunaSearch(sampler=samplers[sampler](seed=seed))
+
+
+def make_searcher(spec: SweepSpec):
+    search = spec.search
+    if search.sampler == "grid":
+        return None
     # No ConcurrencyLimiter here: TuneConfig(max_concurrent_trials=...) wraps the searcher in one
     # (and warns when it already is one).
-    searcher = DistinctProposals(OptunaSearch(sampler=samplers[search.sampler](seed=search.sampler_seed)))
+    searcher = DistinctProposals(optuna_search(search.sampler, search.sampler_seed))
     if len(search.seeds) == 1:
         return searcher
     # Each sampled configuration runs once per seed; Optuna sees the mean over seeds.
