@@ -45,16 +45,17 @@ def choose_num_threads(configured: int | None, cpus: int) -> tuple[int, str]:
     return max(1, cpus), f"the CPUs this process may use: {cpus}"
 
 
-def apply_num_threads(config: RunConfig, echo: Callable[[str], None]) -> RunConfig:
-    """Set and report the thread count; the returned config carries it so that Trainer.fit
-    keeps it. OMP_WAIT_POLICY is reported because it decides how threads behave on a busy
-    machine (orchestrator.environment sets PASSIVE before torch loads)."""
+def apply_num_threads(config: RunConfig) -> tuple[RunConfig, str]:
+    """Set the thread count; the returned config carries it so that Trainer.fit keeps it, and
+    the line says what torch now uses and why. OMP_WAIT_POLICY is part of it because it decides
+    how threads behave on a busy machine (orchestrator.environment sets PASSIVE before torch
+    loads)."""
     threads, why = choose_num_threads(config.training.num_threads, usable_cpus())
     torch.set_num_threads(threads)
     policy = os.environ.get("OMP_WAIT_POLICY", "OpenMP default")
-    echo(f"threads: {torch.get_num_threads()} ({why}; OMP_WAIT_POLICY {policy})")
     training = config.training.model_copy(update={"num_threads": threads})
-    return config.model_copy(update={"training": training})
+    line = f"threads: {torch.get_num_threads()} ({why}; OMP_WAIT_POLICY {policy})"
+    return config.model_copy(update={"training": training}), line
 
 
 def train_and_test(
@@ -67,7 +68,7 @@ def train_and_test(
     """Train one configuration; the test split (if any) is evaluated once, on the best-on-dev
     weights. Returns the trainer and the test evaluation."""
     resolve_device(config.training.device)  # a missing GPU fails before minutes of data prep
-    config = apply_num_threads(config, echo)
+    config, threads = apply_num_threads(config)
     data = data or prepare_data(config.data)
     echo(f"data: {data.describe()}")
     trainer = make_trainer(config, data)
@@ -75,6 +76,7 @@ def train_and_test(
         f"model {config.model.name}/{config.model.variant or '-'}: |θ|M = {trainer.theta_m:,}, "
         f"|θ|W+M = {trainer.theta_wm:,} on {trainer.device}"
     )
+    echo(threads)
     if resume:
         if not (Path(checkpoint_dir) / CHECKPOINT_FILE).exists():
             raise FileNotFoundError(f"no checkpoint to resume in {checkpoint_dir}")
