@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
 
 from nli_models.config import (
     ConfigError,
@@ -129,10 +129,13 @@ class SearchConfig(BaseModel):
 
 class SweepSpec(RunConfig):
     search: SearchConfig = Field(default_factory=SearchConfig)
+    # The command's --tracking-uri: where the sweep is recorded, not what it computes, so it is
+    # kept out of the spec's fields (and of spec_hash, the spec artifact and the overrides).
+    _tracking_uri_option: str | None = PrivateAttr(None)
 
     @property
     def tracking_uri(self) -> str:
-        return resolve_tracking_uri(None, self.search.tracking_uri)
+        return resolve_tracking_uri(self._tracking_uri_option, self.search.tracking_uri)
 
     @property
     def storage_path(self) -> str:
@@ -214,8 +217,8 @@ def load_spec(
     raw = read_config_mapping(path, overrides)
     source = source_name(path, overrides)
     spec = validate_config(SweepSpec, raw, source)
-    if tracking_uri is not None:
-        spec.search.tracking_uri = resolve_tracking_uri(tracking_uri, spec.search.tracking_uri, source)
+    resolve_tracking_uri(tracking_uri, spec.search.tracking_uri, source)  # a conflict is bad input
+    spec._tracking_uri_option = tracking_uri
     if spec.data.data_dir is not None and not spec.data.data_dir.is_absolute():
         # Relative to where the sweep is started; trial configs saved with checkpoints are
         # read back from elsewhere.
