@@ -28,8 +28,8 @@ from typing import Any
 from mlflow import MlflowClient
 from mlflow.entities import Metric, Param, RunTag
 
-from results import run_schema as rs
 from orchestrator.spec import config_key
+from results import run_schema as rs
 
 EPOCH_METRICS = (
     rs.METRIC_TRAIN_LOSS,
@@ -118,8 +118,8 @@ class Tracker:
         if error is not None:
             raise TrackingUnavailable(
                 f"MLflow tracking store {self.tracking_uri} is unreachable: {error}. Start it "
-                "(e.g. `orchestrate server`) or point search.tracking_uri / MLFLOW_TRACKING_URI "
-                "at a reachable store."
+                "(e.g. `orchestrate server`) or point --tracking-uri, search.tracking_uri or "
+                "MLFLOW_TRACKING_URI at a reachable store."
             )
 
     def experiment_id(self, name: str) -> str:
