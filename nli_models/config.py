@@ -6,6 +6,9 @@ path (e.g. ``quickstart.yaml: training.lr: must be > 0 (got -0.1)``).
 
 from __future__ import annotations
 
+import copy
+import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -124,7 +127,89 @@ def validate_config(cls: type[BaseModel], raw: dict[str, Any], source: str) -> A
         raise ConfigError(format_validation_error(source, exc)) from None
 
 
-def load_run_config(path: str | Path) -> RunConfig:
+class _ValueLoader(yaml.SafeLoader):
+    """YAML scalars of `--set`, with `1e-3` a float as YAML 1.2 reads it (PyYAML's 1.1 resolver
+    wants `1.0e-3` and would hand the string '1e-3' on)."""
+
+
+_ValueLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)[eE][-+]?[0-9]+$"),
+    list("-+0123456789."),
+)
+
+
+@dataclass(frozen=True)
+class Overrides:
+    """`--set dotted.key=value` (repeatable) and `--data-dir DIR` of the CLI: applied to the YAML
+    mapping before validation, so a bad value fails like the same value in the file."""
+
+    assignments: tuple[str, ...] = ()
+    data_dir: str | None = None
+
+    def __bool__(self) -> bool:
+        return bool(self.assignments) or self.data_dir is not None
+
+    def pairs(self) -> list[tuple[str, Any]]:
+        """(dotted key, value) in the order given; --data-dir last, as data.data_dir."""
+        pairs = []
+        for assignment in self.assignments:
+            key, sep, text = assignment.partition("=")
+            key = key.strip()
+            if not sep or not re.fullmatch(r"[A-Za-z_][\w\-]*(\.[A-Za-z_0-9][\w\-]*)*", key):
+                raise ConfigError(
+                    f"--set {assignment!r}: expected dotted.key=value, e.g. training.lr=0.01 or "
+                    "search.space.lr.grid=[1.0e-3,3.0e-3]"
+                )
+            try:
+                value = yaml.load(text, Loader=_ValueLoader) if text.strip() else None
+            except yaml.YAMLError as exc:
+                raise ConfigError(f"--set {key}: value {text!r} is not valid YAML: {exc}") from None
+            pairs.append((key, value))
+        if self.data_dir is not None:
+            pairs.append(("data.data_dir", self.data_dir))
+        return pairs
+
+    def describe(self) -> list[str]:
+        """One `key=value` per override, values as YAML flow text (recorded with a run)."""
+        return [
+            f"{key}={yaml.safe_dump(value, default_flow_style=True, width=10**6).strip().removesuffix('...').strip()}"
+            for key, value in self.pairs()
+        ]
+
+    def apply(self, raw: dict[str, Any]) -> dict[str, Any]:
+        """A copy of `raw` with every override set (missing blocks created)."""
+        raw = copy.deepcopy(raw)
+        for key, value in self.pairs():
+            *parents, leaf = key.split(".")
+            node = raw
+            for depth, part in enumerate(parents):
+                child = node.setdefault(part, {})
+                if not isinstance(child, dict):
+                    where = ".".join(parents[: depth + 1])
+                    raise ConfigError(
+                        f"--set {key}: {where} is {child!r}, not a mapping that could hold {leaf!r}"
+                    )
+                node = child
+            node[leaf] = value
+        return raw
+
+
+def source_name(path: str | Path, overrides: Overrides | None) -> str:
+    """What error messages call the config: the file, plus the overrides when there are any."""
+    if not overrides:
+        return str(path)
+    return f"{path} (with overrides {', '.join(overrides.describe())})"
+
+
+def read_config_mapping(path: str | Path, overrides: Overrides | None = None) -> dict[str, Any]:
+    """The YAML mapping of a config file with the CLI's overrides applied: the one loader of
+    `train`, `validate`, `sweep` and `submit`."""
     raw = read_yaml(path)
+    return overrides.apply(raw) if overrides else raw
+
+
+def load_run_config(path: str | Path, overrides: Overrides | None = None) -> RunConfig:
+    raw = read_config_mapping(path, overrides)
     raw.pop("search", None)  # a sweep spec is also a valid training config
-    return validate_config(RunConfig, raw, str(path))
+    return validate_config(RunConfig, raw, source_name(path, overrides))

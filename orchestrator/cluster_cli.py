@@ -14,6 +14,8 @@ from pathlib import Path
 
 import click
 
+from orchestrator.cli_options import make_overrides, override_options
+
 ADDRESS_HELP = "Ray dashboard of the head node (default: RAY_ADDRESS or http://127.0.0.1:8265)"
 
 
@@ -69,15 +71,19 @@ def _time(ms: int | None) -> str:
               help="environment variable of the job's driver and trials (repeatable)")
 @click.option("--job-id", default=None, help="submission id (default: SPECNAME-DATE-TIME-XXXXXX)")
 @click.option("--follow", is_flag=True, help="stream the job's logs until it ends")
+@override_options
 @_cluster_errors
-def submit_command(spec_path, address, tracking_uri, resume, new, working_dir, env, job_id, follow):
-    """Submit a sweep to a Ray cluster as a Ray job (`orchestrate sweep SPEC` on the head)."""
+def submit_command(spec_path, address, tracking_uri, resume, new, working_dir, env, job_id, follow,
+                   assignments, data_dir):
+    """Submit a sweep to a Ray cluster as a Ray job (`orchestrate sweep SPEC` on the head;
+    --set and --data-dir are checked here and passed on; --data-dir names a folder there)."""
     from orchestrator.ray_jobs import build_submission, resolve_address
 
     address = resolve_address(address)
     submission = build_submission(
         spec_path, tracking_uri=tracking_uri, resume=resume, new=new,
         working_dir=working_dir, env=env, submission_id=job_id,
+        overrides=make_overrides(assignments, data_dir),
     )
     for warning in submission.warnings:
         click.echo(f"warning: {warning}", err=True)
@@ -207,8 +213,9 @@ def server_command(backend_store_uri, artifacts_destination, host, port, workers
 def sync_command(spool_file, tracking_uri):
     """Upload what a sweep recorded to its spool file while the tracking server was away."""
     from orchestrator.tracking import TrackingUnavailable, replay_spool
+    from results.tracking_uri import resolve_tracking_uri
 
-    uri = tracking_uri or os.environ.get("MLFLOW_TRACKING_URI")
+    uri = resolve_tracking_uri(tracking_uri, default=None)
     if not uri:
         _fail("pass --tracking-uri (the sweep's MLflow server) or set MLFLOW_TRACKING_URI", 2)
     path = Path(spool_file)

@@ -20,10 +20,13 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from orchestrator.environment import DEFAULTS
+
+if TYPE_CHECKING:
+    from nli_models.config import Overrides
 
 DEFAULT_ADDRESS = "http://127.0.0.1:8265"
 ADDRESS_ENVS = ("RAY_API_SERVER_ADDRESS", "RAY_ADDRESS")  # Ray's own precedence
@@ -216,6 +219,17 @@ def _job_slug(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9_-]+", "-", name).strip("-")[:40] or "sweep"
 
 
+def _override_options(overrides: Overrides | None) -> list[str]:
+    """`--set`/`--data-dir` as the job's sweep command takes them (paths as given: they name
+    folders on the cluster, which need not exist here)."""
+    if not overrides:
+        return []
+    options = [part for text in overrides.assignments for part in ("--set", text)]
+    if overrides.data_dir is not None:
+        options += ["--data-dir", overrides.data_dir]
+    return options
+
+
 def build_submission(
     spec_path: str | Path,
     *,
@@ -226,10 +240,12 @@ def build_submission(
     env: tuple[str, ...] | list[str] = (),
     submission_id: str | None = None,
     cwd: str | Path | None = None,
+    overrides: Overrides | None = None,
 ) -> Submission:
-    """Validate the spec here, before anything reaches the cluster, and describe the job."""
+    """Validate the spec (with the overrides) here, before anything reaches the cluster, and
+    describe the job; the overrides travel in the job's `orchestrate sweep` command."""
     from nli_models.config import ConfigError
-    from orchestrator.spec import DEFAULT_TRACKING_URI, load_spec
+    from orchestrator.spec import load_spec
 
     if resume and new:
         raise JobInputError("--resume and --new exclude each other")
@@ -237,20 +253,13 @@ def build_submission(
     if not path.is_file():
         raise JobInputError(f"spec {spec_path} not found")
     try:
-        spec = load_spec(path)
+        spec = load_spec(path, overrides, tracking_uri)
     except (ConfigError, ValueError, FileNotFoundError) as exc:
         raise JobInputError(str(exc)) from None
     path = path.resolve()
     root = _working_dir(path, working_dir, Path(cwd or os.getcwd()).resolve())
     _check_upload_size(root)
-
-    from_spec = spec.search.tracking_uri
-    if tracking_uri and from_spec and tracking_uri != from_spec:
-        raise JobInputError(
-            f"--tracking-uri {tracking_uri} contradicts search.tracking_uri {from_spec} in "
-            f"{spec_path}; drop one of them"
-        )
-    uri = tracking_uri or from_spec or os.environ.get("MLFLOW_TRACKING_URI") or DEFAULT_TRACKING_URI
+    uri = spec.tracking_uri
     if _is_local_relative_store(uri):
         raise JobInputError(
             f"tracking store {uri} would be created inside the job's temporary working "
@@ -278,6 +287,7 @@ def build_submission(
         command.append("--resume")
     if new:
         command.append("--new")
+    command += _override_options(overrides)
     job_id = submission_id or f"{_job_slug(spec.name)}-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
     return Submission(
         entrypoint=shlex.join(command),

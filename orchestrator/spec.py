@@ -12,22 +12,24 @@ import inspect
 import itertools
 import json
 import math
-import os
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
 
 from nli_models.config import (
     ConfigError,
+    Overrides,
     RunConfig,
     TrainingConfig,
-    read_yaml,
+    read_config_mapping,
+    source_name,
     validate_config,
 )
 from nli_models.registry import model_arguments
+from results.tracking_uri import resolve_tracking_uri
 
-DEFAULT_TRACKING_URI = "sqlite:///mlruns.db"
 TRAINING_KEYS = frozenset(TrainingConfig.model_fields) - {"seed", "device", "num_threads"}
 RESERVED_KEYS = frozenset({"seed", "model", "vocab_size", "num_classes"})
 
@@ -127,10 +129,13 @@ class SearchConfig(BaseModel):
 
 class SweepSpec(RunConfig):
     search: SearchConfig = Field(default_factory=SearchConfig)
+    # The command's --tracking-uri: where the sweep is recorded, not what it computes, so it is
+    # kept out of the spec's fields (and of spec_hash, the spec artifact and the overrides).
+    _tracking_uri_option: str | None = PrivateAttr(None)
 
     @property
     def tracking_uri(self) -> str:
-        return self.search.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or DEFAULT_TRACKING_URI
+        return resolve_tracking_uri(self._tracking_uri_option, self.search.tracking_uri)
 
     @property
     def storage_path(self) -> str:
@@ -204,15 +209,30 @@ def _check_space(spec: SweepSpec, source: str) -> None:
             raise ConfigError(f"{source}: {path}: {exc}") from None
 
 
-def load_spec(path: str | Path) -> SweepSpec:
-    raw = read_yaml(path)
-    spec = validate_config(SweepSpec, raw, str(path))
+def load_spec(
+    path: str | Path, overrides: Overrides | None = None, tracking_uri: str | None = None
+) -> SweepSpec:
+    """Read, override (`--set`, `--data-dir`) and validate a spec. `tracking_uri` (the CLI's
+    --tracking-uri) must agree with search.tracking_uri when the spec names one."""
+    raw = read_config_mapping(path, overrides)
+    source = source_name(path, overrides)
+    spec = validate_config(SweepSpec, raw, source)
+    resolve_tracking_uri(tracking_uri, spec.search.tracking_uri, source)  # a conflict is bad input
+    spec._tracking_uri_option = tracking_uri
     if spec.data.data_dir is not None and not spec.data.data_dir.is_absolute():
         # Relative to where the sweep is started; trial configs saved with checkpoints are
         # read back from elsewhere.
         spec.data.data_dir = spec.data.data_dir.expanduser().resolve()
-    _check_space(spec, str(path))
+    _check_space(spec, source)
     return spec
+
+
+def effective_spec_text(path: str | Path, overrides: Overrides | None = None) -> str:
+    """The spec a sweep runs, as YAML: the file as written, or with the overrides applied (what
+    is logged as the parent run's spec artifact, so the artifact reproduces the sweep)."""
+    if not overrides:
+        return Path(path).read_text()
+    return yaml.safe_dump(read_config_mapping(path, overrides), sort_keys=False, allow_unicode=True)
 
 
 def grid_points(spec: SweepSpec) -> list[dict[str, Any]]:

@@ -7,6 +7,7 @@ the best mean dev accuracy over seeds, and evaluate test data for that configura
 from __future__ import annotations
 
 import io
+import json
 import platform
 import subprocess
 import sys
@@ -18,11 +19,19 @@ import pandas as pd
 import ray
 import torch
 
+from nli_models.config import Overrides
 from nli_models.data import PreparedData, prepare_data
 from nli_models.training import make_trainer
 from orchestrator.progress import ProgressPrinter
 from orchestrator.ray_adapter import TrialOutcome, init_ray, run_tuner, shutdown_ray
-from orchestrator.spec import SweepSpec, apply_hyperparameters, config_key, load_spec, logged_params
+from orchestrator.spec import (
+    SweepSpec,
+    apply_hyperparameters,
+    config_key,
+    effective_spec_text,
+    load_spec,
+    logged_params,
+)
 from orchestrator.tracking import SweepRecorder, Tracker, host_tags, spool_file
 from results import run_schema as rs
 from results.selection import TrialRecord, seed_runs, select_configuration
@@ -63,7 +72,18 @@ def _version_tags() -> dict[str, str]:
     }
 
 
-def _open_parent(tracker: Tracker, spec: SweepSpec, spec_path: Path, resume: bool, new: bool):
+def _override_tags(overrides: Overrides | None) -> dict[str, str]:
+    return {rs.TAG_OVERRIDES: json.dumps(overrides.describe())} if overrides else {}
+
+
+def _open_parent(
+    tracker: Tracker,
+    spec: SweepSpec,
+    spec_path: Path,
+    resume: bool,
+    new: bool,
+    overrides: Overrides | None = None,
+):
     experiment_id = tracker.experiment_id(spec.name)
     previous = tracker.sweeps(experiment_id)
     if previous and not (resume or new):
@@ -94,9 +114,10 @@ def _open_parent(tracker: Tracker, spec: SweepSpec, spec_path: Path, resume: boo
         **_git_tags(),
         **_version_tags(),
         **host_tags(),
+        **_override_tags(overrides),
     }
     parent_run_id = tracker.start_sweep(experiment_id, f"sweep-{spec.name}", tags)
-    tracker.log_text(parent_run_id, Path(spec_path).read_text(), rs.ARTIFACT_SPEC)
+    tracker.log_text(parent_run_id, effective_spec_text(spec_path, overrides), rs.ARTIFACT_SPEC)
     return experiment_id, parent_run_id
 
 
@@ -208,11 +229,15 @@ def run_sweep(
     new: bool = False,
     verbose: int = 0,
     address: str | None = None,
+    overrides: Overrides | None = None,
+    tracking_uri: str | None = None,
 ) -> SweepSummary:
-    spec = load_spec(spec_path)
+    spec = load_spec(spec_path, overrides, tracking_uri)
     tracker = Tracker(spec.tracking_uri)
     tracker.check_reachable()
-    experiment_id, parent_run_id = _open_parent(tracker, spec, Path(spec_path), resume, new)
+    experiment_id, parent_run_id = _open_parent(
+        tracker, spec, Path(spec_path), resume, new, overrides
+    )
     print(
         f"sweep {spec.name}: {spec.num_trials()} trials; MLflow {spec.tracking_uri} "
         f"experiment {experiment_id}, parent run {parent_run_id}",

@@ -118,8 +118,8 @@ class Tracker:
         if error is not None:
             raise TrackingUnavailable(
                 f"MLflow tracking store {self.tracking_uri} is unreachable: {error}. Start it "
-                "(e.g. `orchestrate server`) or point search.tracking_uri / MLFLOW_TRACKING_URI "
-                "at a reachable store."
+                "(e.g. `orchestrate server`) or point --tracking-uri, search.tracking_uri or "
+                "MLFLOW_TRACKING_URI at a reachable store."
             )
 
     def experiment_id(self, name: str) -> str:

@@ -12,28 +12,22 @@ import tempfile
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
-import pyarrow as pa
-from mlflow import MlflowClient
-from mlflow.exceptions import MlflowException
 
-from results.compare import PairedComparison, compare_predictions, describe_comparison, resolve_row
+# Light imports only (`orchestrate --help` loads neither MLflow nor pandas); the commands import
+# the rest when they run.
 from results.errors import ResultsError, ResultsWarning
-from results.evp import evp_table, plot_evp
-from results.files import write_output
-from results.published import PAPERS, comparison_table
-from results.render import SUFFIXES, render, results_view
-from results.table import build_table
-from results.tracking import (
-    download_predictions,
-    fetch_test_metrics,
-    load_trials,
-    open_client,
-    resolve_experiments,
-)
+from results.published import PAPERS
+from results.render import SUFFIXES
+from results.tracking_uri import TRACKING_URI_HELP, resolve_tracking_uri
 
-DEFAULT_TRACKING_URI = "sqlite:///mlruns.db"
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from mlflow import MlflowClient
+
+    from results.compare import PairedComparison
 
 
 def _suffix(expected: str):
@@ -55,13 +49,7 @@ class _Outputs:
 
 @click.command("results")
 @click.argument("experiments", nargs=-1)
-@click.option(
-    "--tracking-uri",
-    envvar="MLFLOW_TRACKING_URI",
-    default=DEFAULT_TRACKING_URI,
-    show_default=True,
-    help="MLflow tracking URI (SQLite file, HTTP server, ...); MLFLOW_TRACKING_URI if set.",
-)
+@click.option("--tracking-uri", default=None, help=TRACKING_URI_HELP)
 @click.option(
     "--out",
     required=True,
@@ -98,7 +86,7 @@ class _Outputs:
 )
 def results_command(
     experiments: tuple[str, ...],
-    tracking_uri: str,
+    tracking_uri: str | None,
     out: Path,
     fmt: str | None,
     paper: str | None,
@@ -115,6 +103,9 @@ def results_command(
     configuration's runs. The Parquet schema is documented in its field metadata and in
     results.table.
     """
+    from mlflow.exceptions import MlflowException
+
+    tracking_uri = resolve_tracking_uri(tracking_uri)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", ResultsWarning)
         try:
@@ -142,6 +133,12 @@ def _compute(
     evp: Path | None,
     mcnemar_rows: tuple[str, str] | None,
 ) -> _Outputs:
+    from results.evp import evp_table, plot_evp
+    from results.published import comparison_table
+    from results.render import render, results_view
+    from results.table import build_table
+    from results.tracking import fetch_test_metrics, load_trials, open_client, resolve_experiments
+
     client = open_client(tracking_uri)
     chosen = resolve_experiments(client, experiments)
     trials = load_trials(client, chosen)
@@ -161,6 +158,8 @@ def _compute(
         curves = evp_table(trials)
         outputs.files += [(evp, plot_evp(curves)), (evp.with_suffix(".parquet"), curves)]
     if mcnemar_rows:
+        from results.compare import describe_comparison
+
         outputs.stdout.append(describe_comparison(_mcnemar(client, table, *mcnemar_rows)))
     return outputs
 
@@ -171,6 +170,9 @@ def _add_rendering(outputs: _Outputs, parquet_path: Path, text: str, fmt: str) -
 
 
 def _mcnemar(client: MlflowClient, table: pa.Table, first: str, second: str) -> PairedComparison:
+    from results.compare import compare_predictions, resolve_row
+    from results.tracking import download_predictions
+
     rows = table.to_pandas()
     a, b = resolve_row(rows, first), resolve_row(rows, second)
     with tempfile.TemporaryDirectory() as scratch:
@@ -182,6 +184,8 @@ def _mcnemar(client: MlflowClient, table: pa.Table, first: str, second: str) -> 
 
 
 def _write(outputs: _Outputs) -> None:
+    from results.files import write_output
+
     for path, content in outputs.files:
         write_output(path, content)
         click.echo(f"wrote {path}", err=True)
@@ -195,15 +199,19 @@ def _write(outputs: _Outputs) -> None:
 @click.option("--split", default="dev", show_default=True)
 @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path),
               default=Path("results/plots/attention"), show_default=True)
-@click.option("--tracking-uri", envvar="MLFLOW_TRACKING_URI", default=DEFAULT_TRACKING_URI,
-              show_default=True)
-def attention_command(run_id: str, pairs: int, split: str, out_dir: Path, tracking_uri: str) -> None:
+@click.option("--tracking-uri", default=None, help=TRACKING_URI_HELP)
+def attention_command(
+    run_id: str, pairs: int, split: str, out_dir: Path, tracking_uri: str | None
+) -> None:
     """Attention heatmaps of a trial run's best-on-dev checkpoint for PAIRS pairs, written as
     PNGs and logged to the run under attention/."""
+    from mlflow.exceptions import MlflowException
+
     from results.attention import attention_heatmaps
+    from results.tracking import open_client
 
     try:
-        client = open_client(tracking_uri)
+        client = open_client(resolve_tracking_uri(tracking_uri))
         written = attention_heatmaps(client, run_id, pairs, out_dir / run_id, split)
     except (ResultsError, MlflowException) as exc:
         raise click.UsageError(str(exc)) from None

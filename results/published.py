@@ -31,13 +31,16 @@ import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import pandas as pd
 import pyarrow as pa
 
 from results.params import same_value
 from results.run_schema import CLASS_ACCURACY_PREFIX, DEV_CLASS_ACCURACY_PREFIX
 from results.schema import Column, arrow_table, describe
+
+if TYPE_CHECKING:
+    import pandas as pd  # imported where used: `orchestrate --help` must not load pandas
 
 ACCURACY = ("train_accuracy", "dev_accuracy", "test_accuracy")
 PARAMETER_COUNTS = ("theta_wm", "theta_m")
@@ -228,6 +231,8 @@ def comparison_table(results: pd.DataFrame, paper: str) -> pa.Table:
 
 
 def _same_corpus(row: pd.Series, dataset: str) -> bool:
+    import pandas as pd
+
     corpus = row.get("corpus")
     return corpus is None or pd.isna(corpus) or corpus == dataset  # untagged rows still match
 
@@ -238,6 +243,8 @@ def _matches(match: Mapping[str, object], params: Mapping[str, object]) -> bool:
 
 def _our_value(row: pd.Series, metric: str) -> float | None:
     """Our value of ``metric`` in the published unit (percent for accuracies); None if unknown."""
+    import pandas as pd
+
     if metric in ACCURACY:
         value = 100 * row[metric]
     elif metric in PARAMETER_COUNTS:

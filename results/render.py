@@ -8,8 +8,12 @@ as empty cells.
 
 from __future__ import annotations
 
-import pandas as pd
+from typing import TYPE_CHECKING
+
 import pyarrow as pa
+
+if TYPE_CHECKING:
+    import pandas as pd  # imported where used: `orchestrate --help` must not load pandas
 
 SUFFIXES = {"md": ".md", "csv": ".csv", "latex": ".tex"}
 
@@ -59,6 +63,8 @@ def render(frame: pd.DataFrame, fmt: str) -> str:
 
 
 def _cell(value: object) -> str:
+    import pandas as pd
+
     if pd.isna(value):
         return ""
     return f"{value:.2f}" if isinstance(value, float) else str(value)
@@ -72,6 +78,8 @@ def _markdown(header: list[str], body: list[list[str]]) -> str:
 
 
 def _latex(frame: pd.DataFrame, header: list[str], body: list[list[str]]) -> str:
+    import pandas as pd
+
     align = "".join("r" if pd.api.types.is_numeric_dtype(t) else "l" for t in frame.dtypes)
 
     def line(cells: list[str]) -> str:

@@ -21,6 +21,9 @@ TAG_GIT_DIRTY = "nli.git_dirty"
 TAG_HOST = "nli.host"
 TAG_BEST_RUN = "nli.best_run_id"  # child run of the selected configuration's best seed
 TAG_SWEEP_STATE = "nli.sweep_state"  # running | finished | interrupted
+# JSON list of the CLI's `--set key=value` / `--data-dir` overrides (absent without any); the spec
+# artifact and nli.spec_hash are of the spec with them applied.
+TAG_OVERRIDES = "nli.overrides"
 
 TAG_CORPUS = "nli.corpus"  # data.corpus of the sweep, on the parent and every trial run
 
