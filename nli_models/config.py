@@ -70,6 +70,12 @@ class TrainingConfig(BaseModel):
     l2: float = Field(0.0, ge=0)
     batch_size: int = Field(32, ge=1)
     epochs: int = Field(10, ge=1)
+    max_steps: int | None = Field(
+        None,
+        ge=1,
+        description="optimizer steps (batches) in all; training ends at epochs or max_steps, "
+        "whichever comes first; a last partial epoch is evaluated on dev like a whole one",
+    )
     patience: int | None = Field(None, ge=1, description="early stopping on dev accuracy")
     grad_clip: float | None = Field(None, gt=0, description="max gradient norm")
     seed: int = 1

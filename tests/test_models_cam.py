@@ -36,27 +36,42 @@ def _batch():
     return premise * premise_mask, premise_mask, hypothesis * hypothesis_mask, hypothesis_mask
 
 
-def _reference_logits(model: CombinedAttentionModel, premise, premise_mask, hypothesis, hypothesis_mask):
+def _reference_logits(
+    model: CombinedAttentionModel, premise, premise_mask, hypothesis, hypothesis_mask
+):
     """Eq. 3-13 one example and one word at a time (eq. 1-2 is torch's BiLSTM)."""
     rows = []
     for b in range(premise.shape[0]):
         sentences = []
         for ids, mask in ((premise, premise_mask), (hypothesis, hypothesis_mask)):
             n = int(mask[b].sum())
-            y, _ = run_lstm(model.encoder, model.word_embeddings(ids[b : b + 1, :n]), mask[b : b + 1, :n])
+            y, _ = run_lstm(
+                model.encoder, model.word_embeddings(ids[b : b + 1, :n]), mask[b : b + 1, :n]
+            )
             y = [y[0, i] for i in range(n)]  # ȳ_i, 2d each
             if model.intra_attention is not None:
                 att = model.intra_attention
                 r_avg = sum(y) / n
-                scores = [float(att.w.weight[0] @ torch.tanh(att.w_y.weight @ yi + att.w_h.weight @ r_avg)) for yi in y]
+                scores = [
+                    float(
+                        att.w.weight[0] @ torch.tanh(att.w_y.weight @ yi + att.w_h.weight @ r_avg)
+                    )
+                    for yi in y
+                ]
                 z = sum(math.exp(s) for s in scores)
                 alpha = [math.exp(s) / z for s in scores]  # eq. 4
                 r = sum(a * yi for a, yi in zip(alpha, y, strict=True))  # eq. 5
-                y = [r] * n if model.intra_output == "repeat" else [a * yi for a, yi in zip(alpha, y, strict=True)]
+                y = (
+                    [r] * n
+                    if model.intra_output == "repeat"
+                    else [a * yi for a, yi in zip(alpha, y, strict=True)]
+                )
             sentences.append(y)
         r_p, r_h = sentences
         if model.variant != "intra_only":
-            e = [[float(r_p[i] @ r_h[j]) for j in range(len(r_h))] for i in range(len(r_p))]  # eq. 6
+            e = [
+                [float(r_p[i] @ r_h[j]) for j in range(len(r_h))] for i in range(len(r_p))
+            ]  # eq. 6
             f_p, f_h = [], []
             for i in range(len(r_p)):  # eq. 7, 9
                 z = sum(math.exp(e[i][k]) for k in range(len(r_h)))
@@ -76,7 +91,13 @@ def _reference_logits(model: CombinedAttentionModel, premise, premise_mask, hypo
 
 @pytest.mark.parametrize(
     "variant,intra_output",
-    [("full", "scale"), ("full", "repeat"), ("intra_only", "scale"), ("intra_only", "repeat"), ("inter_only", None)],
+    [
+        ("full", "scale"),
+        ("full", "repeat"),
+        ("intra_only", "scale"),
+        ("intra_only", "repeat"),
+        ("inter_only", None),
+    ],
 )
 @torch.no_grad()
 def test_forward_matches_an_equation_by_equation_float64_loop(variant, intra_output):
@@ -92,10 +113,14 @@ def test_default_reading_is_the_per_word_reconstruction_and_attention_is_not_uni
     model = _model(hidden_size=8)
     assert model.intra_output == "scale"
     with torch.no_grad():  # word vectors of pretrained size (GloVe rows have norm ~5)
-        model.word_embeddings.embedding.weight.normal_(0, 2, generator=torch.Generator().manual_seed(0))
+        model.word_embeddings.embedding.weight.normal_(
+            0, 2, generator=torch.Generator().manual_seed(0)
+        )
     premise, premise_mask, hypothesis, hypothesis_mask = _batch()
     with torch.no_grad():
-        _, weights = model(premise, premise_mask, hypothesis, hypothesis_mask, return_attention=True)
+        _, weights = model(
+            premise, premise_mask, hypothesis, hypothesis_mask, return_attention=True
+        )
     to_h = weights["premise_to_hypothesis"][0, :6, :3]  # example 0: 6 premise, 3 hypothesis words
     assert (to_h - 1 / 3).abs().max() > 0.01, to_h  # rows are not 1/m
 
@@ -104,7 +129,9 @@ def test_literal_repeat_reading_makes_inter_attention_uniform():
     model = _model(intra_output="repeat")
     premise, premise_mask, hypothesis, hypothesis_mask = _batch()
     with torch.no_grad():
-        _, weights = model(premise, premise_mask, hypothesis, hypothesis_mask, return_attention=True)
+        _, weights = model(
+            premise, premise_mask, hypothesis, hypothesis_mask, return_attention=True
+        )
     to_h = weights["premise_to_hypothesis"]
     for b in range(3):
         n, m = int(premise_mask[b].sum()), int(hypothesis_mask[b].sum())
@@ -136,7 +163,9 @@ def test_inter_only_rejects_an_intra_output():
 
 
 def _membership_task(n: int, generator: torch.Generator, vocab: int = 20, length: int = 5):
-    premise = torch.stack([torch.randperm(vocab - 2, generator=generator)[:length] + 2 for _ in range(n)])
+    premise = torch.stack(
+        [torch.randperm(vocab - 2, generator=generator)[:length] + 2 for _ in range(n)]
+    )
     label = torch.randint(0, 2, (n,), generator=generator)
     inside = premise[torch.arange(n), torch.randint(0, length, (n,), generator=generator)]
     outside = []
@@ -154,7 +183,9 @@ def _train_and_score(variant: str, seed: int = 1) -> tuple[float, float]:
     premise, hypothesis, label = _membership_task(1000, generator)
     test_premise, test_hypothesis, test_label = _membership_task(500, generator)
     torch.manual_seed(seed)
-    model = build_model("cam", vocab_size=20, embedding_dim=16, num_classes=2, variant=variant, hidden_size=16)
+    model = build_model(
+        "cam", vocab_size=20, embedding_dim=16, num_classes=2, variant=variant, hidden_size=16
+    )
     optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
     full_mask = torch.ones_like
     for _ in range(20):

@@ -2,6 +2,11 @@
 
 The sweep attaches to it through the per-epoch callback; everything needed to resume exactly
 (model, optimizer, epoch, RNG state, best-so-far) goes into one checkpoint file.
+
+Budget: ``training.epochs`` and, optionally, ``training.max_steps`` (optimizer steps, one per
+batch, counted over the whole run), whichever is reached first. The dev set is evaluated, the
+best-on-dev weights kept and the callback (checkpoint) run after every epoch, and after the
+partial epoch in which max_steps is reached, which counts as an epoch of its own in the history.
 """
 
 from __future__ import annotations
@@ -47,6 +52,7 @@ class TrainState:
     best_epoch: int = 0
     epochs_without_improvement: int = 0
     history: list[EpochResult] = field(default_factory=list)
+    steps: int = 0  # optimizer steps taken (checkpoints older than this field load as 0)
 
 
 EpochCallback = Callable[["Trainer", EpochResult], None]
@@ -153,6 +159,8 @@ class Trainer:
         correct = torch.zeros((), device=self.device, dtype=torch.long)
         seen = 0
         for batch in self._batches("train", shuffle=True, epoch=epoch):
+            if self.steps_exhausted():
+                break
             batch = batch.to(self.device, non_blocking=True)
             with torch.autocast(
                 self.device.type, dtype=self.autocast_dtype, enabled=self.autocast_dtype is not None
@@ -164,6 +172,7 @@ class Trainer:
             if self.config.grad_clip is not None:
                 nn.utils.clip_grad_norm_(self.model.parameters(), self.config.grad_clip)
             self.optimizer.step()
+            self.state.steps += 1
             # Accumulate on the device: a .item() per step would synchronise a GPU every batch.
             total_loss += loss.detach() * len(batch)
             correct += (logits.detach().argmax(dim=1) == batch.label).sum()
@@ -186,7 +195,11 @@ class Trainer:
             torch.set_num_threads(self.config.num_threads)
         if self.state.epoch == 0:
             seed_everything(self.config.seed)
-        while self.state.epoch < self.config.epochs and not self.should_stop():
+        while (
+            self.state.epoch < self.config.epochs
+            and not self.should_stop()
+            and not self.steps_exhausted()
+        ):
             epoch = self.state.epoch + 1
             started = time.perf_counter()
             train_loss, train_accuracy = self.train_epoch(epoch)
@@ -216,6 +229,10 @@ class Trainer:
             if callback is not None:
                 callback(self, result)
         return self.state
+
+    def steps_exhausted(self) -> bool:
+        limit = self.config.max_steps
+        return limit is not None and self.state.steps >= limit
 
     def should_stop(self) -> bool:
         patience = self.config.patience
