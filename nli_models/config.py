@@ -77,6 +77,11 @@ class TrainingConfig(BaseModel):
         "whichever comes first; a last partial epoch is evaluated on dev like a whole one",
     )
     patience: int | None = Field(None, ge=1, description="early stopping on dev accuracy")
+    layerwise: bool = Field(
+        False,
+        description="multi-block models (abcnn): train block 1, freeze it, add and train block 2, "
+        "... (Yin et al. §5.1.2); epochs and patience apply to each phase",
+    )
     grad_clip: float | None = Field(None, gt=0, description="max gradient norm")
     seed: int = 1
     device: str = Field("auto", pattern=r"^(auto|cpu|cuda(:\d+)?)$")

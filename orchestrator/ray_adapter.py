@@ -91,7 +91,7 @@ def run_trial(tune_config: dict[str, Any], *, base: dict, search: dict, data: Pr
 
     def report(trainer: Trainer, result: EpochResult) -> None:
         _maybe_inject_failure(result.epoch)
-        finished = trainer.state.epoch >= trainer.config.epochs or trainer.should_stop()
+        finished = trainer.finished()
         with tempfile.TemporaryDirectory() as directory:
             trainer.save_checkpoint(directory)
             # The config travels with the weights: `orchestrate attention` rebuilds the model

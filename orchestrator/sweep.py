@@ -19,7 +19,7 @@ import ray
 import torch
 
 from nli_models.data import PreparedData, prepare_data
-from nli_models.training import make_trainer
+from nli_models.training import make_trainer, refit_and_test
 from results import run_schema as rs
 from orchestrator.progress import ProgressPrinter
 from orchestrator.ray_adapter import TrialOutcome, init_ray, run_tuner, shutdown_ray
@@ -114,6 +114,13 @@ def _predictions_table(evaluation, labels: tuple[str, ...]) -> bytes:
     return buffer.getvalue()
 
 
+def _test_evaluation(spec, config, data, trainer, outcome: TrialOutcome):
+    """The protocol's test evaluation (search.protocol): the best-dev weights, or a refit."""
+    if spec.search.protocol.refit_on_train_dev:
+        return refit_and_test(config, data, int(outcome.metrics["best_epoch"]))[1]
+    return trainer.evaluate_best("test")
+
+
 def _evaluate_selected(
     tracker: Tracker,
     spec: SweepSpec,
@@ -127,7 +134,7 @@ def _evaluate_selected(
     trainer = make_trainer(config, data)
     with outcome.local_checkpoint() as directory:
         trainer.load_checkpoint(directory)
-    evaluation = trainer.evaluate_best("test")
+    evaluation = _test_evaluation(spec, config, data, trainer, outcome)
     dev = trainer.evaluate_best("dev")
     metrics = {rs.METRIC_TEST_ACCURACY: evaluation.accuracy}
     metrics.update({rs.CLASS_ACCURACY_PREFIX + k: v for k, v in evaluation.class_accuracy.items()})

@@ -4,6 +4,7 @@ training of multi-block ABCNNs (Yin et al. §5.1.2) and the refit on train + dev
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
@@ -97,10 +98,91 @@ def test_parikh_gaussian_init_has_the_papers_std():
 def test_parikh_default_init_is_pytorchs_and_wider():
     torch.manual_seed(0)
     model = build_model("decomposable", vocab_size=50, embedding_dim=300, num_classes=3)
-    assert float(model.attend[1].weight.std()) > 0.02  # Kaiming-uniform on a 200x200 layer
+    assert float(model.attend[1].weight.detach().std()) > 0.02  # Kaiming-uniform on a 200x200 layer
 
 
 def test_parikh_paper_configs_use_the_gaussian_init():
     from nli_models.models.decomposable import DecomposableAttention
 
     assert {c.config["init"] for c in DecomposableAttention.PAPER_CONFIGS} == {"gaussian_0.01"}
+
+
+ABCNN_TWO_BLOCKS = {
+    "name": "abcnn",
+    "variant": "abcnn3",
+    "args": {"embedding_dim": 8, "hidden_size": 6, "num_blocks": 2, "max_length": 40},
+}
+
+
+def _block_weights(trainer, index):
+    return {k: v.detach().clone() for k, v in trainer.model.blocks[index].state_dict().items()}
+
+
+def test_layerwise_training_freezes_block_one_while_block_two_trains(toy):
+    config = run_config(ABCNN_TWO_BLOCKS, epochs=2, layerwise=True, lr=0.05)
+    trainer = make_trainer(config, toy)
+    initial_block1, initial_block2 = _block_weights(trainer, 0), _block_weights(trainer, 1)
+    snapshots = {}
+
+    def record(trainer, result):
+        snapshots[result.epoch] = (
+            trainer.state.phase,
+            _block_weights(trainer, 0),
+            _block_weights(trainer, 1),
+            trainer.model.active_blocks,
+        )
+
+    state = trainer.fit(record)
+    assert state.epoch == 4 and state.phase == 2 and trainer.finished()
+    assert [snapshots[e][0] for e in (1, 2, 3, 4)] == [1, 1, 2, 2]
+    assert [snapshots[e][3] for e in (1, 2, 3, 4)] == [1, 1, 2, 2]
+    # Phase 1: block 1 learns, block 2 is not part of the network.
+    assert any(not torch.equal(initial_block1[k], v) for k, v in snapshots[1][1].items())
+    assert all(torch.equal(initial_block2[k], v) for k, v in snapshots[2][2].items())
+    # Phase 2: block 1 keeps the weights it ended phase 1 with (its best-dev ones), block 2 moves.
+    block1_phase2_start = snapshots[3][1]
+    for epoch in (3, 4):
+        assert all(torch.equal(block1_phase2_start[k], v) for k, v in snapshots[epoch][1].items())
+    assert any(not torch.equal(initial_block2[k], v) for k, v in snapshots[4][2].items())
+    assert all(not p.requires_grad for p in trainer.model.blocks[0].parameters())
+
+
+def test_layerwise_phase_two_starts_from_phase_ones_best_dev_weights(toy):
+    config = run_config(ABCNN_TWO_BLOCKS, epochs=3, layerwise=True, lr=0.05)
+    trainer = make_trainer(config, toy)
+    best_block1 = {}
+
+    def record(trainer, result):
+        if trainer.state.phase == 1 and result.is_best:
+            best_block1.update(_block_weights(trainer, 0))
+        if trainer.state.phase == 2:
+            assert all(torch.equal(best_block1[k], v) for k, v in _block_weights(trainer, 0).items())
+
+    trainer.fit(record)
+    assert trainer.state.phase == 2
+
+
+def test_layerwise_on_a_model_without_blocks_is_an_error(toy):
+    with pytest.raises(ValueError, match="layerwise"):
+        make_trainer(run_config(layerwise=True), toy)
+
+
+def test_refit_trains_on_train_plus_dev_for_the_given_epochs_and_tests_once(toy):
+    from nli_models.training import refit_and_test, train_plus_dev
+
+    combined = train_plus_dev(toy)
+    train, dev = toy.splits["train"], toy.splits["dev"]
+    assert len(combined.splits["train"]) == len(train) + len(dev)
+    last = len(combined.splits["train"]) - 1
+    assert np.array_equal(combined.splits["train"].premise(last), dev.premise(len(dev) - 1))
+    assert np.array_equal(combined.splits["train"].premise(0), train.premise(0))
+    assert toy.splits["train"] is train  # the prepared data is not changed
+
+    config = run_config(epochs=20, patience=1)
+    trainer, test = refit_and_test(config, toy, epochs=2)
+    assert trainer.state.epoch == 2  # the given epochs, no early stopping
+    assert trainer.config.patience is None
+    assert len(test.gold) == len(toy.splits["test"])
+    assert test.accuracy == trainer.evaluate("test").accuracy  # final weights, not best-on-dev
+    steps = -(-(len(train) + len(dev)) // 16)
+    assert trainer.state.steps == 2 * steps
