@@ -21,7 +21,7 @@ def _format_epoch(result: EpochResult, epochs: int) -> str:
     marker = " *" if result.is_best else ""
     return (
         f"epoch {result.epoch:>3}/{epochs}  train loss {result.train_loss:.4f} "
-        f"acc {result.train_accuracy:.4f}  dev loss {result.dev_loss:.4f} "
+        f"running acc {result.train_accuracy:.4f}  dev loss {result.dev_loss:.4f} "
         f"acc {result.dev_accuracy:.4f}  ({result.epoch_time_s:.1f}s){marker}"
     )
 
