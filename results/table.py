@@ -26,6 +26,8 @@ from collections.abc import Callable, Mapping, Sequence
 
 import pyarrow as pa
 
+from results.errors import ResultsWarning
+from results.params import as_int, parse_param
 from results.run_schema import (
     CLASS_ACCURACY_PREFIX,
     DEV_CLASS_ACCURACY_PREFIX,
@@ -38,8 +40,6 @@ from results.run_schema import (
     PARAM_SEED,
     PARAM_VARIANT,
 )
-from results.errors import ResultsWarning
-from results.params import as_int, parse_param
 from results.schema import Column, arrow_table, describe
 from results.selection import seed_runs, select_configuration
 from results.stats import Summary, summarise
