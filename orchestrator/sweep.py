@@ -24,7 +24,7 @@ from results import run_schema as rs
 from orchestrator.progress import ProgressPrinter
 from orchestrator.ray_adapter import TrialOutcome, init_ray, run_tuner, shutdown_ray
 from orchestrator.spec import SweepSpec, apply_hyperparameters, config_key, load_spec, logged_params
-from orchestrator.tracking import SweepRecorder, Tracker, host_tags, spool_file
+from orchestrator.tracking import SweepRecorder, Tracker, host_tags, protocol_tags, spool_file
 from results.selection import TrialRecord, seed_runs, select_configuration
 
 
@@ -235,6 +235,7 @@ def run_sweep(
         base_params=base_params,
         run_tags={rs.TAG_CORPUS: spec.data.corpus},
         spool_path=spool_file(spec.storage_path, parent_run_id),
+        protocol=protocol_tags(spec.base_config(), data, spec.search.protocol.refit_on_train_dev),
     )
     finished_before = sum(
         run.info.status == "FINISHED" for run in tracker.trial_runs(experiment_id, parent_run_id)

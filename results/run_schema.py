@@ -24,6 +24,33 @@ TAG_SWEEP_STATE = "nli.sweep_state"  # running | finished | interrupted
 
 TAG_CORPUS = "nli.corpus"  # data.corpus of the sweep, on the parent and every trial run
 
+# A run's protocol fingerprint (nli_models.training.fingerprint), one tag per field on every
+# trial run: nli.protocol.<field>, the value as text ("None" when unset).
+TAG_PROTOCOL_PREFIX = "nli.protocol."
+PROTOCOL_FIELDS = (
+    "corpus",
+    "train_file",
+    "train_size",
+    "train_subsampled_from",
+    "dev_file",
+    "dev_holdout",
+    "dev_size",
+    "test_size",
+    "vectors",
+    "vectors_dim",
+    "vectors_policy",
+    "extend_vocab",
+    "epochs",
+    "max_steps",
+    "patience",
+    "layerwise",
+    "refit_on_train_dev",
+    "init",
+    "optimizer",
+    "lr",
+    "batch_size",
+)
+
 # Trial (child) tags.
 TAG_TRIAL_ID = "nli.trial_id"
 TAG_MODEL_CONFIG = "nli.model_config"  # e.g. "rocktaschel/word_by_word k=100"

@@ -73,6 +73,12 @@ COLUMNS: tuple[Column, ...] = (
     Column("experiment", pa.string(), "MLflow experiment (one per sweep spec name)"),
     Column("corpus", pa.string(), "nli.corpus tag: the corpus the row was trained on (snli, sick, ...)"),
     Column(
+        "protocol",
+        pa.string(),
+        "JSON object of the selected run's protocol fingerprint (nli.protocol.* tags: training "
+        "file and size, vectors, budget, init, optimizer, batch size); null for runs without it",
+    ),
+    Column(
         "model_config",
         pa.string(),
         "nli.model_config tag: the architecture a paper-table row describes",
@@ -179,6 +185,7 @@ def _row(
     return {
         "experiment": experiment,
         "corpus": best.corpus,
+        "protocol": json.dumps(dict(best.protocol)) if best.protocol else None,
         "model_config": model_config,
         "model": best.record.params.get(PARAM_MODEL),
         "variant": best.record.params.get(PARAM_VARIANT),

@@ -19,6 +19,8 @@ from mlflow import MlflowClient
 from mlflow.entities import Experiment, Run
 from mlflow.exceptions import MlflowException
 
+from results.errors import ResultsError, ResultsWarning
+from results.params import as_int
 from results.run_schema import (
     ARTIFACT_TEST_PREDICTIONS,
     CLASS_ACCURACY_PREFIX,
@@ -32,11 +34,10 @@ from results.run_schema import (
     TAG_CORPUS,
     TAG_MODEL_CONFIG,
     TAG_PARENT_RUN,
+    TAG_PROTOCOL_PREFIX,
     TAG_ROLE,
     TAG_SELECTED,
 )
-from results.errors import ResultsError, ResultsWarning
-from results.params import as_int
 from results.selection import TrialRecord
 
 TRIAL_FILTER = f"tags.`{TAG_ROLE}` = '{ROLE_TRIAL}'"
@@ -52,6 +53,7 @@ class TrialRun:
     tagged_selected: bool  # nli.selected == "true", as the sweep wrote it
     metrics: Mapping[str, float]  # latest value of every metric except the test ones
     corpus: str | None = None  # nli.corpus: the sweep's data.corpus
+    protocol: Mapping[str, str] | None = None  # nli.protocol.* tags; None for older runs
 
 
 def open_client(tracking_uri: str) -> MlflowClient:
@@ -155,6 +157,12 @@ def _trial(run: Run, experiment: str) -> TrialRun | None:
         tagged_selected=tags.get(TAG_SELECTED, "").lower() == "true",
         metrics=metrics,
         corpus=tags.get(TAG_CORPUS),
+        protocol={
+            k.removeprefix(TAG_PROTOCOL_PREFIX): v
+            for k, v in tags.items()
+            if k.startswith(TAG_PROTOCOL_PREFIX)
+        }
+        or None,
     )
 
 
