@@ -87,10 +87,22 @@ def test_rendered_table_marks_rows_and_lists_differences():
     cells = [c.strip().replace("\\|", "|") for c in text.splitlines()[0].split(" | ")]
     cells[0], cells[-1] = cells[0].removeprefix("| "), cells[-1].removesuffix(" |")
     assert cells[:10] == [
-        "model", "|θ|M", "paper |θ|M", "train (running)", "paper train", "dev", "paper dev",
-        "test", "paper test", "Δ",
+        "model",
+        "|θ|M",
+        "paper |θ|M",
+        "train (running)",
+        "paper train",
+        "dev",
+        "paper dev",
+        "test",
+        "paper test",
+        "Δ",
     ]
-    wbw = next(line for line in text.splitlines() if line.startswith("| Word-by-word attention, k=100 (short)"))
+    wbw = next(
+        line
+        for line in text.splitlines()
+        if line.startswith("| Word-by-word attention, k=100 (short)")
+    )
     assert "252,103" in wbw and "252K" in wbw and "-31.50" in wbw and "NOT COMPARABLE" in wbw
     assert "3800000" not in text and "not run" in text
     assert "    train_size 3,000 (paper 549,367)" in text
@@ -98,7 +110,12 @@ def test_rendered_table_marks_rows_and_lists_differences():
 
 @pytest.mark.parametrize(
     "value,exact,shown",
-    [(252_000, False, "252K"), (3_800_000, False, "3.8M"), (252_103, True, "252,103"), (None, True, "")],
+    [
+        (252_000, False, "252K"),
+        (3_800_000, False, "3.8M"),
+        (252_103, True, "252,103"),
+        (None, True, ""),
+    ],
 )
 def test_counts_print_as_integers_or_as_the_paper_prints_them(value, exact, shown):
     assert format_count(value, exact) == shown
