@@ -202,3 +202,107 @@ def test_rocktaschel_matches_its_equations(variant, options):
     got, want = model(*batch), _rocktaschel_reference(model, *batch)
     assert got.dtype == torch.float64
     assert torch.allclose(got, want, atol=1e-10), (got - want).abs().max()
+
+
+# -- Yin et al. 2016 --------------------------------------------------------------------------
+def _match(u, v):
+    return 1 / (1 + (u - v).norm())  # eq. 2, Euclidean
+
+
+def _wide_conv(block, columns):
+    """Eq. 1: n input columns -> n + w - 1, zero columns outside the sentence."""
+    w = block.width
+    kernel, bias = block.conv.weight, block.conv.bias  # [out, in, w]
+    n = len(columns)
+    zero = torch.zeros_like(columns[0])
+    padded = [zero] * (w - 1) + columns + [zero] * (w - 1)
+    return [
+        torch.tanh(sum(kernel[:, :, m] @ padded[t + m] for m in range(w)) + bias)
+        for t in range(n + w - 1)
+    ]
+
+
+def _abcnn_block(block, x0, x1):
+    if block.attention_weight is not None:  # eq. 3-4: F_0,a = W A^T, F_1,a = W A
+        weight = block.attention_weight
+        a = [[_match(u, v) for v in x1] for u in x0]
+        f0 = [sum(a[i][j] * weight[:, j] for j in range(len(x1))) for i in range(len(x0))]
+        f1 = [sum(a[i][j] * weight[:, i] for i in range(len(x0))) for j in range(len(x1))]
+        x0 = [torch.cat([u, f]) for u, f in zip(x0, f0, strict=True)]
+        x1 = [torch.cat([v, f]) for v, f in zip(x1, f1, strict=True)]
+    c0, c1 = _wide_conv(block, x0), _wide_conv(block, x1)
+    w = block.width
+    if block.attention_pooling:  # §4.2: weights are row / column sums of A over conv columns
+        a = [[_match(u, v) for v in c1] for u in c0]
+        c0 = [sum(a[i]) * u for i, u in enumerate(c0)]
+        c1 = [sum(a[i][j] for i in range(len(a))) * v for j, v in enumerate(c1)]
+        scale = 1.0
+    else:
+        scale = 1.0 / w
+    pooled0 = [scale * sum(c0[t : t + w]) for t in range(len(x0))]  # w-ap back to n columns
+    pooled1 = [scale * sum(c1[t : t + w]) for t in range(len(x1))]
+    summary = (sum(c0) / len(c0), sum(c1) / len(c1))  # all-ap over the n + w - 1 columns
+    return pooled0, pooled1, summary
+
+
+def _scores(u, v):
+    return [float(u @ v / (u.norm() * v.norm())), float((u - v).norm())]  # §5.4.1
+
+
+def _abcnn_reference(model, premise, premise_mask, hypothesis, hypothesis_mask):
+    rows = []
+    for k in range(premise.shape[0]):
+        x0 = [model.word_embeddings(i.view(1))[0] for i in premise[k][premise_mask[k]]]
+        x1 = [model.word_embeddings(i.view(1))[0] for i in hypothesis[k][hypothesis_mask[k]]]
+        scores = _scores(sum(x0) / len(x0), sum(x1) / len(x1))  # block b_1: the word vectors
+        for block in model.blocks[: model.active_blocks]:
+            x0, x1, summary = _abcnn_block(block, x0, x1)
+            scores += _scores(*summary)
+        features = torch.tensor(scores)
+        rows.append(model.output.weight[:, : len(scores)] @ features + model.output.bias)
+    return torch.stack(rows)
+
+
+@pytest.mark.parametrize("variant", ["bcnn", "abcnn1", "abcnn2", "abcnn3"])
+@pytest.mark.parametrize("num_blocks", [1, 2])
+@torch.no_grad()
+def test_abcnn_matches_its_equations(variant, num_blocks):
+    torch.manual_seed(0)
+    model = build_model(
+        "abcnn",
+        vocab_size=12,
+        embedding_dim=5,
+        num_classes=3,
+        variant=variant,
+        hidden_size=4,
+        filter_width=3,
+        num_blocks=num_blocks,
+        max_length=8,
+    ).eval()
+    batch = _batch()
+    got, want = model(*batch), _abcnn_reference(model, *batch)
+    assert got.dtype == torch.float64
+    assert torch.allclose(got, want, atol=1e-9), (got - want).abs().max()
+
+
+@torch.no_grad()
+def test_abcnn_layerwise_phase_one_is_the_one_block_network():
+    torch.manual_seed(0)
+    model = build_model(
+        "abcnn",
+        vocab_size=12,
+        embedding_dim=5,
+        num_classes=3,
+        variant="abcnn3",
+        hidden_size=4,
+        num_blocks=2,
+        max_length=8,
+    ).eval()
+    model.train_blocks_up_to(1)
+    batch = _batch()
+    assert torch.allclose(model(*batch), _abcnn_reference(model, *batch), atol=1e-9)
+    assert all(p.requires_grad for p in model.blocks[0].parameters())
+    assert not any(p.requires_grad for p in model.blocks[1].parameters())
+    model.train_blocks_up_to(2)
+    assert not any(p.requires_grad for p in model.blocks[0].parameters())
+    assert all(p.requires_grad for p in model.blocks[1].parameters())
