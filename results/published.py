@@ -23,6 +23,11 @@ Matching: a published row's ``match`` names params; one of our rows matches when
 params, as logged for its selected configuration, equals the published value (numbers
 numerically, booleans case-insensitively; see ``results.params.same_value``) and its corpus (tag
 nli.corpus) is the published row's dataset.
+
+Protocols: ``PROTOCOLS`` holds what each paper states about how it trained (training file and
+size, vectors, optimiser, budget, initialisation, batch size, layerwise training, refit), in the
+fields of a run's protocol fingerprint; ``protocol_differences`` lists where a run departs from
+it. ``REPRODUCTIONS`` holds known public reproductions of a row (results.paper_table shows both).
 """
 
 from __future__ import annotations
