@@ -186,3 +186,17 @@ def test_refit_trains_on_train_plus_dev_for_the_given_epochs_and_tests_once(toy)
     assert test.accuracy == trainer.evaluate("test").accuracy  # final weights, not best-on-dev
     steps = -(-(len(train) + len(dev)) // 16)
     assert trainer.state.steps == 2 * steps
+
+
+def test_train_recipe_shows_the_layerwise_phase(toy):
+    from nli_models.training.recipe import train_and_test
+
+    lines = []
+    config = run_config(ABCNN_TWO_BLOCKS, epochs=1, layerwise=True)
+    trainer, test = train_and_test(config, data=toy, echo=lines.append)
+    epochs = [line for line in lines if line.startswith("epoch")]
+    assert len(epochs) == 2
+    assert epochs[0].startswith("epoch   1/2") and epochs[0].endswith("[block 1/2]")
+    assert epochs[1].startswith("epoch   2/2") and "[block 2/2]" in epochs[1]
+    assert "running acc" in epochs[0]
+    assert test is not None and trainer.model.active_blocks == 2

@@ -49,8 +49,12 @@ def train_and_test(
         trainer.load_checkpoint(checkpoint_dir)
         echo(f"resumed after epoch {trainer.state.epoch}")
 
+    # Layerwise training runs the epoch budget once per block.
+    phases = trainer.model.num_blocks if config.training.layerwise else 1
+
     def on_epoch(trainer: Trainer, result: EpochResult) -> None:
-        echo(_format_epoch(result, config.training.epochs))
+        phase = f" [block {trainer.state.phase}/{phases}]" if phases > 1 else ""
+        echo(_format_epoch(result, config.training.epochs * phases) + phase)
         if checkpoint_dir is not None:
             trainer.save_checkpoint(checkpoint_dir)
 
