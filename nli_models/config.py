@@ -73,7 +73,18 @@ class TrainingConfig(BaseModel):
     l2: float = Field(0.0, ge=0)
     batch_size: int = Field(32, ge=1)
     epochs: int = Field(10, ge=1)
+    max_steps: int | None = Field(
+        None,
+        ge=1,
+        description="optimizer steps (batches) in all; training ends at epochs or max_steps, "
+        "whichever comes first; a last partial epoch is evaluated on dev like a whole one",
+    )
     patience: int | None = Field(None, ge=1, description="early stopping on dev accuracy")
+    layerwise: bool = Field(
+        False,
+        description="multi-block models (abcnn): train block 1, freeze it, add and train block 2, "
+        "... (Yin et al. §5.1.2); epochs and patience apply to each phase",
+    )
     grad_clip: float | None = Field(None, gt=0, description="max gradient norm")
     seed: int = 1
     device: str = Field("auto", pattern=r"^(auto|cpu|cuda(:\d+)?)$")

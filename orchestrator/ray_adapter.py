@@ -27,6 +27,7 @@ from nli_models.config import RunConfig
 from nli_models.data import PreparedData
 from nli_models.training import TRIAL_CONFIG_FILE, EpochResult, Trainer, make_trainer
 from orchestrator.spec import SweepSpec, apply_hyperparameters
+from results import run_schema as rs
 
 CONFIGURATION_KEY = "configuration"
 FAIL_ONCE_ENV = "NLI_FAIL_ONCE_AT_EPOCH"  # fault injection for recovery tests: "EPOCH:MARKER_DIR"
@@ -62,7 +63,7 @@ def epoch_metrics(trainer: Trainer, result: EpochResult, finished: bool) -> dict
     return {
         "epoch": result.epoch,
         "train_loss": result.train_loss,
-        "train_accuracy": result.train_accuracy,
+        rs.METRIC_TRAIN_ACCURACY: result.train_accuracy,
         "dev_loss": result.dev_loss,
         "dev_accuracy": result.dev_accuracy,
         "epoch_time_s": result.epoch_time_s,
@@ -91,7 +92,7 @@ def run_trial(tune_config: dict[str, Any], *, base: dict, search: dict, data: Pr
 
     def report(trainer: Trainer, result: EpochResult) -> None:
         _maybe_inject_failure(result.epoch)
-        finished = trainer.state.epoch >= trainer.config.epochs or trainer.should_stop()
+        finished = trainer.finished()
         with tempfile.TemporaryDirectory() as directory:
             trainer.save_checkpoint(directory)
             # The config travels with the weights: `orchestrate attention` rebuilds the model

@@ -87,6 +87,18 @@ class Resources(BaseModel):
     gpu: float = Field(0.0, ge=0, description="fractional GPUs pack trials: 0.25 = 4 per GPU")
 
 
+class ProtocolConfig(BaseModel):
+    """How the selected configuration is tested."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    refit_on_train_dev: bool = Field(
+        False,
+        description="retrain the selected configuration on train + dev for its best epoch count, "
+        "then test once on the final weights (Yin et al. §5.4); default: test the best-dev weights",
+    )
+
+
 class SearchConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -108,6 +120,7 @@ class SearchConfig(BaseModel):
     max_failures: int = Field(1, ge=0, description="retries of a failed trial from its checkpoint")
     tracking_uri: str | None = None
     storage_path: str | None = None
+    protocol: ProtocolConfig = Field(default_factory=ProtocolConfig)
 
     @model_validator(mode="after")
     def _consistent(self) -> SearchConfig:

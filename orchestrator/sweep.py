@@ -21,7 +21,7 @@ import torch
 
 from nli_models.config import Overrides
 from nli_models.data import PreparedData, prepare_data
-from nli_models.training import make_trainer
+from nli_models.training import make_trainer, refit_and_test
 from orchestrator.progress import ProgressPrinter
 from orchestrator.ray_adapter import TrialOutcome, init_ray, run_tuner, shutdown_ray
 from orchestrator.spec import (
@@ -32,7 +32,7 @@ from orchestrator.spec import (
     load_spec,
     logged_params,
 )
-from orchestrator.tracking import SweepRecorder, Tracker, host_tags, spool_file
+from orchestrator.tracking import SweepRecorder, Tracker, host_tags, protocol_tags, spool_file
 from results import run_schema as rs
 from results.selection import TrialRecord, seed_runs, select_configuration
 
@@ -135,6 +135,13 @@ def _predictions_table(evaluation, labels: tuple[str, ...]) -> bytes:
     return buffer.getvalue()
 
 
+def _test_evaluation(spec, config, data, trainer, outcome: TrialOutcome):
+    """The protocol's test evaluation (search.protocol): the best-dev weights, or a refit."""
+    if spec.search.protocol.refit_on_train_dev:
+        return refit_and_test(config, data, int(outcome.metrics["best_epoch"]))[1]
+    return trainer.evaluate_best("test")
+
+
 def _evaluate_selected(
     tracker: Tracker,
     spec: SweepSpec,
@@ -148,7 +155,7 @@ def _evaluate_selected(
     trainer = make_trainer(config, data)
     with outcome.local_checkpoint() as directory:
         trainer.load_checkpoint(directory)
-    evaluation = trainer.evaluate_best("test")
+    evaluation = _test_evaluation(spec, config, data, trainer, outcome)
     dev = trainer.evaluate_best("dev")
     metrics = {rs.METRIC_TEST_ACCURACY: evaluation.accuracy}
     metrics.update({rs.CLASS_ACCURACY_PREFIX + k: v for k, v in evaluation.class_accuracy.items()})
@@ -253,6 +260,7 @@ def run_sweep(
         base_params=base_params,
         run_tags={rs.TAG_CORPUS: spec.data.corpus},
         spool_path=spool_file(spec.storage_path, parent_run_id),
+        protocol=protocol_tags(spec.base_config(), data, spec.search.protocol.refit_on_train_dev),
     )
     finished_before = sum(
         run.info.status == "FINISHED" for run in tracker.trial_runs(experiment_id, parent_run_id)

@@ -21,6 +21,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,7 +29,10 @@ from typing import Any
 from mlflow import MlflowClient
 from mlflow.entities import Metric, Param, RunTag
 
-from orchestrator.spec import config_key
+from nli_models.config import RunConfig
+from nli_models.data import PreparedData
+from nli_models.training import protocol_fingerprint
+from orchestrator.spec import apply_hyperparameters, config_key
 from results import run_schema as rs
 
 EPOCH_METRICS = (
@@ -199,6 +203,21 @@ class _Op:
     time_ms: int = field(default_factory=_now_ms)
 
 
+ProtocolTags = Callable[[dict[str, Any]], dict[str, str]]
+
+
+def protocol_tags(base: RunConfig, data: PreparedData, refit_on_train_dev: bool) -> ProtocolTags:
+    """Trial params -> the nli.protocol.* tags of that trial's protocol fingerprint."""
+
+    def tags(params: dict[str, Any]) -> dict[str, str]:
+        fingerprint = protocol_fingerprint(
+            apply_hyperparameters(base, params), data, refit_on_train_dev
+        )
+        return {rs.TAG_PROTOCOL_PREFIX + k: str(v) for k, v in fingerprint.items()}
+
+    return tags
+
+
 class SweepRecorder:
     """A TrialListener (see ray_adapter) that records trials as child runs of the sweep."""
 
@@ -211,8 +230,10 @@ class SweepRecorder:
         run_tags: dict[str, str],
         spool_path: Path,
         max_wait_s: float | None = None,
+        protocol: ProtocolTags | None = None,
     ):
         self.tracker = tracker
+        self.protocol = protocol
         self.experiment_id = experiment_id
         self.parent_run_id = parent_run_id
         self.base_params = base_params
@@ -231,7 +252,8 @@ class SweepRecorder:
     def trial_started(self, trial_id: str, params: dict[str, Any]) -> None:
         full = {**self.base_params, **params}
         self.params[trial_id] = full
-        self._queue.put(_Op("start", trial_id, {"params": full, "tags": self.run_tags}))
+        tags = {**self.run_tags, **(self.protocol(params) if self.protocol else {})}
+        self._queue.put(_Op("start", trial_id, {"params": full, "tags": tags}))
 
     def trial_result(self, trial_id: str, metrics: dict[str, Any]) -> None:
         step = int(metrics["epoch"])

@@ -66,8 +66,10 @@ class _Outputs:
 @click.option(
     "--paper",
     type=click.Choice(list(PAPERS)),
-    help="Compare with the paper's published rows; writes OUT's stem + .PAPER.parquet "
-    "(and .PAPER.md/.csv/.tex with --format, also printed).",
+    help="Compare with the paper's published rows: prints a paper-style table (our row beside "
+    "the paper's, known reproductions, and every way our protocol differs from the paper's) and "
+    "writes it to OUT's stem + .PAPER-table.parquet (.md/.csv/.tex with --format); every "
+    "published value and ours, one per line, go to OUT's stem + .PAPER.parquet.",
 )
 @click.option(
     "--evp",
@@ -134,6 +136,7 @@ def _compute(
     mcnemar_rows: tuple[str, str] | None,
 ) -> _Outputs:
     from results.evp import evp_table, plot_evp
+    from results.paper_table import describe_paper_table, paper_table
     from results.published import comparison_table
     from results.render import render, results_view
     from results.table import build_table
@@ -149,11 +152,16 @@ def _compute(
     if fmt:
         _add_rendering(outputs, out, render(results_view(table), fmt), fmt)
     if paper:
-        comparison = comparison_table(table.to_pandas(), paper)
-        path = out.with_suffix(f".{paper}.parquet")
-        outputs.files.append((path, comparison))
+        frame = table.to_pandas()
+        outputs.files.append((out.with_suffix(f".{paper}.parquet"), comparison_table(frame, paper)))
+        wide = paper_table(frame, paper)
+        wide_path = out.with_suffix(f".{paper}-table.parquet")
+        outputs.files.append((wide_path, wide))
+        text = describe_paper_table(wide, fmt or "md")
         if fmt:
-            _add_rendering(outputs, path, render(comparison.to_pandas(), fmt), fmt)
+            _add_rendering(outputs, wide_path, text, fmt)
+        else:
+            outputs.stdout.append(text)
     if evp:
         curves = evp_table(trials)
         outputs.files += [(evp, plot_evp(curves)), (evp.with_suffix(".parquet"), curves)]

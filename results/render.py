@@ -24,7 +24,7 @@ _VIEW = {
     "k": "k",
     "theta_wm": "params (W+M)",
     "theta_m": "params (M)",
-    "train_accuracy": "train",
+    "train_accuracy_running": "train (running)",
     "dev_accuracy": "dev",
     "dev_accuracy_std": "dev std",
     "test_accuracy": "test",

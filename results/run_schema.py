@@ -27,6 +27,33 @@ TAG_OVERRIDES = "nli.overrides"
 
 TAG_CORPUS = "nli.corpus"  # data.corpus of the sweep, on the parent and every trial run
 
+# A run's protocol fingerprint (nli_models.training.fingerprint), one tag per field on every
+# trial run: nli.protocol.<field>, the value as text ("None" when unset).
+TAG_PROTOCOL_PREFIX = "nli.protocol."
+PROTOCOL_FIELDS = (
+    "corpus",
+    "train_file",
+    "train_size",
+    "train_subsampled_from",
+    "dev_file",
+    "dev_holdout",
+    "dev_size",
+    "test_size",
+    "vectors",
+    "vectors_dim",
+    "vectors_policy",
+    "extend_vocab",
+    "epochs",
+    "max_steps",
+    "patience",
+    "layerwise",
+    "refit_on_train_dev",
+    "init",
+    "optimizer",
+    "lr",
+    "batch_size",
+)
+
 # Trial (child) tags.
 TAG_TRIAL_ID = "nli.trial_id"
 TAG_MODEL_CONFIG = "nli.model_config"  # e.g. "rocktaschel/word_by_word k=100"
@@ -44,14 +71,17 @@ COMMON_PARAMS = ("model", "variant", "lr", "dropout", "l2", "hidden_size", "batc
 
 # Per-epoch metrics (step = epoch). Accuracies are fractions in [0, 1].
 METRIC_TRAIN_LOSS = "train_loss"
-METRIC_TRAIN_ACCURACY = "train_accuracy"
+# The train accuracy is a running average over the epoch's batches as they are trained on (weights
+# changing, dropout on), not an evaluation of the train set: named so, unlike the papers' train
+# accuracy (a "not comparable" difference in the paper comparison).
+METRIC_TRAIN_ACCURACY = "train_accuracy_running"
 METRIC_DEV_LOSS = "dev_loss"
 METRIC_DEV_ACCURACY = "dev_accuracy"
 METRIC_EPOCH_TIME = "epoch_time_s"
 
 # Final trial metrics.
 METRIC_BEST_DEV_ACCURACY = "best_dev_accuracy"
-METRIC_BEST_TRAIN_ACCURACY = "best_train_accuracy"  # train accuracy at the best-on-dev epoch
+METRIC_BEST_TRAIN_ACCURACY = "best_train_accuracy_running"  # running train accuracy, best-dev epoch
 METRIC_BEST_EPOCH = "best_epoch"
 METRIC_EPOCHS_TRAINED = "epochs_trained"
 METRIC_THETA_M = "theta_m"

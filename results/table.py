@@ -73,6 +73,12 @@ COLUMNS: tuple[Column, ...] = (
     Column("experiment", pa.string(), "MLflow experiment (one per sweep spec name)"),
     Column("corpus", pa.string(), "nli.corpus tag: the corpus the row was trained on (snli, sick, ...)"),
     Column(
+        "protocol",
+        pa.string(),
+        "JSON object of the selected run's protocol fingerprint (nli.protocol.* tags: training "
+        "file and size, vectors, budget, init, optimizer, batch size); null for runs without it",
+    ),
+    Column(
         "model_config",
         pa.string(),
         "nli.model_config tag: the architecture a paper-table row describes",
@@ -103,9 +109,10 @@ COLUMNS: tuple[Column, ...] = (
     Column("n_configs", pa.int64(), "distinct hyperparameter configurations (config_key) searched"),
     Column("n_seeds", pa.int64(), "FINISHED seed-runs of the selected configuration"),
     Column(
-        "train_accuracy",
+        "train_accuracy_running",
         pa.float64(),
-        "mean best_train_accuracy (train accuracy at the best dev epoch) over seeds",
+        "mean best_train_accuracy_running over seeds: the running accuracy over the training "
+        "batches of the best dev epoch, not an evaluation of the train set",
     ),
     *_summary_columns("dev_accuracy", "best_dev_accuracy"),
     *_summary_columns("test_accuracy", "test_accuracy (seeds that logged it)"),
@@ -178,6 +185,7 @@ def _row(
     return {
         "experiment": experiment,
         "corpus": best.corpus,
+        "protocol": json.dumps(dict(best.protocol)) if best.protocol else None,
         "model_config": model_config,
         "model": best.record.params.get(PARAM_MODEL),
         "variant": best.record.params.get(PARAM_VARIANT),
@@ -192,7 +200,7 @@ def _row(
         "n_trials": len(group),
         "n_configs": len({t.record.config_key for t in group}),
         "n_seeds": len(seeds),
-        "train_accuracy": _mean(t.metrics.get(METRIC_BEST_TRAIN_ACCURACY) for t in seeds),
+        "train_accuracy_running": _mean(t.metrics.get(METRIC_BEST_TRAIN_ACCURACY) for t in seeds),
         **_summary_fields("dev_accuracy", summarise([t.record.best_dev_accuracy for t in seeds])),
         **_summary_fields(
             "test_accuracy", summarise(_present(m.get(METRIC_TEST_ACCURACY) for m in tests))

@@ -33,6 +33,7 @@ from results.run_schema import (
     TAG_CORPUS,
     TAG_MODEL_CONFIG,
     TAG_PARENT_RUN,
+    TAG_PROTOCOL_PREFIX,
     TAG_ROLE,
     TAG_SELECTED,
 )
@@ -51,6 +52,7 @@ class TrialRun:
     tagged_selected: bool  # nli.selected == "true", as the sweep wrote it
     metrics: Mapping[str, float]  # latest value of every metric except the test ones
     corpus: str | None = None  # nli.corpus: the sweep's data.corpus
+    protocol: Mapping[str, str] | None = None  # nli.protocol.* tags; None for older runs
 
 
 def open_client(tracking_uri: str) -> MlflowClient:
@@ -154,6 +156,12 @@ def _trial(run: Run, experiment: str) -> TrialRun | None:
         tagged_selected=tags.get(TAG_SELECTED, "").lower() == "true",
         metrics=metrics,
         corpus=tags.get(TAG_CORPUS),
+        protocol={
+            k.removeprefix(TAG_PROTOCOL_PREFIX): v
+            for k, v in tags.items()
+            if k.startswith(TAG_PROTOCOL_PREFIX)
+        }
+        or None,
     )
 
 

@@ -279,7 +279,7 @@ def test_one_row_per_model_configuration_with_the_dev_selected_configuration(sto
     assert (wbw["n_trials"], wbw["n_configs"], wbw["n_seeds"]) == (8, 3, 3)
     assert wbw["epochs_trained"] == 10
     assert wbw["total_trial_time_s"] == 5 * 100 + 30 + 5 + 7  # every trial, failed ones too
-    assert wbw["train_accuracy"] == pytest.approx(0.87)
+    assert wbw["train_accuracy_running"] == pytest.approx(0.87)
 
 
 def test_mean_std_and_student_t_interval_over_seeds(rows):

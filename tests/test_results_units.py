@@ -194,7 +194,7 @@ def test_paper_rows_match_only_rows_trained_on_the_papers_corpus():
     frame = pd.DataFrame(
         [
             {"experiment": e, "model_config": "wbw", "corpus": corpus,
-             "hyperparameters": json.dumps(params), "test_accuracy": acc, "train_accuracy": 0.9,
+             "hyperparameters": json.dumps(params), "test_accuracy": acc, "train_accuracy_running": 0.9,
              "dev_accuracy": 0.8, "theta_m": 252_103, "theta_wm": 3_900_000,
              "test_accuracy_per_class": None, "dev_accuracy_per_class": None}
             for e, corpus, acc in (("on-snli", "snli", 0.83), ("on-sick", "sick", 0.5))

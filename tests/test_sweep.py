@@ -51,7 +51,7 @@ def test_grid_sweep_records_parent_and_children(ray_session, workdir):
             assert name in params, name
         assert params["model"] == "decomposable" and params["variant"] == "vanilla"
         grid.add((float(params["lr"]), float(params["dropout"])))
-        for metric in ("train_loss", "train_accuracy", "dev_loss", "dev_accuracy"):
+        for metric in ("train_loss", rs.METRIC_TRAIN_ACCURACY, "dev_loss", "dev_accuracy"):
             assert _history(client, child.info.run_id, metric) == list(range(1, EPOCHS + 1))
         metrics = child.data.metrics
         assert metrics[rs.METRIC_THETA_M] > 0 and metrics[rs.METRIC_THETA_WM] >= metrics[rs.METRIC_THETA_M]

@@ -68,7 +68,10 @@ class VectorsConfig(_Strict):
     hash_buckets: PositiveInt = 100
     seed: int = 0
     extend_vocab: bool = Field(
-        False, description="add dev/test words that have a pretrained vector to the vocabulary"
+        True,
+        description="add dev/test words that have a pretrained vector to the vocabulary (with "
+        "hashed_oov every dev/test word: its vector is its hash bucket's); all four papers use "
+        "the pretrained vector of every word that has one, so this is on for every policy",
     )
 
     @field_validator("source")

@@ -36,7 +36,7 @@ from nli_models.data.vectors import (
 )
 
 # Bump when the preprocessing changes meaning (tokenizer, encoding), so old caches are not used.
-CACHE_VERSION = 1
+CACHE_VERSION = 2  # 2: extend_vocab on by default, hashed_oov extends with every word
 
 
 @dataclass
@@ -217,7 +217,9 @@ def _load_vectors(
     options: VectorsConfig, vocab: Vocabulary, eval_tokens: set[str]
 ) -> tuple[Vocabulary, PretrainedVectors]:
     """One pass over the vectors file: the vocabulary's words plus, with ``extend_vocab``, the
-    dev/test words that are not in it; those with a vector join the vocabulary."""
+    dev/test words that are not in it; those with a vector join the vocabulary, and with
+    ``hashed_oov`` those without one too (Parikh et al. hash every OOV word to a fixed random
+    vector, seen in training or not, so a dev/test word gets its bucket rather than <unk>'s)."""
     candidates = sorted(eval_tokens - vocab.stoi.keys()) if options.extend_vocab else []
     loaded = load_vectors(
         options.source,
@@ -228,7 +230,10 @@ def _load_vectors(
     )
     if candidates:
         found = loaded.found[len(vocab) :]
-        vocab = vocab.extend(word for word, ok in zip(candidates, found, strict=True) if ok)
+        every = options.oov == "hashed_oov"
+        vocab = vocab.extend(
+            word for word, ok in zip(candidates, found, strict=True) if ok or every
+        )
     return vocab, loaded.for_vocab(vocab)
 
 

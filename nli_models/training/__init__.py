@@ -1,6 +1,8 @@
 """Pure PyTorch training: optimizers as the papers use them, early stopping, exact resume."""
 
+from nli_models.training.fingerprint import protocol_fingerprint
 from nli_models.training.metrics import Evaluation, evaluate
+from nli_models.training.refit import refit_and_test, train_plus_dev
 from nli_models.training.trainer import (
     CHECKPOINT_FILE,
     TRIAL_CONFIG_FILE,
@@ -26,5 +28,8 @@ __all__ = [
     "evaluate",
     "make_optimizer",
     "make_trainer",
+    "protocol_fingerprint",
+    "refit_and_test",
     "resolve_device",
+    "train_plus_dev",
 ]

@@ -24,7 +24,7 @@ def _format_epoch(result: EpochResult, epochs: int) -> str:
     marker = " *" if result.is_best else ""
     return (
         f"epoch {result.epoch:>3}/{epochs}  train loss {result.train_loss:.4f} "
-        f"acc {result.train_accuracy:.4f}  dev loss {result.dev_loss:.4f} "
+        f"running acc {result.train_accuracy:.4f}  dev loss {result.dev_loss:.4f} "
         f"acc {result.dev_accuracy:.4f}  ({result.epoch_time_s:.1f}s){marker}"
     )
 
@@ -83,8 +83,12 @@ def train_and_test(
         trainer.load_checkpoint(checkpoint_dir)
         echo(f"resumed after epoch {trainer.state.epoch}")
 
+    # Layerwise training runs the epoch budget once per block.
+    phases = trainer.model.num_blocks if config.training.layerwise else 1
+
     def on_epoch(trainer: Trainer, result: EpochResult) -> None:
-        echo(_format_epoch(result, config.training.epochs))
+        phase = f" [block {trainer.state.phase}/{phases}]" if phases > 1 else ""
+        echo(_format_epoch(result, config.training.epochs * phases) + phase)
         if checkpoint_dir is not None:
             trainer.save_checkpoint(checkpoint_dir)
 

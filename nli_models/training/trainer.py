@@ -2,6 +2,16 @@
 
 The sweep attaches to it through the per-epoch callback; everything needed to resume exactly
 (model, optimizer, epoch, RNG state, best-so-far) goes into one checkpoint file.
+
+Budget: ``training.epochs`` and, optionally, ``training.max_steps`` (optimizer steps, one per
+batch, counted over the whole run), whichever is reached first. The dev set is evaluated, the
+best-on-dev weights kept and the callback (checkpoint) run after every epoch, and after the
+partial epoch in which max_steps is reached, which counts as an epoch of its own in the history.
+
+Layerwise training (``training.layerwise``, Yin et al. §5.1.2) runs one phase per block of a
+model with ``train_blocks_up_to``: phase k trains block k with blocks 1..k-1 frozen. Each phase has
+the epoch budget and patience of a whole run and its own best-on-dev tracking; the next phase
+starts from the previous phase's best-on-dev weights. Epoch numbers run on across phases.
 """
 
 from __future__ import annotations
@@ -47,6 +57,9 @@ class TrainState:
     best_epoch: int = 0
     epochs_without_improvement: int = 0
     history: list[EpochResult] = field(default_factory=list)
+    steps: int = 0  # optimizer steps taken (checkpoints older than this field load as 0)
+    phase: int = 1  # layerwise training: the block being trained
+    phase_start_epoch: int = 0
 
 
 EpochCallback = Callable[["Trainer", EpochResult], None]
@@ -134,6 +147,11 @@ class Trainer:
             torch.bfloat16 if config.precision == "bf16" and self.device.type == "cuda" else None
         )
         self.theta_m, self.theta_wm = count_parameters(model)
+        if config.layerwise and not hasattr(model, "train_blocks_up_to"):
+            raise ValueError(
+                f"training.layerwise needs a model built of blocks (abcnn); "
+                f"{type(model).__name__} has none"
+            )
 
     # -- training -------------------------------------------------------------------------
     def _batches(self, split: str, shuffle: bool, epoch: int = 0):
@@ -153,6 +171,8 @@ class Trainer:
         correct = torch.zeros((), device=self.device, dtype=torch.long)
         seen = 0
         for batch in self._batches("train", shuffle=True, epoch=epoch):
+            if self.steps_exhausted():
+                break
             batch = batch.to(self.device, non_blocking=True)
             with torch.autocast(
                 self.device.type, dtype=self.autocast_dtype, enabled=self.autocast_dtype is not None
@@ -164,6 +184,7 @@ class Trainer:
             if self.config.grad_clip is not None:
                 nn.utils.clip_grad_norm_(self.model.parameters(), self.config.grad_clip)
             self.optimizer.step()
+            self.state.steps += 1
             # Accumulate on the device: a .item() per step would synchronise a GPU every batch.
             total_loss += loss.detach() * len(batch)
             correct += (logits.detach().argmax(dim=1) == batch.label).sum()
@@ -181,12 +202,21 @@ class Trainer:
         )
 
     def fit(self, callback: EpochCallback | None = None) -> TrainState:
-        """Train from the current state up to config.epochs (or early stopping)."""
+        """Train from the current state to the end of the budget (epochs, max_steps, patience;
+        with layerwise, of every phase)."""
         if self.config.num_threads:
             torch.set_num_threads(self.config.num_threads)
         if self.state.epoch == 0:
             seed_everything(self.config.seed)
-        while self.state.epoch < self.config.epochs and not self.should_stop():
+        while True:
+            self._fit_phase(callback)
+            if not self._next_phase():
+                return self.state
+
+    def _fit_phase(self, callback: EpochCallback | None) -> None:
+        if self.config.layerwise:
+            self.model.train_blocks_up_to(self.state.phase)
+        while not self.phase_done():
             epoch = self.state.epoch + 1
             started = time.perf_counter()
             train_loss, train_accuracy = self.train_epoch(epoch)
@@ -215,7 +245,34 @@ class Trainer:
             self.state.history.append(result)
             if callback is not None:
                 callback(self, result)
-        return self.state
+
+    def phase_done(self) -> bool:
+        epochs = self.state.epoch - self.state.phase_start_epoch
+        return epochs >= self.config.epochs or self.should_stop() or self.steps_exhausted()
+
+    def _next_phase(self) -> bool:
+        """Layerwise: move to the next block from this phase's best-on-dev weights."""
+        if not self.config.layerwise or self.steps_exhausted():
+            return False
+        if self.state.phase >= self.model.num_blocks:
+            return False
+        if self.best_model_state is not None:
+            self.model.load_state_dict(self.best_model_state)
+        self.state.phase += 1
+        self.state.phase_start_epoch = self.state.epoch
+        self.state.best_dev_accuracy = -1.0
+        self.state.epochs_without_improvement = 0
+        self.best_model_state = None
+        return True
+
+    def finished(self) -> bool:
+        """Training ended by itself: budget, patience, and (layerwise) the last phase."""
+        last_phase = not self.config.layerwise or self.state.phase >= self.model.num_blocks
+        return self.steps_exhausted() or (last_phase and self.phase_done())
+
+    def steps_exhausted(self) -> bool:
+        limit = self.config.max_steps
+        return limit is not None and self.state.steps >= limit
 
     def should_stop(self) -> bool:
         patience = self.config.patience
