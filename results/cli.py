@@ -191,20 +191,25 @@ def _write(outputs: _Outputs) -> None:
 @click.command("attention")
 @click.argument("run_id")
 @click.option("--pairs", type=click.IntRange(1, 500), default=5, show_default=True,
-              help="how many pairs of the split, in file order")
+              help="the first PAIRS pairs of the split, in file order (unless --pair-ids)")
+@click.option("--pair-ids", default=None, metavar="I,J,...",
+              help="these pairs of the split (0-based indices in file order), e.g. 3,17")
 @click.option("--split", default="dev", show_default=True)
 @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path),
               default=Path("results/plots/attention"), show_default=True)
 @click.option("--tracking-uri", envvar="MLFLOW_TRACKING_URI", default=DEFAULT_TRACKING_URI,
               show_default=True)
-def attention_command(run_id: str, pairs: int, split: str, out_dir: Path, tracking_uri: str) -> None:
-    """Attention heatmaps of a trial run's best-on-dev checkpoint for PAIRS pairs, written as
-    PNGs and logged to the run under attention/."""
-    from results.attention import attention_heatmaps
+def attention_command(
+    run_id: str, pairs: int, pair_ids: str | None, split: str, out_dir: Path, tracking_uri: str
+) -> None:
+    """Attention heatmaps of a trial run's best-on-dev checkpoint, one figure per pair (PNG,
+    PDF and SVG), logged to the run under attention/."""
+    from results.attention import attention_heatmaps, parse_pair_ids
 
     try:
+        chosen = parse_pair_ids(pair_ids) if pair_ids else list(range(pairs))
         client = open_client(tracking_uri)
-        written = attention_heatmaps(client, run_id, pairs, out_dir / run_id, split)
+        written = attention_heatmaps(client, run_id, chosen, out_dir / run_id, split)
     except (ResultsError, MlflowException) as exc:
         raise click.UsageError(str(exc)) from None
     for path in written:

@@ -279,14 +279,14 @@ def test_real_sweep_feeds_results_table_and_attention_maps(ray_session, workdir)
     selected = next(c for c in children if c.data.tags.get(rs.TAG_SELECTED) == "true")
     maps = CliRunner().invoke(
         main,
-        ["attention", selected.info.run_id, "--pairs", "2", "--tracking-uri", uri,
+        ["attention", selected.info.run_id, "--pair-ids", "3,0", "--tracking-uri", uri,
          "--out", str(workdir / "maps")],
     )
     assert maps.exit_code == 0, maps.output
-    pngs = sorted((workdir / "maps" / selected.info.run_id).glob("*.png"))
-    assert len(pngs) == 2 and all(p.stat().st_size > 1000 for p in pngs)
+    figures = sorted(p.name for p in (workdir / "maps" / selected.info.run_id).iterdir())
+    assert figures == [f"attention_dev_{i:05d}.{fmt}" for i in (0, 3) for fmt in ("pdf", "png", "svg")]
     logged = client_for(workdir).list_artifacts(selected.info.run_id, "attention")
-    assert len(logged) == 2
+    assert sorted(a.path.rsplit("/", 1)[-1] for a in logged) == figures
 
 
 def test_ctrl_c_leaves_nothing_running_and_resume_finishes(tmp_path):
