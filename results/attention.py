@@ -22,7 +22,6 @@ from pathlib import Path
 import numpy as np
 import torch
 import yaml
-from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from nli_models.config import RunConfig
@@ -31,10 +30,10 @@ from nli_models.data.batch import Batch
 from nli_models.data.encode import make_batch
 from nli_models.training import CHECKPOINT_FILE, TRIAL_CONFIG_FILE, build_for_data
 from results.errors import ResultsError
+from results.figures import figure_files, new_figure
 from results.run_schema import ARTIFACT_CHECKPOINT_DIR
 
 ATTENTION_ARTIFACT_DIR = "attention"
-FIGURE_FORMATS = ("png", "pdf", "svg")  # PNG to look at, PDF and SVG for a paper
 NULL_TOKEN = "NULL"
 
 _QUERY_LABELS = {"rocktaschel": "$h_N$", "cam": "summary"}  # what a single query row is
@@ -126,10 +125,8 @@ def draw_pair(maps: Sequence[AttentionMap], title: str) -> Figure:
     """The panels side by side on one shared 0-1 colour scale, sized to the words shown."""
     widths = [max(len(m.col_labels), 2) for m in maps]
     height = max(len(m.row_labels) for m in maps)
-    # A bare Figure on the Agg canvas: no pyplot state, no display backend needed.
     width = max(0.32 * sum(widths) + 2.2 * len(maps) + 1.2, 0.1 * len(title) + 1.0, 4.5)
-    figure = Figure(figsize=(width, max(3.2, 0.32 * height + 3.0)), layout="constrained")
-    FigureCanvasAgg(figure)
+    figure = new_figure(width, max(3.2, 0.32 * height + 3.0))
     axes = figure.subplots(1, len(maps), squeeze=False, width_ratios=widths)[0]
     image = None
     for axis, panel in zip(axes, maps, strict=True):
@@ -208,9 +205,8 @@ def attention_heatmaps(
         figure = draw_pair(
             maps, f"{model_name}, {split} pair {pair_id}: gold {gold}, predicted {predicted}"
         )
-        for fmt in FIGURE_FORMATS:
-            path = out_dir / f"attention_{split}_{pair_id:05d}.{fmt}"
-            figure.savefig(path, dpi=200 if fmt == "png" else None)
+        for path, content in figure_files(figure, out_dir / f"attention_{split}_{pair_id:05d}.png"):
+            path.write_bytes(content)
             written.append(path)
     for path in written:
         client.log_artifact(run_id, str(path), ATTENTION_ARTIFACT_DIR)

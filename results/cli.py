@@ -21,6 +21,7 @@ from mlflow.exceptions import MlflowException
 from results.compare import PairedComparison, compare_predictions, describe_comparison, resolve_row
 from results.errors import ResultsError, ResultsWarning
 from results.evp import evp_table, plot_evp
+from results.figures import figure_files
 from results.files import write_output
 from results.published import PAPERS, comparison_table
 from results.render import SUFFIXES, render, results_view
@@ -86,7 +87,8 @@ class _Outputs:
     type=click.Path(dir_okay=False, path_type=Path),
     callback=_suffix(".png"),
     help="Plot expected validation performance (Dodge et al. 2019) per model configuration "
-    "to this PNG; its table goes beside it with suffix .parquet.",
+    "over trials to this PNG, with .pdf and .svg beside it, and over wall-clock hours to "
+    "STEM.hours.png/.pdf/.svg; its table goes beside it with suffix .parquet.",
 )
 @click.option(
     "--mcnemar",
@@ -159,7 +161,9 @@ def _compute(
             _add_rendering(outputs, path, render(comparison.to_pandas(), fmt), fmt)
     if evp:
         curves = evp_table(trials)
-        outputs.files += [(evp, plot_evp(curves)), (evp.with_suffix(".parquet"), curves)]
+        outputs.files += figure_files(plot_evp(curves, "trials"), evp)
+        outputs.files += figure_files(plot_evp(curves, "hours"), evp.with_suffix(".hours.png"))
+        outputs.files.append((evp.with_suffix(".parquet"), curves))
     if mcnemar_rows:
         outputs.stdout.append(describe_comparison(_mcnemar(client, table, *mcnemar_rows)))
     return outputs

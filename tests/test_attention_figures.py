@@ -90,7 +90,7 @@ def test_rocktaschel_word_by_word_figure_ticks_are_the_words(tmp_path):
     assert [t.get_text() for t in axis.get_xticklabels()] == _words(PREMISES[1])
     assert [t.get_text() for t in axis.get_yticklabels()] == _words(HYPOTHESES[1])
     assert axis.get_xlabel() == "premise" and axis.get_ylabel() == "hypothesis"
-    assert axis.get_title(loc="left") == "hypothesis attends to premise"
+    assert axis.get_title() == "hypothesis attends to premise"
     assert any(a.get_label() == "<colorbar>" for a in figure.axes)  # the colour bar
     for fmt in ("png", "pdf", "svg"):
         figure.savefig(tmp_path / f"pair.{fmt}")

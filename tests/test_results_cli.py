@@ -77,6 +77,7 @@ def log_config(client, experiment_id, parent_id, params, seeds, selected, scratc
             rs.TAG_MODEL_CONFIG: rs.model_config_label(full),
             rs.TAG_CONFIG_KEY: config_key(full),
             rs.TAG_EARLY_STOPPED: str(s.early_stopped).lower(),
+            rs.TAG_CORPUS: "snli",
         }
         if selected:
             tags[rs.TAG_SELECTED] = "true"
@@ -392,7 +393,10 @@ def test_paper_comparison_keeps_rows_we_did_not_run(full_run):
 
 def test_expected_validation_performance_plot_and_table(full_run):
     plot = full_run[0].parent / "evp.png"
-    assert plot.read_bytes().startswith(b"\x89PNG")
+    for stem in ("evp", "evp.hours"):  # over trials and over wall-clock hours
+        assert (plot.parent / f"{stem}.png").read_bytes().startswith(b"\x89PNG")
+        assert (plot.parent / f"{stem}.pdf").read_bytes().startswith(b"%PDF")
+        assert b"<svg" in (plot.parent / f"{stem}.svg").read_bytes()[:2000]
     curves = pd.read_parquet(plot.with_suffix(".parquet"))
     wbw = curves[curves["model_config"] == rs.model_config_label(WBW)]
     # FINISHED draws only: 0.80, 0.82, 0.84, 0.79, 0.81, 0.83 (the KILLED 0.99 is no draw)
@@ -400,6 +404,9 @@ def test_expected_validation_performance_plot_and_table(full_run):
     assert wbw["expected_best_dev_accuracy"].iloc[0] == pytest.approx(0.815)
     assert wbw["expected_best_dev_accuracy"].is_monotonic_increasing
     assert wbw["expected_best_dev_accuracy"].iloc[-1] < 0.84
+    assert (wbw["corpus"] == "snli").all()
+    # n x the draws' mean trial time: five of 100 s and the early-stopped one of 30 s
+    assert wbw["budget_hours"].tolist() == pytest.approx([n * 530 / 6 / 3600 for n in range(1, 7)])
 
 
 def test_mcnemar_on_the_selected_runs_predictions(full_run):

@@ -204,3 +204,11 @@ def test_paper_rows_match_only_rows_trained_on_the_papers_corpus():
     wbw = table[(table["row"] == "Word-by-word attention, k=100") & (table["metric"] == "test_accuracy")]
     assert list(wbw["experiment"]) == ["on-snli"]
     assert wbw["ours"].iloc[0] == pytest.approx(83.0)
+
+
+def test_evp_budget_ticks_label_every_trial_count_and_the_ends():
+    from results.evp import budget_ticks
+
+    assert budget_ticks(1, 6, integers=True) == [1, 2, 3, 4, 5, 6]  # was: only 1 and 2
+    assert budget_ticks(1, 40, integers=True) == [1, 2, 5, 10, 20, 40]
+    assert budget_ticks(0.025, 0.147, integers=False) == pytest.approx([0.025, 0.05, 0.1, 0.147])
