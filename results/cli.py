@@ -23,9 +23,10 @@ from results.errors import ResultsError, ResultsWarning
 from results.evp import evp_table, plot_evp
 from results.figures import figure_files
 from results.files import write_output
+from results.predictions import majority_class, read_predictions
 from results.published import PAPERS, comparison_table
-from results.render import SUFFIXES, render, results_view
-from results.table import build_table
+from results.render import SUFFIXES, render, results_view, wide_view
+from results.table import build_table, seed_table
 from results.tracking import (
     download_predictions,
     fetch_test_metrics,
@@ -98,6 +99,14 @@ class _Outputs:
     help="McNemar test of two rows on their selected runs' test predictions, printed to "
     "stdout. A row is its model configuration, or EXPERIMENT:MODEL_CONFIG when ambiguous.",
 )
+@click.option(
+    "--per-seed",
+    is_flag=True,
+    help="Also write OUT's stem + .seeds.parquet (one row per seed of each selected "
+    "configuration) and show those rows under their configuration with --format md/latex.",
+)
+@click.option("--caption", default=None, help="LaTeX caption (--format latex); default: describes the table.")
+@click.option("--label", default=None, help="LaTeX label (--format latex); default: tab:OUT's stem.")
 def results_command(
     experiments: tuple[str, ...],
     tracking_uri: str,
@@ -106,6 +115,9 @@ def results_command(
     paper: str | None,
     evp: Path | None,
     mcnemar_rows: tuple[str, str] | None,
+    per_seed: bool,
+    caption: str | None,
+    label: str | None,
 ) -> None:
     """Build the results table of EXPERIMENT... (default: every experiment with trial runs).
 
@@ -120,7 +132,10 @@ def results_command(
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", ResultsWarning)
         try:
-            outputs = _compute(experiments, tracking_uri, out, fmt, paper, evp, mcnemar_rows)
+            outputs = _compute(
+                experiments, tracking_uri, out, fmt, paper, evp, mcnemar_rows,
+                _TableOptions(per_seed, caption, label),
+            )
         except ResultsError as exc:
             raise click.UsageError(str(exc)) from exc
         except MlflowException as exc:
@@ -143,16 +158,19 @@ def _compute(
     paper: str | None,
     evp: Path | None,
     mcnemar_rows: tuple[str, str] | None,
+    options: _TableOptions,
 ) -> _Outputs:
     client = open_client(tracking_uri)
     chosen = resolve_experiments(client, experiments)
     trials = load_trials(client, chosen)
-    table = build_table(
-        trials, lambda run_id: fetch_test_metrics(client, run_id), [e.name for e in chosen]
-    )
+    fetch = lambda run_id: fetch_test_metrics(client, run_id)  # noqa: E731
+    table = build_table(trials, fetch, [e.name for e in chosen])
     outputs = _Outputs(files=[(out, table)])
+    seeds = seed_table(trials, table, fetch) if options.per_seed else None
+    if seeds is not None:
+        outputs.files.append((out.with_suffix(".seeds.parquet"), seeds))
     if fmt:
-        _add_rendering(outputs, out, render(results_view(table), fmt), fmt)
+        _add_rendering(outputs, out, _render_table(client, table, seeds, out, fmt, options), fmt)
     if paper:
         comparison = comparison_table(table.to_pandas(), paper)
         path = out.with_suffix(f".{paper}.parquet")
@@ -167,6 +185,65 @@ def _compute(
     if mcnemar_rows:
         outputs.stdout.append(describe_comparison(_mcnemar(client, table, *mcnemar_rows)))
     return outputs
+
+
+@dataclass(frozen=True)
+class _TableOptions:
+    per_seed: bool = False
+    caption: str | None = None
+    label: str | None = None
+
+
+def _render_table(
+    client: MlflowClient,
+    table: pa.Table,
+    seeds: pa.Table | None,
+    out: Path,
+    fmt: str,
+    options: _TableOptions,
+) -> str:
+    """Compact view with baseline (and seed) rows for md/LaTeX, the wide numeric view for CSV."""
+    if fmt == "csv":
+        return render(wide_view(table), fmt)
+    frame = results_view(table, seeds, _majority_baselines(client, table))
+    if fmt != "latex":
+        return render(frame, fmt)
+    corpora = ", ".join(sorted({c for c in table.column("corpus").to_pylist() if c})) or "?"
+    return render(
+        frame,
+        fmt,
+        caption=options.caption or default_caption(corpora, options.per_seed),
+        label=options.label or f"tab:{out.stem}",
+    )
+
+
+def default_caption(corpora: str, per_seed: bool) -> str:
+    return (
+        f"Accuracy (%) on {corpora}: for each model, the hyperparameters selected on dev (best "
+        "mean dev accuracy over seeds), train accuracy at the best dev epoch, dev and test "
+        "accuracy as mean ± sample std over seeds and the 95% Student-t interval of the test "
+        "mean; |θ|M counts trainable parameters without word embeddings; the majority-class row "
+        "predicts the test set's most frequent class"
+        + (", and each seed's own row follows its model" if per_seed else "")
+        + "."
+    )
+
+
+def _majority_baselines(client: MlflowClient, table: pa.Table) -> dict[str, tuple[str, float]]:
+    """corpus -> (majority class, its test share), from one selected run's predictions per
+    corpus; corpora whose runs logged no predictions get no baseline row."""
+    baselines: dict[str, tuple[str, float]] = {}
+    rows = [r for r in table.to_pylist() if r["test_accuracy"] is not None and r["corpus"]]
+    for row in rows:
+        if row["corpus"] in baselines:
+            continue
+        with tempfile.TemporaryDirectory() as scratch:
+            try:
+                path = download_predictions(client, row["selected_run_id"], Path(scratch))
+            except ResultsError:
+                continue
+            baselines[row["corpus"]] = majority_class(read_predictions(path))
+    return baselines
 
 
 def _add_rendering(outputs: _Outputs, parquet_path: Path, text: str, fmt: str) -> None:

@@ -353,10 +353,39 @@ def test_parquet_schema_is_typed_and_documented(full_run):
 def test_markdown_goes_to_stdout_and_beside_the_table(full_run):
     out, result = full_run
     markdown = out.with_suffix(".md").read_text()
-    assert markdown.startswith("| experiment | model config | k |")
-    wbw_line = next(line for line in markdown.splitlines() if "word_by_word" in line)
-    assert "| 82.00 | 2.00 |" in wbw_line  # test accuracy and its std, in percent
+    lines = markdown.splitlines()
+    assert lines[0] == (
+        "| corpus | model | selected hyperparameters | \\|θ\\|M | train | dev | test | test 95% CI "
+        "| seeds | trials |"
+    )
+    # The majority-class baseline: 14 of the 40 test examples are entailment.
+    assert lines[2] == "| snli | majority class (entailment) |  |  |  |  | 35.00 |  |  |  |"
+    wbw_line = next(line for line in lines if "word_by_word" in line)
+    # lr is the only param that varies between the row's trials; counts and percent as in papers
+    assert "| lr=1e-3 | 252K | 87.00 | 82.00 ± 2.00 | 82.00 ± 2.00 | [77.03, 86.97] | 3 | 8 |" in wbw_line
     assert markdown in result.stdout
+
+
+def test_searched_hyperparameters_are_the_ones_that_varied(rows):
+    wbw = rows[rs.model_config_label(WBW)]
+    assert json.loads(wbw["searched_hyperparameters"]) == {"lr": 0.001}
+
+
+def test_per_seed_rows_in_a_parquet_and_under_their_model(store, tmp_path):
+    out = tmp_path / "snli.parquet"
+    result = invoke(store, "snli-rocktaschel", "--out", out, "--format", "latex", "--per-seed",
+                    "--label", "tab:main")
+    assert result.exit_code == 0, result.output
+    seeds = pd.read_parquet(out.with_suffix(".seeds.parquet"))
+    wbw = seeds[seeds["model_config"] == rs.model_config_label(WBW)]
+    assert wbw["seed"].tolist() == [1, 2, 3]
+    assert wbw["dev_accuracy"].tolist() == pytest.approx([0.80, 0.82, 0.84])
+    assert wbw["test_accuracy"].tolist() == pytest.approx([0.80, 0.82, 0.84])
+    latex = out.with_suffix(".tex").read_text()
+    assert r"\label{tab:main}" in latex and r"\caption{Accuracy (\%) on snli" in latex
+    body = latex.split(r"\midrule")[1]
+    wbw_at = body.index(r"rocktaschel/word\_by\_word")
+    assert body.index("seed 1", wbw_at) < body.index("seed 2", wbw_at) < body.index("seed 3", wbw_at)
 
 
 @pytest.mark.parametrize(("fmt", "suffix"), [("csv", ".csv"), ("latex", ".tex")])
@@ -370,7 +399,8 @@ def test_csv_and_latex_renderings(store, tmp_path, fmt, suffix):
         frame = pd.read_csv(out.with_suffix(".csv"))
         assert frame.set_index("model config").loc[rs.model_config_label(WBW), "test"] == 82.0
     else:
-        assert text.startswith(r"\begin{tabular}") and r"rocktaschel/word\_by\_word" in text
+        assert text.startswith(r"\begin{table}") and r"rocktaschel/word\_by\_word" in text
+        assert r"\toprule" in text and r"\label{tab:snli}" in text
 
 
 def test_paper_comparison_keeps_rows_we_did_not_run(full_run):
