@@ -125,10 +125,24 @@ def ui(tracking_uri: str | None, port: int) -> None:
 
     uri = tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or DEFAULT_TRACKING_URI
     click.echo(f"MLflow UI for {uri} at http://127.0.0.1:{port} (Ctrl-C stops it)")
+    _echo_sweep_links(uri, f"http://127.0.0.1:{port}")
     env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
     mlflow = str(Path(sys.executable).with_name("mlflow"))
     os.execve(mlflow, [mlflow, "ui", "--backend-store-uri", uri, "--host", "127.0.0.1",
                        "--port", str(port), "--workers", "1"], env)
+
+
+def _echo_sweep_links(tracking_uri: str, base_url: str) -> None:
+    """Each swept experiment's trials view (table and parallel-coordinates chart)."""
+    from orchestrator.tracking import sweep_view_links
+
+    try:
+        links = sweep_view_links(tracking_uri, base_url)
+    except Exception as exc:  # the UI still starts; it shows the same store's error
+        click.echo(f"(could not list the sweeps' views: {exc})", err=True)
+        return
+    for name, (table, chart) in links.items():
+        click.echo(f"  {name}: trials {table}\n  {' ' * len(name)}  chart  {chart}")
 
 
 # -- data -------------------------------------------------------------------------------------

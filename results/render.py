@@ -63,9 +63,16 @@ def format_count(value: float | int | None) -> str:
     return str(value)
 
 
+# Names papers use for a hyperparameter (Rocktäschel et al.'s k is the hidden size).
+_SHORT_NAMES = {"hidden_size": "k"}
+
+
 def format_hyperparameters(values: dict) -> str:
-    """{'lr': 0.0003, 'dropout': 0.1} -> 'lr=3e-4 dropout=0.1' (in the given order)."""
-    return " ".join(f"{name}={short_value(value)}" for name, value in values.items())
+    """{'lr': 0.0003, 'dropout': 0.1, 'hidden_size': 100} -> 'lr=3e-4 dropout=0.1 k=100'
+    (in the given order)."""
+    return " ".join(
+        f"{_SHORT_NAMES.get(name, name)}={short_value(value)}" for name, value in values.items()
+    )
 
 
 def wide_view(table: pa.Table) -> pd.DataFrame:

@@ -19,9 +19,12 @@ from mlflow import MlflowClient
 from mlflow.entities import Experiment, Run
 from mlflow.exceptions import MlflowException
 
+from results.errors import ResultsError, ResultsWarning
+from results.params import as_int
 from results.run_schema import (
     ARTIFACT_TEST_PREDICTIONS,
     CLASS_ACCURACY_PREFIX,
+    CONSTANT_PARAM_PREFIX,
     METRIC_BEST_DEV_ACCURACY,
     METRIC_EPOCHS_TRAINED,
     METRIC_TEST_ACCURACY,
@@ -35,8 +38,6 @@ from results.run_schema import (
     TAG_ROLE,
     TAG_SELECTED,
 )
-from results.errors import ResultsError, ResultsWarning
-from results.params import as_int
 from results.selection import TrialRecord
 
 TRIAL_FILTER = f"tags.`{TAG_ROLE}` = '{ROLE_TRIAL}'"
@@ -127,7 +128,8 @@ def _trial_runs(client: MlflowClient, experiment_id: str) -> Iterator[Run]:
 
 
 def _trial(run: Run, experiment: str) -> TrialRun | None:
-    tags, params = run.data.tags, run.data.params
+    tags = run.data.tags
+    params = {k.removeprefix(CONSTANT_PARAM_PREFIX): v for k, v in run.data.params.items()}
     if TAG_CONFIG_KEY not in tags or TAG_MODEL_CONFIG not in tags:
         warnings.warn(
             f"{experiment}: trial run {run.info.run_id} lacks the {TAG_CONFIG_KEY} or "
