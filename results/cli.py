@@ -18,6 +18,7 @@ import pyarrow as pa
 from mlflow import MlflowClient
 from mlflow.exceptions import MlflowException
 
+from results.analysis import analysis_files, importance_table, top_trials
 from results.compare import PairedComparison, compare_predictions, describe_comparison, resolve_row
 from results.errors import ResultsError, ResultsWarning
 from results.evp import evp_table, plot_evp
@@ -26,11 +27,13 @@ from results.files import write_output
 from results.predictions import majority_class, read_predictions
 from results.published import PAPERS, comparison_table
 from results.render import SUFFIXES, render, results_view, wide_view
+from results.run_schema import ARTIFACT_ANALYSIS_DIR, METRIC_DEV_ACCURACY
 from results.table import build_table, seed_table
 from results.tracking import (
     download_predictions,
     fetch_test_metrics,
     load_trials,
+    metric_histories,
     open_client,
     resolve_experiments,
 )
@@ -53,6 +56,8 @@ class _Outputs:
 
     files: list[tuple[Path, pa.Table | str | bytes]] = field(default_factory=list)
     stdout: list[str] = field(default_factory=list)
+    # (run id, folder whose files are logged, artifact path): logged after the files are written
+    artifacts: list[tuple[str, Path, str]] = field(default_factory=list)
 
 
 @click.command("results")
@@ -105,6 +110,14 @@ class _Outputs:
     help="Also write OUT's stem + .seeds.parquet (one row per seed of each selected "
     "configuration) and show those rows under their configuration with --format md/latex.",
 )
+@click.option(
+    "--analysis",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Write each experiment's hyperparameter importance (Optuna fANOVA, PED-ANOVA), "
+    "parallel coordinates and top-5 learning curves to ANALYSIS/EXPERIMENT/, and log them to "
+    "the sweep's parent run under analysis/.",
+)
 @click.option("--caption", default=None, help="LaTeX caption (--format latex); default: describes the table.")
 @click.option("--label", default=None, help="LaTeX label (--format latex); default: tab:OUT's stem.")
 def results_command(
@@ -118,6 +131,7 @@ def results_command(
     per_seed: bool,
     caption: str | None,
     label: str | None,
+    analysis: Path | None,
 ) -> None:
     """Build the results table of EXPERIMENT... (default: every experiment with trial runs).
 
@@ -134,7 +148,7 @@ def results_command(
         try:
             outputs = _compute(
                 experiments, tracking_uri, out, fmt, paper, evp, mcnemar_rows,
-                _TableOptions(per_seed, caption, label),
+                _TableOptions(per_seed, caption, label, analysis),
             )
         except ResultsError as exc:
             raise click.UsageError(str(exc)) from exc
@@ -147,7 +161,7 @@ def results_command(
             warnings.showwarning(
                 warning.message, warning.category, warning.filename, warning.lineno
             )
-    _write(outputs)
+    _write(outputs, open_client(tracking_uri))
 
 
 def _compute(
@@ -184,7 +198,25 @@ def _compute(
         outputs.files.append((evp.with_suffix(".parquet"), curves))
     if mcnemar_rows:
         outputs.stdout.append(describe_comparison(_mcnemar(client, table, *mcnemar_rows)))
+    if options.analysis:
+        _add_analysis(outputs, client, trials, options.analysis)
     return outputs
+
+
+def _add_analysis(
+    outputs: _Outputs, client: MlflowClient, trials: list, folder: Path
+) -> None:
+    """Per experiment: importance, parallel coordinates and top-k learning curves under
+    FOLDER/EXPERIMENT/, also logged to the parent run of the experiment's best trial."""
+    importance = importance_table(trials)
+    for experiment in sorted({t.experiment for t in trials}):
+        top = top_trials(trials, experiment)
+        histories = metric_histories(client, [t.record.run_id for t in top], METRIC_DEV_ACCURACY)
+        target = folder / experiment
+        outputs.files += analysis_files(trials, importance, histories, experiment, target)
+        parent = next((t.parent_run_id for t in top if t.parent_run_id), None)
+        if parent:
+            outputs.artifacts.append((parent, target, ARTIFACT_ANALYSIS_DIR))
 
 
 @dataclass(frozen=True)
@@ -192,6 +224,7 @@ class _TableOptions:
     per_seed: bool = False
     caption: str | None = None
     label: str | None = None
+    analysis: Path | None = None
 
 
 def _render_table(
@@ -262,10 +295,13 @@ def _mcnemar(client: MlflowClient, table: pa.Table, first: str, second: str) -> 
         return compare_predictions(first, paths[0], second, paths[1])
 
 
-def _write(outputs: _Outputs) -> None:
+def _write(outputs: _Outputs, client: MlflowClient | None = None) -> None:
     for path, content in outputs.files:
         write_output(path, content)
         click.echo(f"wrote {path}", err=True)
+    for run_id, folder, artifact_path in outputs.artifacts:
+        client.log_artifacts(run_id, str(folder), artifact_path)
+        click.echo(f"logged {folder} to run {run_id} under {artifact_path}/", err=True)
     click.echo("\n".join(outputs.stdout), nl=False)
 
 

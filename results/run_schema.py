@@ -111,3 +111,4 @@ RUNS_VIEW_KEY = "nli-trials"  # the view `sweep` and `ui` link to
 ARTIFACT_DATA_RECORD = "provenance/data.json"
 ARTIFACT_ENVIRONMENT = "provenance/environment.json"
 DATASET_CONTEXT = "train"  # mlflow.data.context of the dataset input on every run
+ARTIFACT_ANALYSIS_DIR = "analysis"  # on a parent run: importance, parallel coordinates, curves

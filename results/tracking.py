@@ -53,6 +53,7 @@ class TrialRun:
     tagged_selected: bool  # nli.selected == "true", as the sweep wrote it
     metrics: Mapping[str, float]  # latest value of every metric except the test ones
     corpus: str | None = None  # nli.corpus: the sweep's data.corpus
+    run_name: str | None = None  # e.g. "lr=3e-4 dropout=0.1 seed=1"
 
 
 def open_client(tracking_uri: str) -> MlflowClient:
@@ -157,6 +158,7 @@ def _trial(run: Run, experiment: str) -> TrialRun | None:
         tagged_selected=tags.get(TAG_SELECTED, "").lower() == "true",
         metrics=metrics,
         corpus=tags.get(TAG_CORPUS),
+        run_name=run.info.run_name,
     )
 
 
@@ -181,3 +183,13 @@ def download_predictions(client: MlflowClient, run_id: str, directory: Path) -> 
         raise ResultsError(
             f"run {run_id} has no {ARTIFACT_TEST_PREDICTIONS} artifact: {exc}"
         ) from exc
+
+
+def metric_histories(
+    client: MlflowClient, run_ids: Sequence[str], metric: str
+) -> dict[str, list[tuple[int, float]]]:
+    """run id -> [(step, value)] of one metric, by step (per-epoch curves use step = epoch)."""
+    return {
+        run_id: sorted((m.step, m.value) for m in client.get_metric_history(run_id, metric))
+        for run_id in run_ids
+    }

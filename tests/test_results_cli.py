@@ -480,3 +480,21 @@ def test_mcnemar_needs_the_predictions_artifact(store, tmp_path):
     )
     assert result.exit_code == 2 and rs.ARTIFACT_TEST_PREDICTIONS in result.output
     assert list(tmp_path.iterdir()) == []
+
+
+def test_analysis_importance_parallel_coordinates_and_curves_written_and_logged(store, tmp_path):
+    out = tmp_path / "snli.parquet"
+    folder = tmp_path / "analysis"
+    result = invoke(store, "snli-rocktaschel", "--out", out, "--analysis", folder)
+    assert result.exit_code == 0, result.output
+    importance = pd.read_parquet(folder / "snli-rocktaschel" / "importance.parquet")
+    # lr and the variant are what differs between the experiment's finished trials
+    assert set(importance["param"]) == {"lr", "variant"}
+    assert set(importance["evaluator"]) == {"fanova", "ped_anova"}
+    for _, group in importance.groupby("evaluator"):
+        assert group["importance"].sum() == pytest.approx(1.0)
+    for stem in ("importance", "parallel_coordinates", "learning_curves"):
+        for fmt in ("png", "pdf", "svg"):
+            assert (folder / "snli-rocktaschel" / f"{stem}.{fmt}").stat().st_size > 1000
+    logged = MlflowClient(store.uri).list_artifacts(store.parents["rock"], rs.ARTIFACT_ANALYSIS_DIR)
+    assert f"{rs.ARTIFACT_ANALYSIS_DIR}/parallel_coordinates.png" in [a.path for a in logged]
