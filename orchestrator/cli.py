@@ -10,7 +10,7 @@ from pathlib import Path
 import click
 
 from orchestrator.environment import configure_environment
-from results.cli import attention_command, results_command
+from results.cli import attention_command, report_command, results_command
 
 configure_environment()
 
@@ -168,6 +168,7 @@ def data_download(corpus: str, data_dir: str | None) -> None:
 
 main.add_command(results_command, "results")
 main.add_command(attention_command, "attention")
+main.add_command(report_command, "report")
 
 from orchestrator.cluster_cli import CLUSTER_COMMANDS  # noqa: E402
 

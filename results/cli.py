@@ -154,6 +154,11 @@ def results_command(
             raise click.UsageError(str(exc)) from exc
         except MlflowException as exc:
             raise click.ClickException(f"reading the tracking store failed: {exc}") from exc
+    _echo_warnings(caught)
+    _write(outputs, open_client(tracking_uri))
+
+
+def _echo_warnings(caught: list[warnings.WarningMessage]) -> None:
     for warning in caught:
         if issubclass(warning.category, ResultsWarning):
             click.echo(f"warning: {warning.message}", err=True)
@@ -161,7 +166,6 @@ def results_command(
             warnings.showwarning(
                 warning.message, warning.category, warning.filename, warning.lineno
             )
-    _write(outputs, open_client(tracking_uri))
 
 
 def _compute(
@@ -331,3 +335,30 @@ def attention_command(
         raise click.UsageError(str(exc)) from None
     for path in written:
         click.echo(str(path))
+
+
+@click.command("report")
+@click.argument("experiments", nargs=-1, required=True)
+@click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False, path_type=Path),
+              help="Folder for EXPERIMENT.html, EXPERIMENT.md and EXPERIMENT_files/.")
+@click.option("--tracking-uri", envvar="MLFLOW_TRACKING_URI", default=DEFAULT_TRACKING_URI,
+              show_default=True)
+def report_command(experiments: tuple[str, ...], out_dir: Path, tracking_uri: str) -> None:
+    """A reproducibility report per EXPERIMENT: one self-contained HTML page (and Markdown) with
+    provenance, data, the search, the selection protocol, results with confidence intervals,
+    EVP, importance, learning curves, per-class accuracy, confusion matrices, McNemar and the
+    ACL Rolling Review checklist answered from the record."""
+    from results.report import report_files
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", ResultsWarning)
+        try:
+            client = open_client(tracking_uri)
+            chosen = resolve_experiments(client, experiments)
+            files = [f for e in chosen for f in report_files(client, e, out_dir)]
+        except ResultsError as exc:
+            raise click.UsageError(str(exc)) from None
+        except MlflowException as exc:
+            raise click.ClickException(f"reading the tracking store failed: {exc}") from exc
+    _echo_warnings(caught)
+    _write(_Outputs(files=files))
