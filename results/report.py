@@ -43,7 +43,7 @@ from results.errors import ResultsError
 from results.evp import evp_table, plot_evp
 from results.figures import figure_bytes, new_figure
 from results.predictions import majority_class, read_predictions
-from results.render import format_count, render, results_view
+from results.render import format_count, format_hyperparameters, render, results_view
 from results.table import build_table
 from results.tracking import (
     TrialRun,
@@ -105,7 +105,7 @@ figure{margin:1em 0}
 img{max-width:100%;max-height:460px;border:1px solid #eee}
 figcaption{font-size:.9em;color:#555}
 code,pre{background:#f6f6f6;font-size:.88em}
-pre{padding:.6em;overflow-x:auto}
+pre{padding:.6em;white-space:pre-wrap}
 """
 
 
@@ -508,7 +508,9 @@ def checklist_section(record: Record) -> Section:
         for _, r in frame.iterrows()
     )
     selected = "; ".join(
-        f"{r['model_config']}: {r['hyperparameters']}" for _, r in frame.iterrows()
+        f"{r['model_config']}: "
+        + (format_hyperparameters(json.loads(r["searched_hyperparameters"] or "{}")) or "nothing searched")
+        for _, r in frame.iterrows()
     )
     seeds = ", ".join(f"{r['model_config']}: {r['n_seeds']} seeds" for _, r in frame.iterrows())
     hardware = NOT_RECORDED
@@ -526,8 +528,8 @@ def checklist_section(record: Record) -> Section:
         f"**B6** (statistics of the data: splits): {splits}",
         f"**C1** (parameters, compute budget, infrastructure): {params or NOT_RECORDED}; "
         f"{_hours(compute)} of training over {len(record.trials)} trials; {hardware}",
-        f"**C2** (setup, hyperparameter search, best-found values): see *Hyperparameter search* "
-        f"and *Selection protocol*; selected: {selected or NOT_RECORDED}",
+        "**C2** (setup, hyperparameter search, best-found values): see the sections on the search "
+        f"and the selection protocol; selected (searched values): {selected or NOT_RECORDED}",
         f"**C3** (descriptive statistics: error bars, number of runs): mean ± std and 95% "
         f"Student-t intervals over seeds ({seeds or NOT_RECORDED}); expected validation "
         "performance over the budget; McNemar test between the top models",
