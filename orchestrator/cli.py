@@ -108,11 +108,15 @@ def sweep(spec_path: str, resume: bool, new: bool, address: str | None, verbose:
         )
     click.echo(
         f"sweep finished: {summary.trials} trials ({summary.failed} failed); "
-        f"best dev accuracy {summary.best_dev_accuracy}; test accuracy of the selected "
-        f"configuration {summary.test_accuracy}; MLflow parent run {summary.parent_run_id}"
+        f"best dev accuracy {_percent(summary.best_dev_accuracy)}; test accuracy of the selected "
+        f"configuration {_percent(summary.test_accuracy)}; MLflow parent run {summary.parent_run_id}"
     )
     if summary.failed:
         sys.exit(1)
+
+
+def _percent(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2%}"
 
 
 # -- MLflow UI --------------------------------------------------------------------------------

@@ -298,7 +298,8 @@ def run_sweep(
         run.info.status == "FINISHED" for run in tracker.trial_runs(experiment_id, parent_run_id)
     )
     progress = ProgressPrinter(
-        spec.num_trials(), spec.search.metric, spec.search.mode, already_done=finished_before
+        spec.num_trials(), spec.search.metric, spec.search.mode, already_done=finished_before,
+        epochs_per_trial=spec.training.epochs,
     )
     connected_here = init_ray(address, verbose=verbose > 0)
     try:
@@ -319,6 +320,9 @@ def run_sweep(
     failed = [o for o in outcomes if o.error is not None]
     best_dev = best_test = None
     if not interrupted:  # test data is touched once, for the final selection only
+        progress.phase(
+            "trials ended; selecting on dev and evaluating the selected configuration on test"
+        )
         best_dev, best_test = apply_paper_protocol(
             tracker, spec, data, outcomes, recorder.run_ids, full_params, parent_run_id
         )
