@@ -8,6 +8,7 @@ the best trials learned.
 * Parallel coordinates: one line per finished trial across the searched hyperparameters and
   best dev accuracy, coloured by it.
 * Learning curves: dev accuracy per epoch of the top-k trials by best dev accuracy.
+* Expected validation performance over trials (``results.evp``).
 
 `orchestrate results --analysis DIR` writes them per experiment under DIR/EXPERIMENT/ and logs
 them to the parent run of the experiment's best trial under analysis/; `orchestrate report`
@@ -33,6 +34,7 @@ from matplotlib.cm import ScalarMappable
 from matplotlib.colors import Normalize
 from matplotlib.figure import Figure
 
+from results.evp import evp_table, plot_evp
 from results.figures import figure_files, new_figure
 from results.params import parse_param, short_value
 from results.schema import Column, arrow_table, describe
@@ -235,13 +237,16 @@ def analysis_files(
     folder: Path,
 ) -> list[tuple[Path, pa.Table | bytes]]:
     """One experiment's analysis as files under ``folder``: importance.parquet and the
-    importance, parallel-coordinates and top-k learning-curve figures (PNG, PDF, SVG)."""
+    importance, parallel-coordinates, EVP and top-k learning-curve figures (PNG, PDF, SVG)."""
     mine = importance.filter(pa.compute.equal(importance.column("experiment"), experiment))
     files: list[tuple[Path, pa.Table | bytes]] = [(folder / "importance.parquet", mine)]
     top = top_trials(trials, experiment)
     figures = {
         "importance": plot_importance(importance, experiment),
         "parallel_coordinates": plot_parallel_coordinates(trials, experiment),
+        "evp": plot_evp(evp_table([t for t in trials if t.experiment == experiment]), "trials")
+        if finished([t for t in trials if t.experiment == experiment])
+        else None,
         "learning_curves": plot_learning_curves(
             top, histories, f"{experiment}: dev accuracy of the top {len(top)} trials"
         )

@@ -51,6 +51,7 @@ from results.tracking import (
     fetch_test_metrics,
     load_trials,
     metric_histories,
+    sweep_metric,
 )
 
 NOT_RECORDED = "not recorded"
@@ -263,6 +264,13 @@ def provenance_section(record: Record) -> Section:
                 + (f"{memory / 2**30:.0f} GiB, " if memory else "")
                 + (", ".join(gpus) if gpus else "no GPU"),
                 "device": environment.get("device", NOT_RECORDED),
+                "best dev / test (%)": " / ".join(
+                    "-" if v is None else f"{v * 100:.2f}"
+                    for v in (
+                        sweep_metric(sweep, rs.METRIC_SWEEP_BEST_DEV_ACCURACY),
+                        sweep_metric(sweep, rs.METRIC_SWEEP_TEST_ACCURACY),
+                    )
+                ),
             }
         )
     if rows:

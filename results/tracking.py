@@ -25,6 +25,7 @@ from results.run_schema import (
     ARTIFACT_TEST_PREDICTIONS,
     CLASS_ACCURACY_PREFIX,
     CONSTANT_PARAM_PREFIX,
+    LEGACY_SWEEP_METRICS,
     METRIC_BEST_DEV_ACCURACY,
     METRIC_EPOCHS_TRAINED,
     METRIC_TEST_ACCURACY,
@@ -193,3 +194,12 @@ def metric_histories(
         run_id: sorted((m.step, m.value) for m in client.get_metric_history(run_id, metric))
         for run_id in run_ids
     }
+
+
+def sweep_metric(run: Run, name: str) -> float | None:
+    """A sweep (parent) run's summary metric, e.g. sweep.best_dev_accuracy; stores written before
+    the sweep.* names hold it under the plain trial name (run_schema.LEGACY_SWEEP_METRICS)."""
+    metrics = run.data.metrics
+    if name in metrics:
+        return metrics[name]
+    return metrics.get(LEGACY_SWEEP_METRICS.get(name, name))

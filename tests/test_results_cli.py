@@ -493,7 +493,7 @@ def test_analysis_importance_parallel_coordinates_and_curves_written_and_logged(
     assert set(importance["evaluator"]) == {"fanova", "ped_anova"}
     for _, group in importance.groupby("evaluator"):
         assert group["importance"].sum() == pytest.approx(1.0)
-    for stem in ("importance", "parallel_coordinates", "learning_curves"):
+    for stem in ("importance", "parallel_coordinates", "evp", "learning_curves"):
         for fmt in ("png", "pdf", "svg"):
             assert (folder / "snli-rocktaschel" / f"{stem}.{fmt}").stat().st_size > 1000
     logged = MlflowClient(store.uri).list_artifacts(store.parents["rock"], rs.ARTIFACT_ANALYSIS_DIR)
