@@ -225,6 +225,11 @@ def _hours(seconds: float | None) -> str:
     return NOT_RECORDED if seconds is None else f"{seconds / 3600:.2f} h"
 
 
+def _present(param: str | None) -> str | None:
+    """A logged param, None when absent or logged as the text 'None'."""
+    return None if param in (None, "None") else param
+
+
 def _state(run: Run) -> str:
     state = run.data.tags.get(rs.TAG_SWEEP_STATE, NOT_RECORDED)
     return "completed" if state == "finished" else state  # old stores wrote "finished"
@@ -310,7 +315,8 @@ def data_section(record: Record) -> Section:
             )
         else:
             section.text("No corpus files: the data is generated from its configuration:")
-            section.code(json.dumps(data.get("config"), indent=2))
+            config = {k: v for k, v in (data.get("config") or {}).items() if v not in (None, {}, [])}
+            section.code(json.dumps(config))
         coverage = data.get("vector_coverage")
         section.bullets(
             [
@@ -355,7 +361,7 @@ def search_section(record: Record) -> Section:
                 f"budget: {params.get('budget_trials', NOT_RECORDED)} trials "
                 f"({params.get('grid_size', NOT_RECORDED)} configurations x seeds "
                 f"{params.get('seeds') or search.get('seeds', NOT_RECORDED)}); time budget "
-                f"{params.get('time_budget_s') or search.get('time_budget_s') or 'none'}",
+                f"{_present(params.get('time_budget_s')) or search.get('time_budget_s') or 'none'}",
                 f"space: `{space or NOT_RECORDED}`",
             ]
         )
