@@ -10,6 +10,7 @@ import io
 import platform
 import subprocess
 import sys
+import tempfile
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
@@ -263,6 +264,32 @@ def _link_best(
     describe_best(tracker, spec, spec_path, experiment_id, parent_run_id, best_run, summary)
 
 
+def _log_analysis(tracker: Tracker, experiment_id: str, parent_run_id: str) -> None:
+    """Hyperparameter importance, parallel coordinates, EVP and the top learning curves of the
+    experiment's finished trials, logged to the parent under analysis/ (what `orchestrate
+    results --analysis` writes). An analysis that fails costs a warning, never the sweep."""
+    from results.analysis import analysis_files, importance_table, top_trials
+    from results.files import write_output
+    from results.tracking import load_trials, metric_histories
+
+    try:
+        experiment = tracker.client.get_experiment(experiment_id)
+        trials = load_trials(tracker.client, [experiment])
+        top = top_trials(trials, experiment.name)
+        histories = metric_histories(
+            tracker.client, [t.record.run_id for t in top], rs.METRIC_DEV_ACCURACY
+        )
+        with tempfile.TemporaryDirectory() as folder:
+            files = analysis_files(
+                trials, importance_table(trials), histories, experiment.name, Path(folder)
+            )
+            for path, content in files:
+                write_output(path, content)
+            tracker.client.log_artifacts(parent_run_id, folder, rs.ARTIFACT_ANALYSIS_DIR)
+    except Exception as exc:  # the sweep's results stand without the analysis
+        print(f"warning: the sweep analysis was not logged: {exc}", file=sys.stderr)
+
+
 def run_sweep(
     spec_path: str | Path,
     resume: bool = False,
@@ -328,6 +355,7 @@ def run_sweep(
         )
     if not interrupted:
         _link_best(tracker, spec, Path(spec_path), experiment_id, parent_run_id, best_dev, best_test)
+        _log_analysis(tracker, experiment_id, parent_run_id)
     print(f"trials in the MLflow UI, best on dev first: {link}", file=sys.stderr)
     state = "interrupted" if interrupted else "finished"
     tracker.set_tags(parent_run_id, {rs.TAG_SWEEP_STATE: state})

@@ -40,7 +40,12 @@ def test_grid_sweep_records_parent_and_children(ray_session, workdir):
     for tag in (rs.TAG_SPEC_HASH, rs.TAG_GIT_COMMIT, rs.TAG_GIT_DIRTY, "nli.ray_version", "nli.torch_version"):
         assert parent.data.tags.get(tag), tag
     client = client_for(workdir)
-    assert [a.path for a in client.list_artifacts(parent.info.run_id)] == ["provenance", rs.ARTIFACT_SPEC]
+    assert [a.path for a in client.list_artifacts(parent.info.run_id)] == [
+        rs.ARTIFACT_ANALYSIS_DIR, "provenance", rs.ARTIFACT_SPEC
+    ]
+    analysis = [a.path for a in client.list_artifacts(parent.info.run_id, rs.ARTIFACT_ANALYSIS_DIR)]
+    assert f"{rs.ARTIFACT_ANALYSIS_DIR}/importance.parquet" in analysis
+    assert f"{rs.ARTIFACT_ANALYSIS_DIR}/parallel_coordinates.png" in analysis
     _assert_readable_in_the_mlflow_ui(client, parent, children)
 
     grid = set()
