@@ -586,6 +586,10 @@ def ui_base_url(tracking_uri: str) -> str:
     return "http://127.0.0.1:5000"
 
 
+def _shortened(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
 def sweep_note(spec: SweepSpec, spec_path: str | Path, link: str, best: str | None = None) -> str:
     """The parent run's description (markdown, mlflow.note.content)."""
     params = sweep_params(spec)
@@ -595,7 +599,7 @@ def sweep_note(spec: SweepSpec, spec_path: str | Path, link: str, best: str | No
         f"- search: {params['sampler']} sampler, {params['scheduler']} scheduler, "
         f"{params['grid_size']} configurations x seeds {params['seeds']} = "
         f"{params['budget_trials']} trials",
-        f"- space: `{params['search_space']}`",
+        f"- space: `{_shortened(params['search_space'], 1000)}`",  # tags hold 8000 characters
         f"- selection: best mean {spec.search.metric} over seeds on dev within each model "
         "configuration; test evaluated for the selected configuration only",
         f"- spec: `{Path(spec_path).name}` (artifact {rs.ARTIFACT_SPEC})",
