@@ -101,3 +101,17 @@ def test_pair_ids_are_parsed_and_bad_ones_named():
     assert parse_pair_ids("3, 17,3") == [3, 17]
     with pytest.raises(ResultsError, match="'x'"):
         parse_pair_ids("3,x")
+
+
+def test_bad_pair_ids_are_a_usage_error_before_anything_is_read(tmp_path):
+    from click.testing import CliRunner
+
+    from results.cli import attention_command
+
+    result = CliRunner().invoke(
+        attention_command,
+        ["0123", "--pair-ids", "3,x", "--out", str(tmp_path / "maps"),
+         "--tracking-uri", f"sqlite:///{tmp_path / 'none.db'}"],
+    )
+    assert result.exit_code == 2 and "'x' is not a pair index" in result.output
+    assert not (tmp_path / "maps").exists() and not (tmp_path / "none.db").exists()

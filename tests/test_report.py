@@ -105,3 +105,13 @@ def test_page_renders_in_a_browser(report):
         (report / "snli-rocktaschel.html").as_uri(), report / "page.png", budget_ms=5_000
     )
     assert shot.stat().st_size > 50_000
+
+
+def test_unknown_experiment_is_a_usage_error_and_writes_nothing(store, tmp_path):  # noqa: F811
+    out = tmp_path / "report"
+    result = CliRunner().invoke(
+        report_command, ["no-such-sweep", "--out", str(out), "--tracking-uri", store.uri]
+    )
+    assert result.exit_code == 2
+    assert "unknown experiment(s): no-such-sweep" in result.output
+    assert not out.exists()
