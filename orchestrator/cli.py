@@ -11,7 +11,7 @@ import click
 
 from orchestrator.cli_options import make_overrides, override_options, tracking_uri_option
 from orchestrator.environment import configure_environment
-from results.cli import attention_command, results_command
+from results.cli import attention_command, report_command, results_command
 
 # Before anything imports torch or Ray (OMP_WAIT_POLICY is read when torch loads). Every module
 # imported above is light: `orchestrate --help` loads none of torch, Ray, MLflow (tests/test_cli_ux.py).
@@ -170,11 +170,15 @@ def sweep(spec_path: str, resume: bool, new: bool, address: str | None, verbose:
         )
     click.echo(
         f"sweep finished: {summary.trials} trials ({summary.failed} failed); "
-        f"best dev accuracy {summary.best_dev_accuracy}; test accuracy of the selected "
-        f"configuration {summary.test_accuracy}; MLflow parent run {summary.parent_run_id}"
+        f"best dev accuracy {_percent(summary.best_dev_accuracy)}; test accuracy of the selected "
+        f"configuration {_percent(summary.test_accuracy)}; MLflow parent run {summary.parent_run_id}"
     )
     if summary.failed:
         sys.exit(1)
+
+
+def _percent(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2%}"
 
 
 # -- MLflow UI --------------------------------------------------------------------------------
@@ -205,10 +209,24 @@ def ui(tracking_uri: str | None, port: int) -> None:
         _fail(f"port {port} on 127.0.0.1 is not free ({busy.strerror}): another server (an "
               f"MLflow UI?) uses it; pick another with --port", code=1)
     click.echo(f"MLflow UI for {uri} at http://127.0.0.1:{port} (Ctrl-C stops it)")
+    _echo_sweep_links(uri, f"http://127.0.0.1:{port}")
     env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
     mlflow = str(Path(sys.executable).with_name("mlflow"))
     os.execve(mlflow, [mlflow, "ui", "--backend-store-uri", uri, "--host", "127.0.0.1",
                        "--port", str(port), "--workers", "1"], env)
+
+
+def _echo_sweep_links(tracking_uri: str, base_url: str) -> None:
+    """Each swept experiment's trials view (table and parallel-coordinates chart)."""
+    from orchestrator.tracking import sweep_view_links
+
+    try:
+        links = sweep_view_links(tracking_uri, base_url)
+    except Exception as exc:  # the UI still starts; it shows the same store's error
+        click.echo(f"(could not list the sweeps' views: {exc})", err=True)
+        return
+    for name, (table, chart) in links.items():
+        click.echo(f"  {name}: trials {table}\n  {' ' * len(name)}  chart  {chart}")
 
 
 # -- data -------------------------------------------------------------------------------------
@@ -234,6 +252,7 @@ def data_download(corpus: str, data_dir: str | None) -> None:
 
 main.add_command(results_command, "results")
 main.add_command(attention_command, "attention")
+main.add_command(report_command, "report")
 
 from orchestrator.cluster_cli import CLUSTER_COMMANDS  # noqa: E402
 

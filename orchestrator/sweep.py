@@ -11,6 +11,7 @@ import json
 import platform
 import subprocess
 import sys
+import tempfile
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +24,7 @@ from nli_models.config import Overrides
 from nli_models.data import PreparedData, prepare_data
 from nli_models.training import make_trainer, refit_and_test
 from orchestrator.progress import ProgressPrinter
+from orchestrator.provenance import data_digest, data_record, environment_record
 from orchestrator.ray_adapter import TrialOutcome, init_ray, run_tuner, shutdown_ray
 from orchestrator.spec import (
     SweepSpec,
@@ -32,7 +34,19 @@ from orchestrator.spec import (
     load_spec,
     logged_params,
 )
-from orchestrator.tracking import SweepRecorder, Tracker, host_tags, protocol_tags, spool_file
+from orchestrator.tracking import (
+    SweepRecorder,
+    Tracker,
+    dataset_input,
+    describe_best,
+    describe_sweep,
+    host_tags,
+    log_dataset,
+    log_provenance,
+    protocol_tags,
+    source_tags,
+    spool_file,
+)
 from results import run_schema as rs
 from results.selection import TrialRecord, seed_runs, select_configuration
 
@@ -213,9 +227,9 @@ def apply_paper_protocol(
             best_dev, best_test = dev, test
             best_run = max(seeds, key=lambda o: o.metrics["best_dev_accuracy"])
     if best_dev is not None:
-        summary = {rs.METRIC_BEST_DEV_ACCURACY: best_dev}
+        summary = {rs.METRIC_SWEEP_BEST_DEV_ACCURACY: best_dev}
         if best_test is not None:
-            summary[rs.METRIC_TEST_ACCURACY] = best_test
+            summary[rs.METRIC_SWEEP_TEST_ACCURACY] = best_test
         tracker.log_metrics(parent_run_id, summary)
         if best_run is not None and best_run.trial_id in run_ids:
             tracker.set_tags(parent_run_id, {rs.TAG_BEST_RUN: run_ids[best_run.trial_id]})
@@ -228,6 +242,81 @@ def _close_runs(tracker: Tracker, experiment_id: str, parent_run_id: str, status
         if run.info.status == "RUNNING":
             tracker.terminate(run.info.run_id, "KILLED")
     tracker.terminate(parent_run_id, status)
+
+
+def _describe_for_researchers(
+    tracker: Tracker,
+    spec: SweepSpec,
+    spec_path: Path,
+    data: PreparedData,
+    experiment_id: str,
+    parent_run_id: str,
+    resume: bool,
+) -> tuple[str, dict[str, str], dict]:
+    """What the MLflow UI shows of the sweep: its summary and description, MLflow's source tags,
+    the data and environment records, the dataset input. Returns the trials view's deep link,
+    the source tags and the dataset input for the trial runs."""
+    link = describe_sweep(tracker, spec, spec_path, experiment_id, parent_run_id, resume)
+    sources = source_tags(spec_path, _git_tags()[rs.TAG_GIT_COMMIT])
+    record = data_record(spec.data, data)
+    dataset = dataset_input(record, data_digest(record))
+    if not resume:
+        tracker.set_tags(parent_run_id, sources)
+        device = spec.training.device
+        if device == "auto":
+            device = "cuda" if torch.cuda.is_available() and spec.search.resources.gpu else "cpu"
+        log_provenance(tracker, parent_run_id, record, environment_record(device))
+        log_dataset(tracker, parent_run_id, dataset)
+    print(
+        f"trials in the MLflow UI (`orchestrate ui`), best on dev first: {link}\n"
+        f"hyperparameters against dev accuracy: {link}&compareRunsMode=CHART",
+        file=sys.stderr,
+    )
+    return link, sources, dataset
+
+
+def _link_best(
+    tracker: Tracker,
+    spec: SweepSpec,
+    spec_path: Path,
+    experiment_id: str,
+    parent_run_id: str,
+    best_dev: float | None,
+    best_test: float | None,
+) -> None:
+    best_run = tracker.client.get_run(parent_run_id).data.tags.get(rs.TAG_BEST_RUN)
+    if best_run is None or best_dev is None:
+        return
+    name = tracker.client.get_run(best_run).info.run_name
+    test = "" if best_test is None else f", test {best_test:.2%}"
+    summary = f"{name}: dev {best_dev:.2%}{test}"
+    describe_best(tracker, spec, spec_path, experiment_id, parent_run_id, best_run, summary)
+
+
+def _log_analysis(tracker: Tracker, experiment_id: str, parent_run_id: str) -> None:
+    """Hyperparameter importance, parallel coordinates, EVP and the top learning curves of the
+    experiment's finished trials, logged to the parent under analysis/ (what `orchestrate
+    results --analysis` writes). An analysis that fails costs a warning, never the sweep."""
+    from results.analysis import analysis_files, importance_table, top_trials
+    from results.files import write_output
+    from results.tracking import load_trials, metric_histories
+
+    try:
+        experiment = tracker.client.get_experiment(experiment_id)
+        trials = load_trials(tracker.client, [experiment])
+        top = top_trials(trials, experiment.name)
+        histories = metric_histories(
+            tracker.client, [t.record.run_id for t in top], rs.METRIC_DEV_ACCURACY
+        )
+        with tempfile.TemporaryDirectory() as folder:
+            files = analysis_files(
+                trials, importance_table(trials), histories, experiment.name, Path(folder)
+            )
+            for path, content in files:
+                write_output(path, content)
+            tracker.client.log_artifacts(parent_run_id, folder, rs.ARTIFACT_ANALYSIS_DIR)
+    except Exception as exc:  # the sweep's results stand without the analysis
+        print(f"warning: the sweep analysis was not logged: {exc}", file=sys.stderr)
 
 
 def run_sweep(
@@ -252,21 +341,26 @@ def run_sweep(
     )
     data = prepare_data(spec.data)
     print(f"data: {data.describe()}", file=sys.stderr)
+    link, sources, dataset = _describe_for_researchers(
+        tracker, spec, Path(spec_path), data, experiment_id, parent_run_id, resume
+    )
     base_params = logged_params(spec.base_config())
     recorder = SweepRecorder(
         tracker,
         experiment_id,
         parent_run_id,
         base_params=base_params,
-        run_tags={rs.TAG_CORPUS: spec.data.corpus},
+        run_tags={rs.TAG_CORPUS: spec.data.corpus, **sources},
         spool_path=spool_file(spec.storage_path, parent_run_id),
         protocol=protocol_tags(spec.base_config(), data, spec.search.protocol.refit_on_train_dev),
+        dataset=dataset,
     )
     finished_before = sum(
         run.info.status == "FINISHED" for run in tracker.trial_runs(experiment_id, parent_run_id)
     )
     progress = ProgressPrinter(
-        spec.num_trials(), spec.search.metric, spec.search.mode, already_done=finished_before
+        spec.num_trials(), spec.search.metric, spec.search.mode, already_done=finished_before,
+        epochs_per_trial=spec.training.epochs,
     )
     connected_here = init_ray(address, verbose=verbose > 0)
     try:
@@ -287,9 +381,16 @@ def run_sweep(
     failed = [o for o in outcomes if o.error is not None]
     best_dev = best_test = None
     if not interrupted:  # test data is touched once, for the final selection only
+        progress.phase(
+            "trials ended; selecting on dev and evaluating the selected configuration on test"
+        )
         best_dev, best_test = apply_paper_protocol(
             tracker, spec, data, outcomes, recorder.run_ids, full_params, parent_run_id
         )
+    if not interrupted:
+        _link_best(tracker, spec, Path(spec_path), experiment_id, parent_run_id, best_dev, best_test)
+        _log_analysis(tracker, experiment_id, parent_run_id)
+    print(f"trials in the MLflow UI, best on dev first: {link}", file=sys.stderr)
     state = "interrupted" if interrupted else "finished"
     tracker.set_tags(parent_run_id, {rs.TAG_SWEEP_STATE: state})
     _close_runs(tracker, experiment_id, parent_run_id, "KILLED" if state == "interrupted" else "FINISHED")

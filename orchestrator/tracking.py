@@ -10,6 +10,7 @@ stay queued and are retried; after `max_wait_s` they go to a local spool file (J
 
 from __future__ import annotations
 
+import getpass
 import json
 import os
 import queue
@@ -27,13 +28,15 @@ from pathlib import Path
 from typing import Any
 
 from mlflow import MlflowClient
-from mlflow.entities import Metric, Param, RunTag
+from mlflow.entities import Dataset, DatasetInput, InputTag, Metric, Param, RunTag
+from mlflow.utils.mlflow_tags import MLFLOW_DATASET_CONTEXT
 
 from nli_models.config import RunConfig
 from nli_models.data import PreparedData
 from nli_models.training import protocol_fingerprint
-from orchestrator.spec import apply_hyperparameters, config_key
+from orchestrator.spec import SweepSpec, apply_hyperparameters, config_key
 from results import run_schema as rs
+from results.render import format_hyperparameters
 
 EPOCH_METRICS = (
     rs.METRIC_TRAIN_LOSS,
@@ -231,9 +234,11 @@ class SweepRecorder:
         spool_path: Path,
         max_wait_s: float | None = None,
         protocol: ProtocolTags | None = None,
+        dataset: dict[str, Any] | None = None,
     ):
         self.tracker = tracker
         self.protocol = protocol
+        self.dataset = dataset  # see dataset_input
         self.experiment_id = experiment_id
         self.parent_run_id = parent_run_id
         self.base_params = base_params
@@ -253,7 +258,8 @@ class SweepRecorder:
         full = {**self.base_params, **params}
         self.params[trial_id] = full
         tags = {**self.run_tags, **(self.protocol(params) if self.protocol else {})}
-        self._queue.put(_Op("start", trial_id, {"params": full, "tags": tags}))
+        self._queue.put(_Op("start", trial_id, {"params": full, "tags": tags,
+                                                **trial_start_extras(params, self.dataset)}))
 
     def trial_result(self, trial_id: str, metrics: dict[str, Any]) -> None:
         step = int(metrics["epoch"])
@@ -387,7 +393,7 @@ def send_op(
             run = client.create_run(
                 experiment_id,
                 start_time=op.time_ms,
-                run_name=op.trial_id,
+                run_name=op.data.get("run_name") or op.trial_id,
                 tags={
                     **op.data.get("tags", {}),
                     rs.TAG_ROLE: rs.ROLE_TRIAL,
@@ -398,7 +404,9 @@ def send_op(
                 },
             )
             run_id = run.info.run_id
-            client.log_batch(run_id, params=[Param(k, str(v)) for k, v in sorted(params.items())])
+            client.log_batch(run_id, params=trial_param_entities(params, op.data.get("searched", list(params))))
+            if op.data.get("dataset"):
+                client.log_inputs(run_id, datasets=_dataset_entities(op.data["dataset"]))
         else:
             client.update_run(run_id, status="RUNNING")  # resumed or retried trial
             # A trial restarts from its last checkpoint Tune saved, which can be older than the
@@ -454,3 +462,246 @@ def replay_spool(path: Path, tracking_uri: str, run_ids: dict[str, str] | None =
 def host_tags() -> dict[str, str]:
     return {rs.TAG_HOST: socket.gethostname()}
 
+
+
+# -- the MLflow UI as a researcher's comparison tool -------------------------------------------
+# Trials are named by what the search chose; constants are logged apart (const.<name>); every run
+# carries MLflow's own source/user/commit tags and the dataset it read; the parent run carries the
+# sweep's summary and description, and the experiment a shared runs view the sweep links to.
+
+
+def trial_start_extras(searched: dict[str, Any], dataset: dict[str, Any] | None) -> dict[str, Any]:
+    """What a trial's start operation carries besides its params: run name, which params were
+    searched, the dataset input."""
+    return {"run_name": trial_run_name(searched), "searched": sorted(searched), "dataset": dataset}
+
+
+def trial_run_name(searched: dict[str, Any]) -> str:
+    """'lr=3e-4 dropout=0.1 k=100 seed=1': a trial's searched values, its seed last."""
+    values = {k: v for k, v in searched.items() if k != rs.PARAM_SEED}
+    name = format_hyperparameters(values)
+    if rs.PARAM_SEED in searched:
+        name = f"{name} seed={searched[rs.PARAM_SEED]}".strip()
+    return name or "trial"
+
+
+def trial_param_entities(params: dict[str, Any], searched: list[str]) -> list[Param]:
+    """Searched params under their name, the sweep's constants as const.<name>."""
+    return [
+        Param(k if k in searched else rs.CONSTANT_PARAM_PREFIX + k, str(v))
+        for k, v in sorted(params.items())
+    ]
+
+
+def source_tags(spec_path: str | Path, git_commit: str) -> dict[str, str]:
+    """MLflow's own provenance tags, shown by its UI as the Source, User and Version columns."""
+    return {
+        rs.TAG_MLFLOW_GIT_COMMIT: git_commit,
+        rs.TAG_MLFLOW_USER: getpass.getuser(),
+        rs.TAG_MLFLOW_SOURCE_NAME: f"orchestrate sweep {Path(spec_path).name}",
+        rs.TAG_MLFLOW_SOURCE_TYPE: "LOCAL",
+    }
+
+
+def dataset_input(record: dict[str, Any], digest: str) -> dict[str, Any]:
+    """The dataset input every run of a sweep logs (plain JSON, so it can be spooled)."""
+    files = record.get("files") or {}
+    source = {split: f["path"] for split, f in files.items()} or {"generated": record["corpus"]}
+    return {
+        "name": record["corpus"],
+        "digest": digest,
+        "source_type": "local",
+        "source": json.dumps(source, sort_keys=True),
+        "schema": json.dumps({"premise": "text", "hypothesis": "text", "label": record["labels"]}),
+        "profile": json.dumps(
+            {
+                "splits": record["splits"],
+                "vocabulary_size": record["vocabulary_size"],
+                "vector_coverage": record["vector_coverage"],
+            }
+        ),
+    }
+
+
+def _dataset_entities(dataset: dict[str, Any]) -> list[DatasetInput]:
+    context = InputTag(MLFLOW_DATASET_CONTEXT, rs.DATASET_CONTEXT)
+    return [DatasetInput(Dataset(**dataset), tags=[context])]
+
+
+def sweep_params(spec: SweepSpec) -> dict[str, str]:
+    """The parent run's params: the sweep's summary (see run_schema.SWEEP_PARAMS)."""
+    search = spec.search
+    space = {name: {d.kind: d.values} for name, d in search.space.items()}
+    if search.configurations:
+        space["configurations"] = search.configurations
+    values = {
+        "model": spec.model.name,
+        "variant": spec.model.variant,
+        "corpus": spec.data.corpus,
+        "sampler": search.sampler,
+        "scheduler": search.scheduler.type,
+        "budget_trials": spec.num_trials(),
+        "time_budget_s": search.time_budget_s,
+        "grid_size": spec.grid_size(),
+        "seeds": ",".join(map(str, search.seeds)),
+        "metric": f"{search.metric} ({search.mode})",
+        "search_space": json.dumps(space, default=str)[:6000],  # MLflow's param value limit
+    }
+    return {name: str(values[name]) for name in rs.SWEEP_PARAMS}
+
+
+def runs_view_state(searched: list[str], metric_columns: list[str]) -> str:
+    """A runs view of MLflow 3.17's UI, stored as the experiment tag
+    mlflow.sharedViewState.<key> and opened by ?viewStateShareKey=<key>. The UI (useSharedView
+    State in its bundle) applies the search facets searchFilter/orderByKey/orderByAsc and the view
+    keys selectedColumns, runsHiddenMode, compareRunCharts, ... but drops runsExpanded, so the
+    trials are shown by filtering on the trial role (children whose parent is filtered out are
+    listed flat). The charts view (&compareRunsMode=CHART) opens on a parallel-coordinates chart
+    of the searched hyperparameters against best dev accuracy."""
+    section = "nli-hyperparameters"
+    parallel = {
+        "type": "PARALLEL",
+        "uuid": "nli-parallel-coordinates",
+        "displayName": "searched hyperparameters vs best dev accuracy",
+        "runsCountToCompare": 100,
+        "metricSectionId": section,
+        "deleted": False,
+        "isGenerated": False,
+        "selectedParams": [p for p in searched if p != rs.PARAM_SEED],
+        "selectedMetrics": [rs.METRIC_BEST_DEV_ACCURACY],
+        "showAllRuns": True,
+    }
+    return json.dumps(
+        {
+            "searchFilter": f"tags.`{rs.TAG_ROLE}` = '{rs.ROLE_TRIAL}'",
+            "orderByKey": f"metrics.`{rs.METRIC_BEST_DEV_ACCURACY}`",
+            "orderByAsc": False,
+            "lifecycleFilter": "Active",
+            "selectedColumns": [
+                *(f"metrics.`{m}`" for m in metric_columns),
+                *(f"params.`{p}`" for p in searched),
+                f"tags.`{rs.TAG_MODEL_CONFIG}`",
+            ],
+            "runsHiddenMode": "SHOW_ALL",
+            "compareRunCharts": [parallel],
+            "compareRunSections": [
+                {"uuid": section, "name": "Hyperparameters", "display": True,
+                 "isReordered": False, "deleted": False, "isGenerated": False}
+            ],
+        }
+    )
+
+
+def runs_view_link(base_url: str, experiment_id: str, charts: bool = False) -> str:
+    """The deep link to an experiment's trials in the view written by ``runs_view_state``: its
+    table, or with ``charts`` the parallel-coordinates chart."""
+    return (
+        f"{base_url.rstrip('/')}/#/experiments/{experiment_id}/runs?workflowType=machine_learning"
+        f"&viewStateShareKey={rs.RUNS_VIEW_KEY}" + ("&compareRunsMode=CHART" if charts else "")
+    )
+
+
+def ui_base_url(tracking_uri: str) -> str:
+    """Where the UI of a store is: the tracking server itself, else `orchestrate ui`'s address."""
+    if tracking_uri.startswith(("http://", "https://")):
+        return tracking_uri
+    return "http://127.0.0.1:5000"
+
+
+def _shortened(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def sweep_note(spec: SweepSpec, spec_path: str | Path, link: str, best: str | None = None) -> str:
+    """The parent run's description (markdown, mlflow.note.content)."""
+    params = sweep_params(spec)
+    lines = [
+        f"**{spec.name}**: {params['model']}/{params['variant']} on {params['corpus']}",
+        "",
+        f"- search: {params['sampler']} sampler, {params['scheduler']} scheduler, "
+        f"{params['grid_size']} configurations x seeds {params['seeds']} = "
+        f"{params['budget_trials']} trials",
+        f"- space: `{_shortened(params['search_space'], 1000)}`",  # tags hold 8000 characters
+        f"- selection: best mean {spec.search.metric} over seeds on dev within each model "
+        "configuration; test evaluated for the selected configuration only",
+        f"- spec: `{Path(spec_path).name}` (artifact {rs.ARTIFACT_SPEC})",
+        f"- [trials, best on dev first]({link})",
+    ]
+    if best:
+        lines.append(f"- best: {best}")
+    return "\n".join(lines) + "\n"
+
+
+def describe_sweep(
+    tracker: Tracker,
+    spec: SweepSpec,
+    spec_path: str | Path,
+    experiment_id: str,
+    parent_run_id: str,
+    resume: bool,
+) -> str:
+    """Summary params, description and source tags on the parent; the experiment opens on its
+    runs table and holds the shared trials view. Returns the deep link to that view."""
+    link = runs_view_link(ui_base_url(tracker.tracking_uri), experiment_id)
+    searched = sorted(
+        {*spec.search.space, *(k for c in spec.search.configurations for k in c), rs.PARAM_SEED}
+    )
+    metrics = [rs.METRIC_BEST_DEV_ACCURACY, rs.METRIC_TEST_ACCURACY, rs.METRIC_TRIAL_TIME]
+    client = tracker.client
+    client.set_experiment_tag(experiment_id, rs.EXPERIMENT_TAG_KIND, rs.EXPERIMENT_KIND_ML)
+    client.set_experiment_tag(
+        experiment_id,
+        rs.EXPERIMENT_TAG_SHARED_VIEW_PREFIX + rs.RUNS_VIEW_KEY,
+        runs_view_state(searched, metrics),
+    )
+    if not resume:  # params are immutable: a resumed sweep keeps the ones it started with
+        client.log_batch(
+            parent_run_id, params=[Param(k, v) for k, v in sweep_params(spec).items()]
+        )
+    tracker.set_tags(parent_run_id, {rs.TAG_MLFLOW_NOTE: sweep_note(spec, spec_path, link)})
+    return link
+
+
+def describe_best(
+    tracker: Tracker,
+    spec: SweepSpec,
+    spec_path: str | Path,
+    experiment_id: str,
+    parent_run_id: str,
+    best_run_id: str,
+    summary: str,
+) -> None:
+    """Add the best trial, as a link to its run page, to the parent's description."""
+    base = ui_base_url(tracker.tracking_uri).rstrip("/")
+    run_link = f"{base}/#/experiments/{experiment_id}/runs/{best_run_id}"
+    link = runs_view_link(base, experiment_id)
+    note = sweep_note(spec, spec_path, link, best=f"[{summary}]({run_link})")
+    tracker.set_tags(parent_run_id, {rs.TAG_MLFLOW_NOTE: note})
+
+
+def log_provenance(
+    tracker: Tracker, run_id: str, data: dict[str, Any], environment: dict[str, Any]
+) -> None:
+    tracker.log_text(run_id, json.dumps(data, indent=2), rs.ARTIFACT_DATA_RECORD)
+    tracker.log_text(run_id, json.dumps(environment, indent=2), rs.ARTIFACT_ENVIRONMENT)
+
+
+def log_dataset(tracker: Tracker, run_id: str, dataset: dict[str, Any]) -> None:
+    tracker.client.log_inputs(run_id, datasets=_dataset_entities(dataset))
+
+
+def sweep_view_links(tracking_uri: str, base_url: str) -> dict[str, tuple[str, str]]:
+    """experiment name -> (trials table link, chart link) for every experiment holding the view
+    a sweep writes; an SQLite file that does not exist yet is not created."""
+    if tracking_uri.startswith("sqlite:///"):
+        if not Path(tracking_uri.removeprefix("sqlite:///").split("?")[0]).exists():
+            return {}
+    key = rs.EXPERIMENT_TAG_SHARED_VIEW_PREFIX + rs.RUNS_VIEW_KEY
+    experiments = MlflowClient(tracking_uri).search_experiments(filter_string=f"tags.`{key}` != ''")
+    return {
+        e.name: (
+            runs_view_link(base_url, e.experiment_id),
+            runs_view_link(base_url, e.experiment_id, charts=True),
+        )
+        for e in sorted(experiments, key=lambda e: e.name)
+    }

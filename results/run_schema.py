@@ -107,3 +107,41 @@ def model_config_label(params: dict) -> str:
     head = f"{params['model']}/{params.get('variant', '-')}"
     arch = " ".join(f"{k}={params[k]}" for k in ARCHITECTURE_PARAMS if k in params)
     return f"{head} {arch}".strip()
+
+
+# -- What a researcher reads in the MLflow UI (orchestrator.tracking writes, results reads) -----
+# Params of a trial that the search did not vary are logged as const.<name>, the searched ones
+# (and the seed) under their plain name; readers strip the prefix (old stores have none).
+CONSTANT_PARAM_PREFIX = "const."
+# Sweep (parent) summary metrics, named apart from the trials' curves. Stores written before
+# they existed hold the plain names: read LEGACY_SWEEP_METRICS[name] when name is absent.
+METRIC_SWEEP_BEST_DEV_ACCURACY = "sweep.best_dev_accuracy"
+METRIC_SWEEP_TEST_ACCURACY = "sweep.test_accuracy"
+LEGACY_SWEEP_METRICS = {
+    METRIC_SWEEP_BEST_DEV_ACCURACY: METRIC_BEST_DEV_ACCURACY,
+    METRIC_SWEEP_TEST_ACCURACY: METRIC_TEST_ACCURACY,
+}
+# Sweep (parent) params: the sweep's summary, searchable and shown as columns.
+SWEEP_PARAMS = (
+    "model", "variant", "corpus", "sampler", "scheduler", "budget_trials", "time_budget_s",
+    "grid_size", "seeds", "metric", "search_space",
+)
+# MLflow's own tags, which its UI shows (Source, User, Version columns; the run description).
+TAG_MLFLOW_GIT_COMMIT = "mlflow.source.git.commit"
+TAG_MLFLOW_USER = "mlflow.user"
+TAG_MLFLOW_SOURCE_NAME = "mlflow.source.name"
+TAG_MLFLOW_SOURCE_TYPE = "mlflow.source.type"
+TAG_MLFLOW_NOTE = "mlflow.note.content"
+TAG_MLFLOW_RUN_NAME = "mlflow.runName"
+# Experiment tags: the UI opens an experiment of this kind on its runs table (not GenAI's
+# overview), and reads a shared runs view (columns, filter, order) from the second.
+EXPERIMENT_TAG_KIND = "mlflow.experimentKind"
+EXPERIMENT_KIND_ML = "custom_model_development"
+EXPERIMENT_TAG_SHARED_VIEW_PREFIX = "mlflow.sharedViewState."
+RUNS_VIEW_KEY = "nli-trials"  # the view `sweep` and `ui` link to
+# Provenance the sweep writes on its parent run (JSON): data files and their SHA-256, split
+# sizes, vocabulary and vector coverage; package versions, hardware and device.
+ARTIFACT_DATA_RECORD = "provenance/data.json"
+ARTIFACT_ENVIRONMENT = "provenance/environment.json"
+DATASET_CONTEXT = "train"  # mlflow.data.context of the dataset input on every run
+ARTIFACT_ANALYSIS_DIR = "analysis"  # on a parent run: importance, parallel coordinates, curves
