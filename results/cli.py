@@ -267,7 +267,7 @@ def _render_table(
 def default_caption(corpora: str, per_seed: bool) -> str:
     return (
         f"Accuracy (%) on {corpora}: for each model, the hyperparameters selected on dev (best "
-        "mean dev accuracy over seeds), train accuracy at the best dev epoch, dev and test "
+        "mean dev accuracy over seeds), running train accuracy over the best dev epoch, dev and test "
         "accuracy as mean ± sample std over seeds and the 95% Student-t interval of the test "
         "mean; |θ|M counts trainable parameters without word embeddings; the majority-class row "
         "predicts the test set's most frequent class"

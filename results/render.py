@@ -122,7 +122,7 @@ def results_view(
                     json.loads(row["searched_hyperparameters"] or "{}")
                 ),
                 "|θ|M": format_count(row["theta_m"]),
-                "train": _percent(row["train_accuracy"]),
+                "train (running)": _percent(row["train_accuracy_running"]),
                 "dev": _mean_std(row["dev_accuracy"], row["dev_accuracy_std"]),
                 "test": _mean_std(row["test_accuracy"], row["test_accuracy_std"]),
                 "test 95% CI": _interval(row["test_accuracy_ci95_low"], row["test_accuracy_ci95_high"]),
@@ -141,13 +141,13 @@ def results_view(
                         "experiment": row["experiment"],
                         "corpus": row["corpus"],
                         "model": f"  seed {seed['seed']}",
-                        "train": _percent(seed["train_accuracy"]),
+                        "train (running)": _percent(seed["train_accuracy_running"]),
                         "dev": _percent(seed["dev_accuracy"]),
                         "test": _percent(seed["test_accuracy"]),
                     }
                 )
     columns = [
-        "corpus", "model", "selected hyperparameters", "|θ|M", "train", "dev", "test",
+        "corpus", "model", "selected hyperparameters", "|θ|M", "train (running)", "dev", "test",
         "test 95% CI", "seeds", "trials",
     ]
     if show_experiment:

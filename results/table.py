@@ -232,7 +232,11 @@ SEED_COLUMNS: tuple[Column, ...] = (
     Column("model_config", pa.string(), "nli.model_config of the row"),
     Column("seed", pa.int64(), "param seed"),
     Column("run_id", pa.string(), "the seed's trial run"),
-    Column("train_accuracy", pa.float64(), "best_train_accuracy of the seed's run"),
+    Column(
+        "train_accuracy_running",
+        pa.float64(),
+        "best_train_accuracy_running of the seed's run (running accuracy over its best-dev epoch)",
+    ),
     Column("dev_accuracy", pa.float64(), "best_dev_accuracy of the seed's run"),
     Column("test_accuracy", pa.float64(), "test_accuracy of the seed's run; null if not logged"),
 )
@@ -257,7 +261,7 @@ def seed_table(trials: Sequence[TrialRun], table: pa.Table, test_metrics: TestMe
                     "model_config": key[1],
                     "seed": trial.record.seed,
                     "run_id": trial.record.run_id,
-                    "train_accuracy": trial.metrics.get(METRIC_BEST_TRAIN_ACCURACY),
+                    "train_accuracy_running": trial.metrics.get(METRIC_BEST_TRAIN_ACCURACY),
                     "dev_accuracy": trial.record.best_dev_accuracy,
                     "test_accuracy": test_metrics(trial.record.run_id).get(METRIC_TEST_ACCURACY),
                 }

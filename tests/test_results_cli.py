@@ -355,7 +355,7 @@ def test_markdown_goes_to_stdout_and_beside_the_table(full_run):
     markdown = out.with_suffix(".md").read_text()
     lines = markdown.splitlines()
     assert lines[0] == (
-        "| corpus | model | selected hyperparameters | \\|θ\\|M | train | dev | test | test 95% CI "
+        "| corpus | model | selected hyperparameters | \\|θ\\|M | train (running) | dev | test | test 95% CI "
         "| seeds | trials |"
     )
     # The majority-class baseline: 14 of the 40 test examples are entailment.
