@@ -9,6 +9,7 @@ from pathlib import Path
 
 import click
 
+from nli_models.errors import InputError, mask_secrets
 from orchestrator.environment import configure_environment
 from results.cli import attention_command, results_command
 
@@ -18,11 +19,23 @@ EXIT_BAD_INPUT = 2
 
 
 def _fail(message: str, code: int = EXIT_BAD_INPUT) -> None:
-    click.echo(f"error: {message}", err=True)
+    click.echo(f"error: {mask_secrets(message)}", err=True)
     sys.exit(code)
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class _Commands(click.Group):
+    """The one place bad input becomes `error: MESSAGE` and exit 2, whichever command (or
+    subcommand) raised it, with no traceback and with passwords in URIs masked."""
+
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except InputError as exc:
+            click.echo(f"error: {mask_secrets(str(exc))}", err=True)
+            ctx.exit(EXIT_BAD_INPUT)
+
+
+@click.group(cls=_Commands, context_settings={"help_option_names": ["-h", "--help"]})
 def main() -> None:
     """Hyperparameter sweeps for NLI models on Ray Tune, Optuna and MLflow."""
 
@@ -107,7 +120,8 @@ def sweep(spec_path: str, resume: bool, new: bool, address: str | None, verbose:
             code=1,
         )
     click.echo(
-        f"sweep finished: {summary.trials} trials ({summary.failed} failed); "
+        f"sweep finished: {summary.trials} trials ({summary.failed} failed, "
+        f"{summary.diverged} diverged); "
         f"best dev accuracy {summary.best_dev_accuracy}; test accuracy of the selected "
         f"configuration {summary.test_accuracy}; MLflow parent run {summary.parent_run_id}"
     )
@@ -118,7 +132,7 @@ def sweep(spec_path: str, resume: bool, new: bool, address: str | None, verbose:
 # -- MLflow UI --------------------------------------------------------------------------------
 @main.command()
 @click.option("--tracking-uri", default=None, help="default: MLFLOW_TRACKING_URI or sqlite:///mlruns.db")
-@click.option("--port", default=5000, show_default=True)
+@click.option("--port", type=click.IntRange(1, 65535), default=5000, show_default=True)
 def ui(tracking_uri: str | None, port: int) -> None:
     """Start the MLflow UI on the configured store, on 127.0.0.1."""
     from orchestrator.spec import DEFAULT_TRACKING_URI

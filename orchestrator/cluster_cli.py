@@ -14,6 +14,8 @@ from pathlib import Path
 
 import click
 
+from nli_models.errors import mask_secrets
+
 ADDRESS_HELP = "Ray dashboard of the head node (default: RAY_ADDRESS or http://127.0.0.1:8265)"
 
 
@@ -86,7 +88,7 @@ def submit_command(spec_path, address, tracking_uri, resume, new, working_dir, e
     click.echo(job)
     click.echo(
         f"submitted sweep {submission.spec_name!r} to {address} as job {job} "
-        f"(working dir {submission.runtime_env['working_dir']}; MLflow {submission.tracking_uri})\n"
+        f"(working dir {submission.runtime_env['working_dir']}; MLflow {mask_secrets(submission.tracking_uri)})\n"
         f"  follow:  orchestrate logs {job} --address {address} --follow\n"
         f"  status:  orchestrate jobs --address {address}\n"
         f"  stop:    orchestrate stop {job} --address {address}\n"

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from nli_models.errors import mask_secrets
 from orchestrator.environment import DEFAULTS
 
 DEFAULT_ADDRESS = "http://127.0.0.1:8265"
@@ -289,7 +290,7 @@ def build_submission(
         metadata={
             "nli.spec": relative,
             "nli.spec_name": spec.name,
-            "nli.tracking_uri": uri,
+            "nli.tracking_uri": mask_secrets(uri),
             "nli.storage_path": spec.search.storage_path or "",
         },
         submission_id=job_id,

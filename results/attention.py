@@ -16,11 +16,18 @@ import matplotlib.pyplot as plt  # noqa: E402
 import torch  # noqa: E402
 import yaml  # noqa: E402
 
-from nli_models.config import RunConfig  # noqa: E402
+from nli_models.config import RunConfig, validate_config  # noqa: E402
 from nli_models.data import iterate_batches, prepare_data  # noqa: E402
-from nli_models.training import CHECKPOINT_FILE, TRIAL_CONFIG_FILE, build_for_data  # noqa: E402
-from results.run_schema import ARTIFACT_CHECKPOINT_DIR  # noqa: E402
+from nli_models.errors import InputError  # noqa: E402
+from nli_models.strict import load_yaml  # noqa: E402
+from nli_models.training import (  # noqa: E402
+    CHECKPOINT_FILE,
+    TRIAL_CONFIG_FILE,
+    build_for_data,
+    read_checkpoint,
+)
 from results.errors import ResultsError  # noqa: E402
+from results.run_schema import ARTIFACT_CHECKPOINT_DIR  # noqa: E402
 
 ATTENTION_ARTIFACT_DIR = "attention"
 
@@ -46,21 +53,36 @@ def _axes_of(name: str) -> tuple[str, str]:
     return "premise", "hypothesis"  # ABCNN attention matrices: rows s0, columns s1
 
 
-def load_trial(run_id: str, client) -> tuple[RunConfig, dict, Path]:
-    local = Path(tempfile.mkdtemp(prefix="nli-attention-"))
-    try:
-        folder = Path(client.download_artifacts(run_id, ARTIFACT_CHECKPOINT_DIR, str(local)))
-    except Exception as exc:  # MLflow raises several types for a missing artifact
-        raise ResultsError(f"run {run_id} has no '{ARTIFACT_CHECKPOINT_DIR}' artifact: {exc}") from None
-    if not (folder / TRIAL_CONFIG_FILE).exists():
-        raise ResultsError(f"run {run_id}: checkpoint artifact lacks {TRIAL_CONFIG_FILE}")
-    config = RunConfig.model_validate(yaml.safe_load((folder / TRIAL_CONFIG_FILE).read_text()))
-    payload = torch.load(folder / CHECKPOINT_FILE, map_location="cpu", weights_only=False)
-    return config, payload, local
+def load_trial(run_id: str, client) -> tuple[RunConfig, dict]:
+    """The run's training config and checkpoint payload (tensors and plain values only: a
+    checkpoint holding anything else is refused unread, see read_checkpoint)."""
+    with tempfile.TemporaryDirectory(prefix="nli-attention-") as local:
+        try:
+            folder = Path(client.download_artifacts(run_id, ARTIFACT_CHECKPOINT_DIR, local))
+        except Exception as exc:  # MLflow raises several types for a missing artifact
+            raise ResultsError(
+                f"run {run_id} has no '{ARTIFACT_CHECKPOINT_DIR}' artifact: {exc}"
+            ) from None
+        if not (folder / TRIAL_CONFIG_FILE).exists():
+            raise ResultsError(f"run {run_id}: checkpoint artifact lacks {TRIAL_CONFIG_FILE}")
+        source = f"run {run_id}: {ARTIFACT_CHECKPOINT_DIR}/{TRIAL_CONFIG_FILE}"
+        try:
+            raw = load_yaml((folder / TRIAL_CONFIG_FILE).read_text())
+        except yaml.YAMLError as exc:
+            raise ResultsError(f"{source}: not valid YAML: {exc}") from None
+        config = validate_config(RunConfig, raw, source)
+        try:
+            payload = read_checkpoint(folder / CHECKPOINT_FILE)
+        except InputError as exc:  # name the run, not the temporary download folder
+            raise ResultsError(
+                f"run {run_id}: {ARTIFACT_CHECKPOINT_DIR}/"
+                f"{str(exc).removeprefix(str(folder) + '/')}"
+            ) from None
+    return config, payload
 
 
 def attention_heatmaps(client, run_id: str, pairs: int, out_dir: Path, split: str = "dev") -> list[Path]:
-    config, payload, _ = load_trial(run_id, client)
+    config, payload = load_trial(run_id, client)
     data = prepare_data(config.data)
     if split not in data.splits:
         raise ResultsError(f"split {split!r} not in the run's data (has {', '.join(data.splits)})")

@@ -4,27 +4,33 @@ from nli_models.training.metrics import Evaluation, evaluate
 from nli_models.training.trainer import (
     CHECKPOINT_FILE,
     TRIAL_CONFIG_FILE,
+    CheckpointRefused,
     DeviceUnavailable,
     EpochResult,
     Trainer,
+    TrainingDiverged,
     TrainState,
     build_for_data,
     make_optimizer,
     make_trainer,
+    read_checkpoint,
     resolve_device,
 )
 
 __all__ = [
     "CHECKPOINT_FILE",
     "TRIAL_CONFIG_FILE",
+    "CheckpointRefused",
     "DeviceUnavailable",
     "EpochResult",
     "Evaluation",
     "TrainState",
+    "TrainingDiverged",
     "Trainer",
     "build_for_data",
     "evaluate",
     "make_optimizer",
     "make_trainer",
+    "read_checkpoint",
     "resolve_device",
 ]
