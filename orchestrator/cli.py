@@ -60,6 +60,7 @@ def models(as_json: bool) -> None:
 def train(config_path: str, checkpoint_dir: str | None, resume: bool) -> None:
     """Train one configuration (the YAML format of a sweep, without the search block)."""
     from nli_models.config import ConfigError, load_run_config
+    from nli_models.training import TrainingDiverged
     from nli_models.training.recipe import train_and_test
 
     try:
@@ -76,6 +77,8 @@ def train(config_path: str, checkpoint_dir: str | None, resume: bool) -> None:
         train_and_test(config, checkpoint_dir=checkpoint_dir, resume=resume, echo=click.echo)
     except (FileNotFoundError, ValueError) as exc:
         _fail(str(exc))
+    except TrainingDiverged as exc:
+        _fail(f"{config_path}: {exc}; lower training.lr or set training.grad_clip", code=1)
 
 
 # -- validate / sweep -------------------------------------------------------------------------
@@ -120,8 +123,10 @@ def sweep(spec_path: str, resume: bool, new: bool, address: str | None, verbose:
             code=1,
         )
     click.echo(
-        f"sweep finished: {summary.trials} trials ({summary.failed} failed, "
-        f"{summary.diverged} diverged); "
+        f"sweep finished: {summary.trials} trials ({summary.failed} failed)"
+        + (f", {summary.diverged} diverged (loss NaN/inf; never selected)" if summary.diverged
+           else "")
+        + "; "
         f"best dev accuracy {summary.best_dev_accuracy}; test accuracy of the selected "
         f"configuration {summary.test_accuracy}; MLflow parent run {summary.parent_run_id}"
     )

@@ -156,24 +156,30 @@ class Tracker:
     """MlflowClient calls that a sweep makes, keyed by the names in run_schema."""
 
     def __init__(self, tracking_uri: str):
+        """Opens the store: a database store is opened (created and migrated when new, under a
+        lock) here, so a bad URI is InputError and an unreachable database TrackingUnavailable,
+        both within seconds."""
         check_tracking_uri(tracking_uri)
         self.tracking_uri = tracking_uri
-        self.client = MlflowClient(tracking_uri=tracking_uri)
+        self._raise_unavailable(_probe_database(tracking_uri))
+        try:
+            with _store_creation_lock(tracking_uri):
+                self.client = MlflowClient(tracking_uri=tracking_uri)
+        except Exception as exc:  # MLflow and SQLAlchemy raise many types for a bad store
+            self._raise_unavailable(str(exc))
 
     def check_reachable(self) -> None:
-        """Opens the store (creating a new SQLite store once, under a lock) or raises
-        TrackingUnavailable within seconds."""
         error = None
         if self.tracking_uri.startswith(("http://", "https://")):
             error = _probe_http(self.tracking_uri)
-        else:
-            error = _probe_database(self.tracking_uri)
         if error is None:
             try:
-                with _store_creation_lock(self.tracking_uri):
-                    self.client.search_experiments(max_results=1)
+                self.client.search_experiments(max_results=1)
             except Exception as exc:  # any transport or store error means we cannot log
                 error = str(exc)
+        self._raise_unavailable(error)
+
+    def _raise_unavailable(self, error: str | None) -> None:
         if error is not None:
             raise TrackingUnavailable(
                 f"MLflow tracking store {mask_secrets(self.tracking_uri)} is unreachable: "

@@ -177,8 +177,8 @@ class Trainer:
             ):
                 logits = self.model(*batch.inputs())
             loss = nn.functional.cross_entropy(logits.float(), batch.label)
-            if check_each_step and not math.isfinite(float(loss)):
-                raise TrainingDiverged(epoch, step, float(loss))
+            if check_each_step and not math.isfinite(float(loss.detach())):
+                raise TrainingDiverged(epoch, step, float(loss.detach()))
             self.optimizer.zero_grad(set_to_none=True)
             loss.backward()
             if self.config.grad_clip is not None:
