@@ -18,6 +18,8 @@ import pyarrow as pa
 from mlflow import MlflowClient
 from mlflow.exceptions import MlflowException
 
+from nli_models.errors import InputError
+from nli_models.outputs import check_output_path
 from results.compare import PairedComparison, compare_predictions, describe_comparison, resolve_row
 from results.errors import ResultsError, ResultsWarning
 from results.evp import evp_table, plot_evp
@@ -119,7 +121,9 @@ def results_command(
         warnings.simplefilter("always", ResultsWarning)
         try:
             outputs = _compute(experiments, tracking_uri, out, fmt, paper, evp, mcnemar_rows)
-        except ResultsError as exc:
+            for path, _ in outputs.files:  # every file checked before the first is written
+                check_output_path(path, "--evp" if path in (evp, _evp_table(evp)) else "--out")
+        except (ResultsError, InputError) as exc:
             raise click.UsageError(str(exc)) from exc
         except MlflowException as exc:
             raise click.ClickException(f"reading the tracking store failed: {exc}") from exc
@@ -159,10 +163,14 @@ def _compute(
             _add_rendering(outputs, path, render(comparison.to_pandas(), fmt), fmt)
     if evp:
         curves = evp_table(trials)
-        outputs.files += [(evp, plot_evp(curves)), (evp.with_suffix(".parquet"), curves)]
+        outputs.files += [(evp, plot_evp(curves)), (_evp_table(evp), curves)]
     if mcnemar_rows:
         outputs.stdout.append(describe_comparison(_mcnemar(client, table, *mcnemar_rows)))
     return outputs
+
+
+def _evp_table(evp: Path | None) -> Path | None:
+    return evp.with_suffix(".parquet") if evp is not None else None
 
 
 def _add_rendering(outputs: _Outputs, parquet_path: Path, text: str, fmt: str) -> None:
@@ -203,6 +211,7 @@ def attention_command(run_id: str, pairs: int, split: str, out_dir: Path, tracki
     from results.attention import attention_heatmaps
 
     try:
+        check_output_path(out_dir / run_id, "--out", folder=True)
         client = open_client(tracking_uri)
         written = attention_heatmaps(client, run_id, pairs, out_dir / run_id, split)
     except (ResultsError, MlflowException) as exc:
