@@ -20,7 +20,7 @@ import torch
 
 from nli_models.data import PreparedData, prepare_data
 from nli_models.errors import InputError, mask_secrets
-from nli_models.training import make_trainer
+from nli_models.training import check_fits_data, make_trainer
 from orchestrator.progress import ProgressPrinter
 from orchestrator.ray_adapter import (
     TrialOutcome,
@@ -231,6 +231,8 @@ def run_sweep(
     if resume and tracker.find_experiment(spec.name) is None:
         raise SweepExists(f"experiment {spec.name!r} holds no sweep to resume; drop --resume")
     data = prepare_data(spec.data)
+    for configuration in spec.search.configurations or [{}]:
+        check_fits_data(apply_hyperparameters(spec.base_config(), configuration), data)
     connected_here = init_ray(address, verbose=verbose > 0)
     try:
         check_resources(spec.search.resources.cpu, spec.search.resources.gpu)

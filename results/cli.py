@@ -120,6 +120,9 @@ def results_command(
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", ResultsWarning)
         try:
+            check_output_path(out, "--out")  # before the store is read: fails in a second
+            if evp is not None:
+                check_output_path(evp, "--evp")
             outputs = _compute(experiments, tracking_uri, out, fmt, paper, evp, mcnemar_rows)
             for path, _ in outputs.files:  # every file checked before the first is written
                 check_output_path(path, "--evp" if path in (evp, _evp_table(evp)) else "--out")

@@ -96,15 +96,22 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def build_for_data(config: RunConfig, data: PreparedData) -> nn.Module:
-    """Build the configured model for prepared data; loads pretrained vectors when present."""
-    embedding_dim = data.embedding_dim or config.model.args.get("embedding_dim", 300)
+def check_fits_data(config: RunConfig, data: PreparedData) -> None:
+    """InputError when the model's embedding_dim contradicts the word vectors' dimension (a sweep
+    checks this before its first trial, so that no trial fails on it)."""
     configured = config.model.args.get("embedding_dim")
     if data.embedding_dim and configured is not None and configured != data.embedding_dim:
-        raise ValueError(
+        raise InputError(
             f"model.args.embedding_dim={configured} but the word vectors "
-            f"({config.data.vectors.source}) have dimension {data.embedding_dim}"
+            f"({config.data.vectors.source}) have dimension {data.embedding_dim}; "
+            f"set model.args.embedding_dim: {data.embedding_dim} or leave it out"
         )
+
+
+def build_for_data(config: RunConfig, data: PreparedData) -> nn.Module:
+    """Build the configured model for prepared data; loads pretrained vectors when present."""
+    check_fits_data(config, data)
+    embedding_dim = data.embedding_dim or config.model.args.get("embedding_dim", 300)
     kwargs = config.model.build_kwargs(len(data.vocab), len(data.labels), embedding_dim)
     model = build_model(config.model.name, **kwargs)
     if data.embedding_init is not None:
