@@ -180,14 +180,26 @@ def stop_command(job_id, address):
 @click.option("--workers", default=1, show_default=True, type=click.IntRange(1, 64))
 @click.option("--allowed-hosts", default=None,
               help="Host headers MLflow accepts (default: localhost and private IPs)")
-def server_command(backend_store_uri, artifacts_destination, host, port, workers, allowed_hosts):
+@click.option("--basic-auth", is_flag=True,
+              help="require a username and password (MLflow's basic-auth app); the admin is "
+                   "MLFLOW_TRACKING_USERNAME / MLFLOW_TRACKING_PASSWORD from the environment")
+def server_command(backend_store_uri, artifacts_destination, host, port, workers, allowed_hosts,
+                   basic_auth):
     """Run the MLflow tracking server that sweeps log to (--tracking-uri http://HOST:PORT)."""
+    import tempfile
+
     from orchestrator import tracking_server as ts
 
     try:
         ts.check_backend(backend_store_uri)
         artifacts = ts.artifacts_location(artifacts_destination)
-        argv, env = ts.server_command(backend_store_uri, artifacts, host, port, workers, allowed_hosts)
+        auth = None
+        if basic_auth:
+            # A private folder for the auth app's ini file, which the server reads after exec.
+            auth = ts.basic_auth_settings(backend_store_uri, Path(tempfile.mkdtemp(prefix="nli-auth-")))
+        argv, env = ts.server_command(
+            backend_store_uri, artifacts, host, port, workers, allowed_hosts, auth
+        )
     except ts.ServerError as exc:
         _fail(str(exc), exc.exit_code)
     click.echo(
