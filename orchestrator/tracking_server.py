@@ -51,6 +51,9 @@ def basic_auth_settings(backend_store_uri: str, folder: Path) -> dict[str, str]:
             f"--basic-auth: set {USERNAME_ENV} and {PASSWORD_ENV} (the admin's credentials; "
             "sweeps log with the same variables) in the environment, not on the command line"
         )
+    if len(password) < 12:
+        raise ServerInputError(f"--basic-auth: {PASSWORD_ENV} must be at least 12 characters "
+                               "(MLflow's rule for the admin password)")
     config = folder / "basic_auth.ini"
     config.write_text(
         "[mlflow]\n"

@@ -20,7 +20,7 @@ from tests.sweep_helpers import ORCHESTRATE, run_orchestrate, write_spec
 
 pytest.importorskip("flask_wtf", reason="MLflow's basic-auth app needs Flask-WTF")
 
-USER, PASSWORD = "nli-admin", "pw-Ab3%xyz"
+USER, PASSWORD = "nli-admin", "pw-Ab3%xyz-long-enough"
 
 
 def _free_port() -> int:
@@ -39,6 +39,8 @@ def _get(url: str, auth: tuple[str, str] | None = None) -> int:
             return response.status
     except urllib.error.HTTPError as error:
         return error.code
+    except OSError:  # not listening yet
+        return 0
 
 
 @pytest.fixture
@@ -63,6 +65,18 @@ def auth_server(tmp_path):
     process.wait(timeout=30)
     log.close()
     assert PASSWORD not in (tmp_path / "server.log").read_text()
+
+
+def test_basic_auth_needs_credentials_in_the_environment(tmp_path):
+    for password in ("", "short"):
+        result = run_orchestrate(
+            ["server", "--backend-store-uri", f"sqlite:///{tmp_path / 's.db'}", "--basic-auth",
+             "--artifacts-destination", str(tmp_path / "a")],
+            cwd=tmp_path, timeout=120,
+            env={"MLFLOW_TRACKING_USERNAME": USER, "MLFLOW_TRACKING_PASSWORD": password},
+        )
+        assert result.returncode == 2, result.stderr
+        assert "MLFLOW_TRACKING_PASSWORD" in result.stderr and "Traceback" not in result.stderr
 
 
 def test_basic_auth_refuses_requests_without_credentials(auth_server):
