@@ -143,7 +143,7 @@ def ui(tracking_uri: str | None, port: int) -> None:
     from orchestrator.spec import DEFAULT_TRACKING_URI
 
     uri = tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or DEFAULT_TRACKING_URI
-    click.echo(f"MLflow UI for {uri} at http://127.0.0.1:{port} (Ctrl-C stops it)")
+    click.echo(f"MLflow UI for {mask_secrets(uri)} at http://127.0.0.1:{port} (Ctrl-C stops it)")
     env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
     mlflow = str(Path(sys.executable).with_name("mlflow"))
     os.execve(mlflow, [mlflow, "ui", "--backend-store-uri", uri, "--host", "127.0.0.1",

@@ -105,7 +105,9 @@ def _open_parent(tracker: Tracker, spec: SweepSpec, spec_path: Path, resume: boo
         **host_tags(),
     }
     parent_run_id = tracker.start_sweep(experiment_id, f"sweep-{spec.name}", tags)
-    tracker.log_text(parent_run_id, Path(spec_path).read_text(), rs.ARTIFACT_SPEC)
+    # The spec as written, but with no password of a tracking URI in it (artifacts are readable
+    # by everyone who can read the experiment).
+    tracker.log_text(parent_run_id, mask_secrets(Path(spec_path).read_text()), rs.ARTIFACT_SPEC)
     return experiment_id, parent_run_id
 
 

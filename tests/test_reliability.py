@@ -5,8 +5,10 @@ that start together, and a retried trial says so on its run."""
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import torch
@@ -15,7 +17,15 @@ from mlflow import MlflowClient
 
 from nli_models.training import CHECKPOINT_FILE, TRIAL_CONFIG_FILE
 from results import run_schema as rs
-from tests.sweep_helpers import ORCHESTRATE, client_for, run_orchestrate, runs_of, write_spec
+from tests.sweep_helpers import (
+    ORCHESTRATE,
+    client_for,
+    kill_session,
+    run_orchestrate,
+    runs_of,
+    start_orchestrate,
+    write_spec,
+)
 
 TINY = {
     "name": "tiny",
@@ -164,3 +174,48 @@ def test_concurrent_sweeps_on_a_new_sqlite_store(tmp_path):
         experiment = client.get_experiment_by_name(f"race{i}")
         runs = client.search_runs([experiment.experiment_id])
         assert sorted(r.info.status for r in runs) == ["FINISHED", "FINISHED"]
+
+
+def _trial_worker_pids(session: int) -> list[int]:
+    """Ray worker processes of the sweep's session that run a trial (Tune's function trainable)."""
+    found = subprocess.run(["ps", "-s", str(session), "-o", "pid=,args="], capture_output=True, text=True)
+    return [int(line.split()[0]) for line in found.stdout.splitlines()
+            if "ray::" in line and ("ImplicitFunc" in line or "Trainable" in line)]
+
+
+def test_sigkilled_trial_worker_leaves_its_trace_on_the_run(tmp_path):
+    spec = write_spec(tmp_path, {
+        "name": "killed-worker",
+        "training": {"epochs": 4},
+        "data": {"toy": {"size": 3000}},
+        "search": {"space": {"lr": {"grid": [0.003]}, "dropout": {"grid": [0.0]}}, "max_failures": 1},
+    })
+    log = tmp_path / "sweep.log"
+    process = start_orchestrate(["sweep", str(spec)], cwd=tmp_path, log=log)
+    try:
+        deadline = time.monotonic() + 300
+        while True:  # one epoch recorded: the trial has a checkpoint to resume from
+            assert process.poll() is None, log.read_text()
+            assert time.monotonic() < deadline, log.read_text()
+            try:
+                _, children = runs_of(tmp_path, "killed-worker")
+            except AssertionError:  # no experiment yet
+                children = []
+            if children and rs.METRIC_DEV_ACCURACY in children[0].data.metrics:
+                break
+            time.sleep(1)
+        workers = _trial_worker_pids(process.pid)
+        assert workers, subprocess.run(["ps", "-s", str(process.pid), "-o", "pid=,args="],
+                                       capture_output=True, text=True).stdout
+        for pid in workers:
+            os.kill(pid, signal.SIGKILL)
+        assert process.wait(timeout=400) == 0, log.read_text()
+    finally:
+        if process.poll() is None:
+            kill_session(process)
+    _, children = runs_of(tmp_path, "killed-worker")
+    tags = children[0].data.tags
+    assert children[0].info.status == "FINISHED"
+    assert tags[rs.TAG_RETRIES] == "1"
+    assert int(tags[rs.TAG_RESUMED_FROM_EPOCH]) >= 1
+    assert "died" in tags[rs.TAG_RETRY_CAUSE].lower() or "killed" in tags[rs.TAG_RETRY_CAUSE].lower(), tags
