@@ -28,8 +28,12 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
+from sweep_helpers import ORCHESTRATE
 
-from tests.sweep_helpers import ORCHESTRATE
+TESTS = Path(__file__).resolve().parent
+REPO_ROOT = TESTS.parent
+# The module fixture runs every case (minutes on a busy machine) inside the first test.
+pytestmark = pytest.mark.timeout(1500)
 
 # -- the workspace --------------------------------------------------------------------------------
 
@@ -435,13 +439,15 @@ def outcomes(tmp_path_factory) -> list[dict]:
     build_workspace(ws)
     report = root / "report.json"
     env = {**os.environ, "NLI_DATA_DIR": str(root / "data-cache"), "MLFLOW_TRACKING_URI": f"sqlite:///{ws / 'mlruns.db'}"}
+    # This module and the code under test importable in the child, as they are here.
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT), str(TESTS), env.get("PYTHONPATH", "")])
     code = (
-        "import json, sys; from pathlib import Path; from tests.test_bad_inputs import run_cases; "
+        "import json, sys; from pathlib import Path; from test_bad_inputs import run_cases; "
         "run_cases(Path(sys.argv[1]), json.loads(sys.argv[2]), Path(sys.argv[3]))"
     )
     finished = subprocess.run(
         [sys.executable, "-c", code, str(ws), json.dumps(ARGVS), str(report)],
-        env=env, capture_output=True, text=True, timeout=900,
+        env=env, capture_output=True, text=True, timeout=1400,
     )
     assert finished.returncode == 0, finished.stderr[-5000:]
     assert not (root / "code-ran").exists()  # the poisoned checkpoint ran nothing

@@ -14,10 +14,7 @@ from pathlib import Path
 import torch
 import yaml
 from mlflow import MlflowClient
-
-from nli_models.training import CHECKPOINT_FILE, TRIAL_CONFIG_FILE
-from results import run_schema as rs
-from tests.sweep_helpers import (
+from sweep_helpers import (
     ORCHESTRATE,
     client_for,
     kill_session,
@@ -26,6 +23,9 @@ from tests.sweep_helpers import (
     start_orchestrate,
     write_spec,
 )
+
+from nli_models.training import CHECKPOINT_FILE, TRIAL_CONFIG_FILE
+from results import run_schema as rs
 
 TINY = {
     "name": "tiny",

@@ -15,8 +15,7 @@ import urllib.error
 import urllib.request
 
 import pytest
-
-from tests.sweep_helpers import ORCHESTRATE, run_orchestrate, write_spec
+from sweep_helpers import ORCHESTRATE, run_orchestrate, write_spec
 
 pytest.importorskip("flask_wtf", reason="MLflow's basic-auth app needs Flask-WTF")
 
