@@ -94,20 +94,38 @@ def _probe_database(uri: str) -> str | None:
 
 @contextlib.contextmanager
 def _store_creation_lock(uri: str):
-    """Held while MLflow opens (creates, migrates) a SQLite store: two sweeps starting together on
-    a new file would both run the schema migration and leave it broken for good. A lock file
-    beside the database; a server-backed store is created by the server itself."""
-    if not uri.startswith("sqlite:///"):
-        yield
-        return
-    database = Path(uri.removeprefix("sqlite:///").split("?")[0])
-    database.parent.mkdir(parents=True, exist_ok=True)
-    with open(f"{database}.lock", "a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
+    """Held while MLflow opens (creates, migrates) a database store: sweeps starting together on a
+    new database would all run the schema migration and leave it broken for good. SQLite: a lock
+    file beside the database; PostgreSQL: a session-level advisory lock in the database itself
+    (sweeps on several machines). A store behind `orchestrate server` is created by the server."""
+    scheme = urllib.parse.urlsplit(uri).scheme.split("+")[0]
+    if scheme == "sqlite" and uri.startswith("sqlite:///"):
+        database = Path(uri.removeprefix("sqlite:///").split("?")[0])
+        database.parent.mkdir(parents=True, exist_ok=True)
+        with open(f"{database}.lock", "a") as handle:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(handle, fcntl.LOCK_UN)
+    elif scheme == "postgresql":
+        import sqlalchemy
+
+        engine = sqlalchemy.create_engine(uri, connect_args={"connect_timeout": int(PROBE_TIMEOUT_S)})
         try:
-            yield
+            with engine.connect() as connection:
+                connection.execute(sqlalchemy.text("SELECT pg_advisory_lock(:key)"), {"key": _PG_LOCK_KEY})
+                try:
+                    yield
+                finally:
+                    connection.execute(sqlalchemy.text("SELECT pg_advisory_unlock(:key)"), {"key": _PG_LOCK_KEY})
         finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+            engine.dispose()
+    else:
+        yield
+
+
+_PG_LOCK_KEY = 0x6E6C6931  # "nli1": one advisory lock id for creating an MLflow store
 
 
 def default_max_wait_s() -> float:

@@ -6,11 +6,15 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
+import urllib.request
+import uuid
 from pathlib import Path
 
+import pytest
 import torch
 import yaml
 from mlflow import MlflowClient
@@ -131,24 +135,10 @@ def test_diverging_trial_is_stopped_recorded_and_never_selected(tmp_path):
 def test_sweeps_starting_together_on_a_new_sqlite_store_all_succeed(tmp_path):
     """Without the creation lock, processes opening a new store together race MLflow's schema
     migration and the store is broken for good. Four processes open it the way a sweep does."""
-    store = tmp_path / "mlruns.db"
-    script = (
-        "import sys\nfrom orchestrator.tracking import Tracker\n"
-        "t = Tracker(sys.argv[1]); t.check_reachable(); print(t.experiment_id(sys.argv[2]))\n"
-    )
-    processes = [
-        subprocess.Popen(
-            [sys.executable, "-c", script, f"sqlite:///{store}", f"together{i}"],
-            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        )
-        for i in range(4)
-    ]
-    outputs = [p.communicate(timeout=300) for p in processes]
-    for process, (_out, err) in zip(processes, outputs, strict=True):
-        assert process.returncode == 0, err
-        assert "Traceback" not in err
-    names = {e.name for e in MlflowClient(tracking_uri=f"sqlite:///{store}").search_experiments()}
-    assert {f"together{i}" for i in range(4)} <= names
+    store = f"sqlite:///{tmp_path / 'mlruns.db'}"
+    names = [f"together{i}" for i in range(4)]
+    _open_together(store, names, tmp_path)
+    assert set(names) <= {e.name for e in MlflowClient(tracking_uri=store).search_experiments()}
 
 
 def test_concurrent_sweeps_on_a_new_sqlite_store(tmp_path):
@@ -219,3 +209,96 @@ def test_sigkilled_trial_worker_leaves_its_trace_on_the_run(tmp_path):
     assert tags[rs.TAG_RETRIES] == "1"
     assert int(tags[rs.TAG_RESUMED_FROM_EPOCH]) >= 1
     assert "died" in tags[rs.TAG_RETRY_CAUSE].lower() or "killed" in tags[rs.TAG_RETRY_CAUSE].lower(), tags
+
+
+# -- the same against PostgreSQL ------------------------------------------------------------------
+PG = "postgres@127.0.0.1:5432"
+
+
+@pytest.fixture
+def fresh_postgres():
+    """A new, empty database on the local PostgreSQL (trust auth); skipped where there is none."""
+    psycopg2 = pytest.importorskip("psycopg2", reason="psycopg2 is not installed")
+    try:
+        admin = psycopg2.connect(host="127.0.0.1", port=5432, user="postgres", dbname="postgres",
+                                 connect_timeout=5)
+    except psycopg2.OperationalError as exc:
+        pytest.skip(f"no PostgreSQL at 127.0.0.1:5432 ({exc})")
+    admin.autocommit = True
+    name = f"nli_store_{uuid.uuid4().hex[:10]}"
+    admin.cursor().execute(f"CREATE DATABASE {name}")
+    try:
+        yield f"postgresql://{PG}/{name}"
+    finally:
+        admin.cursor().execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+        admin.close()
+
+
+def _open_together(uri: str, names: list[str], cwd: Path) -> None:
+    script = (
+        "import sys\nfrom orchestrator.tracking import Tracker\n"
+        "t = Tracker(sys.argv[1]); t.check_reachable(); print(t.experiment_id(sys.argv[2]))\n"
+    )
+    processes = [
+        subprocess.Popen([sys.executable, "-c", script, uri, name], cwd=cwd,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for name in names
+    ]
+    for process in processes:
+        _out, err = process.communicate(timeout=300)
+        assert process.returncode == 0, err
+        assert "Traceback" not in err
+
+
+def test_sweeps_starting_together_on_a_new_postgres_store_all_succeed(fresh_postgres, tmp_path):
+    names = [f"pg{i}" for i in range(4)]
+    _open_together(fresh_postgres, names, tmp_path)
+    found = {e.name for e in MlflowClient(tracking_uri=fresh_postgres).search_experiments()}
+    assert set(names) <= found
+
+
+def test_sweeps_starting_together_on_a_new_server_over_postgres(fresh_postgres, tmp_path):
+    """`orchestrate server` creates its database before it answers; sweeps started at once
+    against it (as soon as it answers) all record their runs."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    url = f"http://127.0.0.1:{port}"
+    server = start_orchestrate(
+        ["server", "--backend-store-uri", fresh_postgres, "--artifacts-destination",
+         str(tmp_path / "artifacts"), "--port", str(port)],
+        cwd=tmp_path, log=tmp_path / "server.log",
+    )
+    try:
+        deadline = time.monotonic() + 180
+        while True:
+            assert server.poll() is None, (tmp_path / "server.log").read_text()
+            assert time.monotonic() < deadline, "the server did not come up"
+            try:
+                urllib.request.urlopen(f"{url}/health", timeout=2).close()
+                break
+            except OSError:
+                time.sleep(0.5)
+        processes = []
+        for i in range(3):
+            folder = tmp_path / f"w{i}"
+            folder.mkdir()
+            spec = write_spec(folder, {
+                "name": f"served{i}", "training": {"epochs": 1},
+                "search": {"space": {"lr": {"grid": [0.003]}, "dropout": {"grid": [0.0]}},
+                           "tracking_uri": url},
+            })
+            processes.append(subprocess.Popen(
+                [ORCHESTRATE, "sweep", str(spec)], cwd=folder, stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE, text=True, env={**os.environ, **_env(folder)},
+            ))
+        for process in processes:
+            _out, err = process.communicate(timeout=600)
+            assert process.returncode == 0, err
+        client = MlflowClient(tracking_uri=url)
+        for i in range(3):
+            experiment = client.get_experiment_by_name(f"served{i}")
+            runs = client.search_runs([experiment.experiment_id])
+            assert sorted(r.info.status for r in runs) == ["FINISHED", "FINISHED"]
+    finally:
+        kill_session(server)
