@@ -8,25 +8,25 @@ from __future__ import annotations
 
 import copy
 import re
+import typing
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, Field, ValidationError, model_validator
 
 from nli_models.data.config import DataConfig
 from nli_models.errors import InputError
 from nli_models.registry import build_model, check_config, model_names, model_variants
+from nli_models.strict import StrictModel, check_finite, load_yaml
 
 
 class ConfigError(InputError):
     """A config file is unreadable or invalid; the message names the file and the field."""
 
 
-class ModelConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class ModelConfig(StrictModel):
     name: str
     variant: str | None = None
     args: dict[str, Any] = Field(default_factory=dict)
@@ -43,6 +43,7 @@ class ModelConfig(BaseModel):
                 f"unknown variant {self.variant!r} for model {self.name!r}; "
                 f"valid variants: {', '.join(variants) or '(none)'}"
             )
+        check_finite(self.args, "args")
         for reserved in ("vocab_size", "num_classes", "variant"):
             if reserved in self.args:
                 raise ValueError(
@@ -65,9 +66,7 @@ class ModelConfig(BaseModel):
         build_model(self.name, **kwargs)
 
 
-class TrainingConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class TrainingConfig(StrictModel):
     optimizer: Literal["adam", "adagrad"] = "adam"
     lr: float = Field(1e-3, gt=0)
     l2: float = Field(0.0, ge=0)
@@ -92,10 +91,8 @@ class TrainingConfig(BaseModel):
     num_threads: int | None = Field(None, ge=1, description="torch CPU threads")
 
 
-class RunConfig(BaseModel):
+class RunConfig(StrictModel):
     """A training config: `orchestrate train` runs exactly this."""
-
-    model_config = ConfigDict(extra="forbid")
 
     name: str = Field(pattern=r"^[A-Za-z0-9_.\-]+$")
     model: ModelConfig
@@ -103,13 +100,43 @@ class RunConfig(BaseModel):
     training: TrainingConfig = Field(default_factory=TrainingConfig)
 
 
-def format_validation_error(source: str, error: ValidationError) -> str:
+def _block_at(cls: type[BaseModel], loc: tuple) -> type[BaseModel] | None:
+    """The config block (model class) that holds the key at `loc` (its last element)."""
+    keyed = False  # the previous field was a dict: this element is one of its keys
+    for part in loc[:-1]:
+        if keyed or isinstance(part, int):
+            keyed = False
+            continue
+        field = cls.model_fields.get(str(part)) if cls is not None else None
+        if field is None:
+            return None
+        keyed = typing.get_origin(field.annotation) is dict
+        cls = _model_in(field.annotation)
+    return cls
+
+
+def _model_in(annotation: Any) -> type[BaseModel] | None:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in typing.get_args(annotation):  # Optional[...], list[...], dict[str, ...]
+        found = _model_in(arg)
+        if found is not None:
+            return found
+    return None
+
+
+def format_validation_error(
+    source: str, error: ValidationError, cls: type[BaseModel] | None = None
+) -> str:
     lines = []
     for item in error.errors():
         path = ".".join(str(p) for p in item["loc"]) or "(top level)"
         message = item["msg"].removeprefix("Value error, ")
         if item["type"] == "extra_forbidden":
             message = "unknown key"
+            block = _block_at(cls, item["loc"]) if cls is not None else None
+            if block is not None:
+                message += f"; allowed: {', '.join(block.model_fields)}"
         # A whole block's validator (unknown model, data consistency) names the values itself;
         # echoing the block's dict would only bury the message.
         elif "input" in item and item["type"] != "missing" and not isinstance(item["input"], dict):
@@ -121,9 +148,14 @@ def format_validation_error(source: str, error: ValidationError) -> str:
 def read_yaml(path: str | Path) -> dict[str, Any]:
     path = Path(path)
     try:
-        raw = yaml.safe_load(path.read_text())
+        raw = load_yaml(path.read_text())
     except FileNotFoundError:
         raise ConfigError(f"{path}: no such file") from None
+    except (IsADirectoryError, PermissionError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}: cannot be read as a YAML file ({exc})") from None
+    except yaml.MarkedYAMLError as exc:
+        line = f"line {exc.problem_mark.line + 1}: " if exc.problem_mark else ""
+        raise ConfigError(f"{path}: {line}not valid YAML: {exc.problem}") from None
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path}: not valid YAML: {exc}") from None
     if not isinstance(raw, dict):
@@ -135,7 +167,7 @@ def validate_config(cls: type[BaseModel], raw: dict[str, Any], source: str) -> A
     try:
         return cls.model_validate(raw)
     except ValidationError as exc:
-        raise ConfigError(format_validation_error(source, exc)) from None
+        raise ConfigError(format_validation_error(source, exc, cls)) from None
 
 
 class _ValueLoader(yaml.SafeLoader):

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import click
 
+from nli_models.errors import InputError, mask_secrets
 from orchestrator.cli_options import make_overrides, override_options, tracking_uri_option
 from orchestrator.environment import configure_environment
 from results.cli import attention_command, report_command, results_command
@@ -21,7 +22,7 @@ EXIT_BAD_INPUT = 2
 
 
 def _fail(message: str, code: int = EXIT_BAD_INPUT) -> None:
-    click.echo(f"error: {message}", err=True)
+    click.echo(f"error: {mask_secrets(message)}", err=True)
     sys.exit(code)
 
 
@@ -46,7 +47,19 @@ def _print_version(ctx: click.Context, _param: click.Parameter, value: bool) -> 
         ctx.exit()
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class _Commands(click.Group):
+    """The one place bad input becomes `error: MESSAGE` and exit 2, whichever command (or
+    subcommand) raised it, with no traceback and with passwords in URIs masked."""
+
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except InputError as exc:
+            click.echo(f"error: {mask_secrets(str(exc))}", err=True)
+            ctx.exit(EXIT_BAD_INPUT)
+
+
+@click.group(cls=_Commands, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--version", is_flag=True, expose_value=False, is_eager=True, callback=_print_version,
               help="print the versions of nli-orchestrator, torch, Ray, MLflow and Optuna")
 def main() -> None:
@@ -77,6 +90,7 @@ def train(config_path: str, checkpoint_dir: str | None, resume: bool,
 
     Threads: training.num_threads, else one per CPU this process may use; printed."""
     from nli_models.config import ConfigError, load_run_config
+    from nli_models.training import TrainingDiverged
     from nli_models.training.recipe import train_and_test
 
     overrides = make_overrides(assignments, data_dir)
@@ -96,6 +110,8 @@ def train(config_path: str, checkpoint_dir: str | None, resume: bool,
         train_and_test(config, checkpoint_dir=checkpoint_dir, resume=resume, echo=click.echo)
     except (FileNotFoundError, ValueError) as exc:
         _fail(str(exc))
+    except TrainingDiverged as exc:
+        _fail(f"{config_path}: {exc}; lower training.lr or set training.grad_clip", code=1)
 
 
 # -- validate / sweep -------------------------------------------------------------------------
@@ -169,7 +185,10 @@ def sweep(spec_path: str, resume: bool, new: bool, address: str | None, verbose:
             code=1,
         )
     click.echo(
-        f"sweep finished: {summary.trials} trials ({summary.failed} failed); "
+        f"sweep finished: {summary.trials} trials ({summary.failed} failed)"
+        + (f", {summary.diverged} diverged (loss NaN/inf; never selected)" if summary.diverged
+           else "")
+        + "; "
         f"best dev accuracy {_percent(summary.best_dev_accuracy)}; test accuracy of the selected "
         f"configuration {_percent(summary.test_accuracy)}; MLflow parent run {summary.parent_run_id}"
     )
@@ -208,7 +227,7 @@ def ui(tracking_uri: str | None, port: int) -> None:
     if busy is not None:
         _fail(f"port {port} on 127.0.0.1 is not free ({busy.strerror}): another server (an "
               f"MLflow UI?) uses it; pick another with --port", code=1)
-    click.echo(f"MLflow UI for {uri} at http://127.0.0.1:{port} (Ctrl-C stops it)")
+    click.echo(f"MLflow UI for {mask_secrets(uri)} at http://127.0.0.1:{port} (Ctrl-C stops it)")
     _echo_sweep_links(uri, f"http://127.0.0.1:{port}")
     env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
     mlflow = str(Path(sys.executable).with_name("mlflow"))

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import click
 
+from nli_models.errors import mask_secrets
 from orchestrator.cli_options import make_overrides, override_options
 
 ADDRESS_HELP = "Ray dashboard of the head node (default: RAY_ADDRESS or http://127.0.0.1:8265)"
@@ -92,7 +93,7 @@ def submit_command(spec_path, address, tracking_uri, resume, new, working_dir, e
     click.echo(job)
     click.echo(
         f"submitted sweep {submission.spec_name!r} to {address} as job {job} "
-        f"(working dir {submission.runtime_env['working_dir']}; MLflow {submission.tracking_uri})\n"
+        f"(working dir {submission.runtime_env['working_dir']}; MLflow {mask_secrets(submission.tracking_uri)})\n"
         f"  follow:  orchestrate logs {job} --address {address} --follow\n"
         f"  status:  orchestrate jobs --address {address}\n"
         f"  stop:    orchestrate stop {job} --address {address}\n"
@@ -184,14 +185,26 @@ def stop_command(job_id, address):
 @click.option("--workers", default=1, show_default=True, type=click.IntRange(1, 64))
 @click.option("--allowed-hosts", default=None,
               help="Host headers MLflow accepts (default: localhost and private IPs)")
-def server_command(backend_store_uri, artifacts_destination, host, port, workers, allowed_hosts):
+@click.option("--basic-auth", is_flag=True,
+              help="require a username and password (MLflow's basic-auth app); the admin is "
+                   "MLFLOW_TRACKING_USERNAME / MLFLOW_TRACKING_PASSWORD from the environment")
+def server_command(backend_store_uri, artifacts_destination, host, port, workers, allowed_hosts,
+                   basic_auth):
     """Run the MLflow tracking server that sweeps log to (--tracking-uri http://HOST:PORT)."""
+    import tempfile
+
     from orchestrator import tracking_server as ts
 
     try:
         ts.check_backend(backend_store_uri)
         artifacts = ts.artifacts_location(artifacts_destination)
-        argv, env = ts.server_command(backend_store_uri, artifacts, host, port, workers, allowed_hosts)
+        auth = None
+        if basic_auth:
+            # A private folder for the auth app's ini file, which the server reads after exec.
+            auth = ts.basic_auth_settings(backend_store_uri, Path(tempfile.mkdtemp(prefix="nli-auth-")))
+        argv, env = ts.server_command(
+            backend_store_uri, artifacts, host, port, workers, allowed_hosts, auth
+        )
     except ts.ServerError as exc:
         _fail(str(exc), exc.exit_code)
     click.echo(

@@ -13,6 +13,8 @@ import sys
 import time
 from typing import Any, TextIO
 
+from results import run_schema as rs
+
 
 def _clock(seconds: float) -> str:
     seconds = int(round(seconds))
@@ -93,6 +95,8 @@ class ProgressPrinter:
         self._print()
 
     def trial_result(self, trial_id: str, metrics: dict[str, Any]) -> None:
+        if rs.METRIC_DIVERGED_EPOCH in metrics:
+            return
         value = metrics.get(self.metric)
         if value is not None and (self.best is None or self.sign * value > self.sign * self.best):
             self.best = float(value)
@@ -102,8 +106,19 @@ class ProgressPrinter:
 
     def trial_completed(self, trial_id: str, last: dict[str, Any], checkpoint_dir: str | None) -> None:
         self.running.discard(trial_id)
-        self.done.add(trial_id)
+        if rs.METRIC_DIVERGED_EPOCH in last:
+            self.failed.add(trial_id)
+            print(f"trial {trial_id} diverged: the training loss became "
+                  f"{last.get('diverged_loss')} at epoch {last[rs.METRIC_DIVERGED_EPOCH]}, step "
+                  f"{last[rs.METRIC_DIVERGED_STEP]}; stopped", file=self.stream, flush=True)
+        else:
+            self.done.add(trial_id)
         self._print(force=True)
+
+    def trial_retried(self, trial_id: str, retries: int, cause: str, resumed_from_epoch: int) -> None:
+        last_line = cause.strip().splitlines()[-1] if cause.strip() else "unknown error"
+        print(f"trial {trial_id} failed ({last_line}); retry {retries} from epoch "
+              f"{resumed_from_epoch}", file=self.stream, flush=True)
 
     def trial_errored(self, trial_id: str, params: dict[str, Any], error: str) -> None:
         self.running.discard(trial_id)

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
+from nli_models.errors import mask_secrets
 from orchestrator.environment import DEFAULTS
 
 if TYPE_CHECKING:
@@ -299,7 +300,7 @@ def build_submission(
         metadata={
             "nli.spec": relative,
             "nli.spec_name": spec.name,
-            "nli.tracking_uri": uri,
+            "nli.tracking_uri": mask_secrets(uri),
             "nli.storage_path": spec.search.storage_path or "",
         },
         submission_id=job_id,

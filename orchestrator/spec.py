@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
+from pydantic import Field, PrivateAttr, model_validator
 
 from nli_models.config import (
     ConfigError,
@@ -28,16 +28,16 @@ from nli_models.config import (
     validate_config,
 )
 from nli_models.registry import model_arguments
+from nli_models.strict import StrictModel, check_finite
 from results.tracking_uri import resolve_tracking_uri
 
 TRAINING_KEYS = frozenset(TrainingConfig.model_fields) - {"seed", "device", "num_threads"}
 RESERVED_KEYS = frozenset({"seed", "model", "vocab_size", "num_classes"})
 
 
-class Domain(BaseModel):
+class Domain(StrictModel):
     """One hyperparameter's values: exactly one of grid / choice / uniform / loguniform / randint."""
 
-    model_config = ConfigDict(extra="forbid")
 
     grid: list[Any] | None = None
     choice: list[Any] | None = None
@@ -54,6 +54,7 @@ class Domain(BaseModel):
                 f"(got {', '.join(given) or 'none'})"
             )
         values = getattr(self, given[0])
+        check_finite(list(values), given[0])
         if given[0] in ("grid", "choice") and not values:
             raise ValueError(f"{given[0]} must list at least one value")
         if given[0] in ("uniform", "loguniform", "randint") and not values[0] < values[1]:
@@ -72,25 +73,21 @@ class Domain(BaseModel):
         return list(getattr(self, self.kind))
 
 
-class SchedulerConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class SchedulerConfig(StrictModel):
 
     type: Literal["fifo", "asha", "median"] = "fifo"
     grace_period: int = Field(1, ge=1, description="epochs before ASHA/median may stop a trial")
     reduction_factor: float = Field(3.0, gt=1)
 
 
-class Resources(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class Resources(StrictModel):
 
     cpu: float = Field(1.0, gt=0)
     gpu: float = Field(0.0, ge=0, description="fractional GPUs pack trials: 0.25 = 4 per GPU")
 
 
-class ProtocolConfig(BaseModel):
+class ProtocolConfig(StrictModel):
     """How the selected configuration is tested."""
-
-    model_config = ConfigDict(extra="forbid")
 
     refit_on_train_dev: bool = Field(
         False,
@@ -99,8 +96,7 @@ class ProtocolConfig(BaseModel):
     )
 
 
-class SearchConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class SearchConfig(StrictModel):
 
     sampler: Literal["grid", "random", "tpe", "cmaes"] = "grid"
     space: dict[str, Domain] = Field(default_factory=dict)
@@ -205,6 +201,10 @@ def _check_space(spec: SweepSpec, source: str) -> None:
                 f"{source}: {path}: unknown hyperparameter {key!r} for model "
                 f"{base.model.name!r}; allowed: {', '.join(allowed)}"
             )
+    try:  # the file's own model block first, so its errors are reported under model.args
+        base.model.check()
+    except ValueError as exc:
+        raise ConfigError(f"{source}: model.args: {exc}") from None
     checks: list[tuple[str, dict[str, Any]]] = []
     for key, domain in spec.search.space.items():
         for i, value in enumerate(domain.values):

@@ -22,10 +22,18 @@ import torch
 
 from nli_models.config import Overrides
 from nli_models.data import PreparedData, prepare_data
-from nli_models.training import make_trainer, refit_and_test
+from nli_models.errors import InputError, mask_secrets
+from nli_models.training import check_fits_data, make_trainer, refit_and_test
 from orchestrator.progress import ProgressPrinter
 from orchestrator.provenance import data_digest, data_record, environment_record
-from orchestrator.ray_adapter import TrialOutcome, init_ray, run_tuner, shutdown_ray
+from orchestrator.ray_adapter import (
+    TrialOutcome,
+    check_ray_address,
+    check_resources,
+    init_ray,
+    run_tuner,
+    shutdown_ray,
+)
 from orchestrator.spec import (
     SweepSpec,
     apply_hyperparameters,
@@ -61,6 +69,7 @@ class SweepSummary:
     parent_run_id: str
     trials: int
     failed: int
+    diverged: int  # trials stopped because their loss became NaN/inf (never selected)
     best_dev_accuracy: float | None
     test_accuracy: float | None
     interrupted: bool
@@ -131,7 +140,11 @@ def _open_parent(
         **_override_tags(overrides),
     }
     parent_run_id = tracker.start_sweep(experiment_id, f"sweep-{spec.name}", tags)
-    tracker.log_text(parent_run_id, effective_spec_text(spec_path, overrides), rs.ARTIFACT_SPEC)
+    # The spec with its overrides applied, with no password of a tracking URI in it (artifacts
+    # are readable by everyone who can read the experiment).
+    tracker.log_text(
+        parent_run_id, mask_secrets(effective_spec_text(spec_path, overrides)), rs.ARTIFACT_SPEC
+    )
     return experiment_id, parent_run_id
 
 
@@ -190,7 +203,11 @@ def apply_paper_protocol(
     parent_run_id: str,
 ) -> tuple[float | None, float | None]:
     """Select on dev per model configuration; test only the selected configurations."""
-    finished = [o for o in outcomes if o.error is None and "best_dev_accuracy" in o.metrics]
+    finished = [
+        o for o in outcomes
+        if o.error is None and "best_dev_accuracy" in o.metrics
+        and rs.METRIC_DIVERGED_EPOCH not in o.metrics
+    ]
     groups: dict[str, list[TrialOutcome]] = defaultdict(list)
     for outcome in finished:
         groups[rs.model_config_label(full_params[outcome.trial_id])].append(outcome)
@@ -328,18 +345,32 @@ def run_sweep(
     overrides: Overrides | None = None,
     tracking_uri: str | None = None,
 ) -> SweepSummary:
+    # Every check of the input runs before the first write (issue 14): addresses and stores
+    # answer within seconds, data and vectors are read, and the cluster can hold a trial.
     spec = load_spec(spec_path, overrides, tracking_uri)
+    check_ray_address(address)
     tracker = Tracker(spec.tracking_uri)
     tracker.check_reachable()
+    if resume and tracker.find_experiment(spec.name) is None:
+        raise SweepExists(f"experiment {spec.name!r} holds no sweep to resume; drop --resume")
+    data = prepare_data(spec.data)
+    for configuration in spec.search.configurations or [{}]:
+        check_fits_data(apply_hyperparameters(spec.base_config(), configuration), data)
+    connected_here = init_ray(address, verbose=verbose > 0)
+    try:
+        check_resources(spec.search.resources.cpu, spec.search.resources.gpu)
+    except InputError:
+        if connected_here:
+            shutdown_ray()
+        raise
     experiment_id, parent_run_id = _open_parent(
         tracker, spec, Path(spec_path), resume, new, overrides
     )
     print(
-        f"sweep {spec.name}: {spec.num_trials()} trials; MLflow {spec.tracking_uri} "
+        f"sweep {spec.name}: {spec.num_trials()} trials; MLflow {mask_secrets(spec.tracking_uri)} "
         f"experiment {experiment_id}, parent run {parent_run_id}",
         file=sys.stderr,
     )
-    data = prepare_data(spec.data)
     print(f"data: {data.describe()}", file=sys.stderr)
     link, sources, dataset = _describe_for_researchers(
         tracker, spec, Path(spec_path), data, experiment_id, parent_run_id, resume
@@ -362,7 +393,6 @@ def run_sweep(
         spec.num_trials(), spec.search.metric, spec.search.mode, already_done=finished_before,
         epochs_per_trial=spec.training.epochs,
     )
-    connected_here = init_ray(address, verbose=verbose > 0)
     try:
         outcomes, complete = run_tuner(
             spec,
@@ -379,6 +409,7 @@ def run_sweep(
     planned = spec.search.time_budget_s is not None or len(outcomes) >= spec.num_trials()
     interrupted = not (complete and planned)
     failed = [o for o in outcomes if o.error is not None]
+    diverged = [o for o in outcomes if o.error is None and rs.METRIC_DIVERGED_EPOCH in o.metrics]
     best_dev = best_test = None
     if not interrupted:  # test data is touched once, for the final selection only
         progress.phase(
@@ -401,6 +432,7 @@ def run_sweep(
         parent_run_id=parent_run_id,
         trials=len(outcomes),
         failed=len(failed),
+        diverged=len(diverged),
         best_dev_accuracy=best_dev,
         test_accuracy=best_test,
         interrupted=state == "interrupted",

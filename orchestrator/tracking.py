@@ -10,6 +10,8 @@ stay queued and are retried; after `max_wait_s` they go to a local spool file (J
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import getpass
 import json
 import os
@@ -33,6 +35,7 @@ from mlflow.utils.mlflow_tags import MLFLOW_DATASET_CONTEXT
 
 from nli_models.config import RunConfig
 from nli_models.data import PreparedData
+from nli_models.errors import InputError, mask_secrets
 from nli_models.training import protocol_fingerprint
 from orchestrator.spec import SweepSpec, apply_hyperparameters, config_key
 from results import run_schema as rs
@@ -62,6 +65,74 @@ PROBE_TIMEOUT_S = 10.0
 
 class TrackingUnavailable(RuntimeError):
     pass
+
+
+# Backends MLflow's tracking client can open (mlflow.store.db.db_types plus HTTP and files).
+DATABASE_SCHEMES = {"sqlite", "postgresql", "mysql", "mssql"}
+DATABASE_PORTS = {"postgresql": 5432, "mysql": 3306, "mssql": 1433}
+URI_SCHEMES = DATABASE_SCHEMES | {"http", "https", "file", "databricks"}
+
+
+def check_tracking_uri(uri: str) -> None:
+    """InputError for a tracking URI MLflow cannot open (a typo'd scheme), before any client."""
+    scheme = urllib.parse.urlsplit(uri).scheme.split("+")[0] if "://" in uri else ""
+    if scheme and scheme not in URI_SCHEMES:
+        raise InputError(
+            f"tracking URI {mask_secrets(uri)!r}: unknown scheme {scheme!r}; allowed: "
+            f"{', '.join(sorted(URI_SCHEMES))} (e.g. sqlite:///mlruns.db, http://127.0.0.1:5000, "
+            "postgresql://user@host/db) or a folder"
+        )
+
+
+def _probe_database(uri: str) -> str | None:
+    """Why a database server cannot be reached (None: a TCP connection opened). SQLAlchemy and
+    MLflow retry a refused connection for over a minute and a half."""
+    parts = urllib.parse.urlsplit(uri)
+    scheme = parts.scheme.split("+")[0]
+    if scheme not in DATABASE_PORTS or not parts.hostname:
+        return None  # sqlite, or a socket path in the query string
+    try:
+        port = parts.port or DATABASE_PORTS[scheme]
+        socket.create_connection((parts.hostname, port), timeout=PROBE_TIMEOUT_S).close()
+    except (OSError, ValueError) as exc:
+        return f"{parts.hostname}:{parts.port or DATABASE_PORTS[scheme]}: {exc}"
+    return None
+
+
+@contextlib.contextmanager
+def _store_creation_lock(uri: str):
+    """Held while MLflow opens (creates, migrates) a database store: sweeps starting together on a
+    new database would all run the schema migration and leave it broken for good. SQLite: a lock
+    file beside the database; PostgreSQL: a session-level advisory lock in the database itself
+    (sweeps on several machines). A store behind `orchestrate server` is created by the server."""
+    scheme = urllib.parse.urlsplit(uri).scheme.split("+")[0]
+    if scheme == "sqlite" and uri.startswith("sqlite:///"):
+        database = Path(uri.removeprefix("sqlite:///").split("?")[0])
+        database.parent.mkdir(parents=True, exist_ok=True)
+        with open(f"{database}.lock", "a") as handle:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(handle, fcntl.LOCK_UN)
+    elif scheme == "postgresql":
+        import sqlalchemy
+
+        engine = sqlalchemy.create_engine(uri, connect_args={"connect_timeout": int(PROBE_TIMEOUT_S)})
+        try:
+            with engine.connect() as connection:
+                connection.execute(sqlalchemy.text("SELECT pg_advisory_lock(:key)"), {"key": _PG_LOCK_KEY})
+                try:
+                    yield
+                finally:
+                    connection.execute(sqlalchemy.text("SELECT pg_advisory_unlock(:key)"), {"key": _PG_LOCK_KEY})
+        finally:
+            engine.dispose()
+    else:
+        yield
+
+
+_PG_LOCK_KEY = 0x6E6C6931  # "nli1": one advisory lock id for creating an MLflow store
 
 
 def default_max_wait_s() -> float:
@@ -110,8 +181,17 @@ class Tracker:
     """MlflowClient calls that a sweep makes, keyed by the names in run_schema."""
 
     def __init__(self, tracking_uri: str):
+        """Opens the store: a database store is opened (created and migrated when new, under a
+        lock) here, so a bad URI is InputError and an unreachable database TrackingUnavailable,
+        both within seconds."""
+        check_tracking_uri(tracking_uri)
         self.tracking_uri = tracking_uri
-        self.client = MlflowClient(tracking_uri=tracking_uri)
+        self._raise_unavailable(_probe_database(tracking_uri))
+        try:
+            with _store_creation_lock(tracking_uri):
+                self.client = MlflowClient(tracking_uri=tracking_uri)
+        except Exception as exc:  # MLflow and SQLAlchemy raise many types for a bad store
+            self._raise_unavailable(str(exc))
 
     def check_reachable(self) -> None:
         error = None
@@ -122,12 +202,21 @@ class Tracker:
                 self.client.search_experiments(max_results=1)
             except Exception as exc:  # any transport or store error means we cannot log
                 error = str(exc)
+        self._raise_unavailable(error)
+
+    def _raise_unavailable(self, error: str | None) -> None:
         if error is not None:
             raise TrackingUnavailable(
-                f"MLflow tracking store {self.tracking_uri} is unreachable: {error}. Start it "
+                f"MLflow tracking store {mask_secrets(self.tracking_uri)} is unreachable: "
+                f"{mask_secrets(error)}. Start it "
                 "(e.g. `orchestrate server`) or point --tracking-uri, search.tracking_uri or "
                 "MLFLOW_TRACKING_URI at a reachable store."
             )
+
+    def find_experiment(self, name: str) -> str | None:
+        """The experiment's id, or None; never creates one."""
+        experiment = self.client.get_experiment_by_name(name)
+        return experiment.experiment_id if experiment is not None else None
 
     def experiment_id(self, name: str) -> str:
         experiment = self.client.get_experiment_by_name(name)
@@ -200,7 +289,7 @@ class Tracker:
 
 @dataclass
 class _Op:
-    kind: str  # start | metrics | finish | artifacts
+    kind: str  # start | metrics | finish | tags | artifacts
     trial_id: str
     data: dict[str, Any] = field(default_factory=dict)
     time_ms: int = field(default_factory=_now_ms)
@@ -262,11 +351,16 @@ class SweepRecorder:
                                                 **trial_start_extras(params, self.dataset)}))
 
     def trial_result(self, trial_id: str, metrics: dict[str, Any]) -> None:
+        if rs.METRIC_DIVERGED_EPOCH in metrics:
+            return  # not an epoch's metrics: trial_completed records the divergence
         step = int(metrics["epoch"])
         values = {k: float(metrics[k]) for k in EPOCH_METRICS if k in metrics}
         self._queue.put(_Op("metrics", trial_id, {"step": step, "values": values}))
 
     def trial_completed(self, trial_id: str, last: dict[str, Any], checkpoint_dir: str | None) -> None:
+        if rs.METRIC_DIVERGED_EPOCH in last:
+            self._diverged(trial_id, last)
+            return
         values = {name: float(last[key]) for key, name in FINAL_METRICS.items() if key in last}
         if "time_total_s" in last:
             values[rs.METRIC_TRIAL_TIME] = float(last["time_total_s"])
@@ -281,6 +375,29 @@ class SweepRecorder:
     def trial_errored(self, trial_id: str, params: dict[str, Any], error: str) -> None:
         tags = {rs.TAG_ERROR: error[-4000:]}
         self._queue.put(_Op("finish", trial_id, {"values": {}, "tags": tags, "status": "FAILED"}))
+
+    def trial_retried(self, trial_id: str, retries: int, cause: str, resumed_from_epoch: int) -> None:
+        tags = {
+            rs.TAG_RETRIES: str(retries),
+            rs.TAG_RETRY_CAUSE: cause[-4000:],
+            rs.TAG_RESUMED_FROM_EPOCH: str(resumed_from_epoch),
+        }
+        self._queue.put(_Op("tags", trial_id, {"tags": tags}))
+
+    def _diverged(self, trial_id: str, last: dict[str, Any]) -> None:
+        """FAILED with the epoch and step where the loss stopped being finite: `results` and the
+        selection read FINISHED runs only, so a diverged configuration is never selected."""
+        epoch, step = int(last[rs.METRIC_DIVERGED_EPOCH]), int(last[rs.METRIC_DIVERGED_STEP])
+        values = {rs.METRIC_DIVERGED_EPOCH: float(epoch), rs.METRIC_DIVERGED_STEP: float(step)}
+        values.update({rs.METRIC_THETA_M: float(last["theta_m"]), rs.METRIC_THETA_WM: float(last["theta_wm"])})
+        tags = {
+            rs.TAG_DIVERGED: "true",
+            rs.TAG_ERROR: (
+                f"diverged: the training loss became {last.get('diverged_loss', 'non-finite')} "
+                f"at epoch {epoch}, step {step}; lower the learning rate or clip gradients"
+            ),
+        }
+        self._queue.put(_Op("finish", trial_id, {"values": values, "tags": tags, "status": "FAILED"}))
 
     def sweep_ended(self) -> None:
         pass  # flush() is called by the sweep after Tune returns
@@ -430,6 +547,8 @@ def send_op(
         tags = [RunTag(k, v) for k, v in op.data["tags"].items()]
         client.log_batch(run_id, metrics=metrics, tags=tags)
         client.set_terminated(run_id, status=op.data["status"], end_time=op.time_ms)
+    elif op.kind == "tags":
+        client.log_batch(run_id, tags=[RunTag(k, v) for k, v in op.data["tags"].items()])
     elif op.kind == "artifacts":
         if Path(op.data["path"]).exists():
             client.log_artifacts(run_id, op.data["path"], op.data["dest"])

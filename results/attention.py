@@ -24,11 +24,18 @@ import torch
 import yaml
 from matplotlib.figure import Figure
 
-from nli_models.config import RunConfig
+from nli_models.config import RunConfig, validate_config
 from nli_models.data import prepare_data
 from nli_models.data.batch import Batch
 from nli_models.data.encode import make_batch
-from nli_models.training import CHECKPOINT_FILE, TRIAL_CONFIG_FILE, build_for_data
+from nli_models.errors import InputError
+from nli_models.strict import load_yaml
+from nli_models.training import (
+    CHECKPOINT_FILE,
+    TRIAL_CONFIG_FILE,
+    build_for_data,
+    read_checkpoint,
+)
 from results.errors import ResultsError
 from results.figures import figure_files, new_figure
 from results.run_schema import ARTIFACT_CHECKPOINT_DIR
@@ -144,6 +151,8 @@ def draw_pair(maps: Sequence[AttentionMap], title: str) -> Figure:
 
 
 def load_trial(run_id: str, client) -> tuple[RunConfig, dict]:
+    """The run's training config and checkpoint payload (tensors and plain values only: a
+    checkpoint holding anything else is refused unread, see read_checkpoint)."""
     with tempfile.TemporaryDirectory(prefix="nli-attention-") as local:
         try:
             folder = Path(client.download_artifacts(run_id, ARTIFACT_CHECKPOINT_DIR, local))
@@ -153,8 +162,19 @@ def load_trial(run_id: str, client) -> tuple[RunConfig, dict]:
             ) from None
         if not (folder / TRIAL_CONFIG_FILE).exists():
             raise ResultsError(f"run {run_id}: checkpoint artifact lacks {TRIAL_CONFIG_FILE}")
-        config = RunConfig.model_validate(yaml.safe_load((folder / TRIAL_CONFIG_FILE).read_text()))
-        payload = torch.load(folder / CHECKPOINT_FILE, map_location="cpu", weights_only=False)
+        source = f"run {run_id}: {ARTIFACT_CHECKPOINT_DIR}/{TRIAL_CONFIG_FILE}"
+        try:
+            raw = load_yaml((folder / TRIAL_CONFIG_FILE).read_text())
+        except yaml.YAMLError as exc:
+            raise ResultsError(f"{source}: not valid YAML: {exc}") from None
+        config = validate_config(RunConfig, raw, source)
+        try:
+            payload = read_checkpoint(folder / CHECKPOINT_FILE)
+        except InputError as exc:  # name the run, not the temporary download folder
+            raise ResultsError(
+                f"run {run_id}: {ARTIFACT_CHECKPOINT_DIR}/"
+                f"{str(exc).removeprefix(str(folder) + '/')}"
+            ) from None
     return config, payload
 
 

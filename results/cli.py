@@ -18,6 +18,8 @@ import click
 
 # Light imports only (`orchestrate --help` loads neither MLflow nor pandas); the commands import
 # the rest when they run.
+from nli_models.errors import InputError
+from nli_models.outputs import check_output_path
 from results.errors import ResultsError, ResultsWarning
 from results.formats import SUFFIXES
 from results.published import PAPERS
@@ -134,11 +136,16 @@ def results_command(
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", ResultsWarning)
         try:
+            check_output_path(out, "--out")  # before the store is read: fails in a second
+            if evp is not None:
+                check_output_path(evp, "--evp")
             outputs = _compute(
                 experiments, tracking_uri, out, fmt, paper, evp, mcnemar_rows,
                 _TableOptions(per_seed, caption, label, analysis),
             )
-        except ResultsError as exc:
+            for path, _ in outputs.files:  # every file checked before the first is written
+                check_output_path(path, _option_of(path, evp))
+        except (ResultsError, InputError) as exc:
             raise click.UsageError(str(exc)) from exc
         except MlflowException as exc:
             raise click.ClickException(f"reading the tracking store failed: {exc}") from exc
@@ -201,7 +208,7 @@ def _compute(
         curves = evp_table(trials)
         outputs.files += figure_files(plot_evp(curves, "trials"), evp)
         outputs.files += figure_files(plot_evp(curves, "hours"), evp.with_suffix(".hours.png"))
-        outputs.files.append((evp.with_suffix(".parquet"), curves))
+        outputs.files.append((_evp_table(evp), curves))
     if mcnemar_rows:
         from results.compare import describe_comparison
 
@@ -296,6 +303,17 @@ def _majority_baselines(client: MlflowClient, table: pa.Table) -> dict[str, tupl
     return baselines
 
 
+def _evp_table(evp: Path | None) -> Path | None:
+    return evp.with_suffix(".parquet") if evp is not None else None
+
+
+def _option_of(path: Path, evp: Path | None) -> str:
+    """The option that named an output file (for the error message if it cannot be written)."""
+    if evp is not None and path.parent == evp.parent and path.name.startswith(evp.stem + "."):
+        return "--evp"
+    return "--out"
+
+
 def _add_rendering(outputs: _Outputs, parquet_path: Path, text: str, fmt: str) -> None:
     outputs.files.append((parquet_path.with_suffix(SUFFIXES[fmt]), text))
     outputs.stdout.append(text)
@@ -349,6 +367,7 @@ def attention_command(
     from results.tracking import open_client
 
     try:
+        check_output_path(out_dir / run_id, "--out", folder=True)
         chosen = parse_pair_ids(pair_ids) if pair_ids else list(range(pairs))
         client = open_client(resolve_tracking_uri(tracking_uri))
         written = attention_heatmaps(client, run_id, chosen, out_dir / run_id, split)

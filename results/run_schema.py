@@ -61,6 +61,14 @@ TAG_CONFIG_KEY = "nli.config_key"  # hash of the trial's hyperparameters except 
 TAG_EARLY_STOPPED = "nli.early_stopped"  # "true" when a scheduler (ASHA, median) stopped it
 TAG_SELECTED = "nli.selected"  # "true" on every seed of the configuration chosen on dev
 TAG_ERROR = "nli.error"
+# A trial whose training loss became NaN/inf: stopped at once, status FAILED, never selected.
+TAG_DIVERGED = "nli.diverged"  # "true"; nli.error says at which epoch and step
+METRIC_DIVERGED_EPOCH = "diverged_epoch"
+METRIC_DIVERGED_STEP = "diverged_step"  # 1-based batch within the epoch
+# A trial Tune retried from its last checkpoint (a crash, a killed worker): one update per retry.
+TAG_RETRIES = "nli.retries"  # how many times it was retried
+TAG_RETRY_CAUSE = "nli.retry_cause"  # the error of the latest failure (its last lines)
+TAG_RESUMED_FROM_EPOCH = "nli.resumed_from_epoch"  # the epoch of the checkpoint it restarted from
 
 # Hyperparameters logged as params with these names for every model.
 PARAM_MODEL = "model"

@@ -259,6 +259,12 @@ def test_failed_trial_is_retried_from_its_checkpoint(tmp_path):
     client = client_for(tmp_path)
     # Resumed from the epoch-1 checkpoint: epochs 2 and 3 once each, epoch 1 not repeated.
     assert _history(client, children[0].info.run_id, "dev_accuracy") == [1, 2, 3]
+    # The retry is on the run: how many, why, and from which epoch's checkpoint.
+    tags = children[0].data.tags
+    assert tags[rs.TAG_RETRIES] == "1"
+    assert "injected failure at epoch 2" in tags[rs.TAG_RETRY_CAUSE]
+    assert tags[rs.TAG_RESUMED_FROM_EPOCH] == "1"
+    assert "retry 1 from epoch 1" in result.stderr
 
 
 def test_trial_error_reports_id_config_and_traceback(tmp_path):

@@ -34,6 +34,7 @@ from nli_models.data.vectors import (
     load_vectors,
     vector_source_fingerprint,
 )
+from nli_models.errors import InputError, InputFileMissing
 
 # Bump when the preprocessing changes meaning (tokenizer, encoding), so old caches are not used.
 CACHE_VERSION = 2  # 2: extend_vocab on by default, hashed_oov extends with every word
@@ -122,7 +123,7 @@ def resolve_files(config: DataConfig) -> dict[str, Path]:
         relative = getattr(config.files, split) or defaults[split]
         path = data_dir / relative
         if not path.is_file():
-            raise FileNotFoundError(_missing_file_message(config, split, path, data_dir))
+            raise InputFileMissing(_missing_file_message(config, split, path, data_dir))
         files[split] = path
     return files
 
@@ -180,10 +181,10 @@ def read_splits(config: DataConfig, files: Mapping[str, Path]) -> dict[str, NLIS
         splits[split] = subsample(splits[split], limit, config.seed)
     empty = [f"{name} ({split.source})" for name, split in splits.items() if not split.examples]
     if empty:
-        raise ValueError(f"no examples in split(s): {', '.join(empty)}")
+        raise InputError(f"no examples in split(s): {', '.join(empty)}")
     label_sets = {split.labels for split in splits.values()}
     if len(label_sets) != 1:
-        raise ValueError(f"the splits declare different label sets: {sorted(label_sets)}")
+        raise InputError(f"the splits declare different label sets: {sorted(label_sets)}")
     return {name: splits[name] for name in ("train", "dev", "test") if name in splits}
 
 

@@ -17,6 +17,8 @@ starts from the previous phase's best-on-dev weights. Epoch numbers run on acros
 from __future__ import annotations
 
 import copy
+import math
+import pickle
 import random
 import time
 from collections.abc import Callable
@@ -29,6 +31,7 @@ from torch import nn
 
 from nli_models.config import RunConfig, TrainingConfig
 from nli_models.data import PreparedData, iterate_batches
+from nli_models.errors import InputError, InputFileMissing
 from nli_models.registry import build_model, count_parameters
 from nli_models.training.metrics import Evaluation, evaluate
 
@@ -65,6 +68,18 @@ class TrainState:
 EpochCallback = Callable[["Trainer", EpochResult], None]
 
 
+class CheckpointRefused(InputError):
+    """A checkpoint file holds something other than tensors and plain values, or is corrupt."""
+
+
+class TrainingDiverged(RuntimeError):
+    """The training loss became NaN or infinite: the trial stops and is never selected."""
+
+    def __init__(self, epoch: int, step: int, loss: float):
+        super().__init__(f"training loss became {loss} at epoch {epoch}, step {step}")
+        self.epoch, self.step, self.loss = epoch, step, loss
+
+
 class DeviceUnavailable(ValueError):
     """training.device names a device this machine lacks: a config error (CLI exit code 2)."""
 
@@ -94,15 +109,22 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def build_for_data(config: RunConfig, data: PreparedData) -> nn.Module:
-    """Build the configured model for prepared data; loads pretrained vectors when present."""
-    embedding_dim = data.embedding_dim or config.model.args.get("embedding_dim", 300)
+def check_fits_data(config: RunConfig, data: PreparedData) -> None:
+    """InputError when the model's embedding_dim contradicts the word vectors' dimension (a sweep
+    checks this before its first trial, so that no trial fails on it)."""
     configured = config.model.args.get("embedding_dim")
     if data.embedding_dim and configured is not None and configured != data.embedding_dim:
-        raise ValueError(
+        raise InputError(
             f"model.args.embedding_dim={configured} but the word vectors "
-            f"({config.data.vectors.source}) have dimension {data.embedding_dim}"
+            f"({config.data.vectors.source}) have dimension {data.embedding_dim}; "
+            f"set model.args.embedding_dim: {data.embedding_dim} or leave it out"
         )
+
+
+def build_for_data(config: RunConfig, data: PreparedData) -> nn.Module:
+    """Build the configured model for prepared data; loads pretrained vectors when present."""
+    check_fits_data(config, data)
+    embedding_dim = data.embedding_dim or config.model.args.get("embedding_dim", 300)
     kwargs = config.model.build_kwargs(len(data.vocab), len(data.labels), embedding_dim)
     model = build_model(config.model.name, **kwargs)
     if data.embedding_init is not None:
@@ -170,7 +192,10 @@ class Trainer:
         total_loss = torch.zeros((), device=self.device)
         correct = torch.zeros((), device=self.device, dtype=torch.long)
         seen = 0
-        for batch in self._batches("train", shuffle=True, epoch=epoch):
+        # On a CPU the check costs nothing and stops at the first bad step; on a GPU a check per
+        # step would synchronise every batch, so it happens once per epoch (below).
+        check_each_step = self.device.type == "cpu"
+        for step, batch in enumerate(self._batches("train", shuffle=True, epoch=epoch), start=1):
             if self.steps_exhausted():
                 break
             batch = batch.to(self.device, non_blocking=True)
@@ -179,6 +204,8 @@ class Trainer:
             ):
                 logits = self.model(*batch.inputs())
             loss = nn.functional.cross_entropy(logits.float(), batch.label)
+            if check_each_step and not math.isfinite(float(loss.detach())):
+                raise TrainingDiverged(epoch, step, float(loss.detach()))
             self.optimizer.zero_grad(set_to_none=True)
             loss.backward()
             if self.config.grad_clip is not None:
@@ -190,6 +217,8 @@ class Trainer:
             correct += (logits.detach().argmax(dim=1) == batch.label).sum()
             seen += len(batch)
         seen = max(seen, 1)
+        if not math.isfinite(float(total_loss)):
+            raise TrainingDiverged(epoch, step, float(total_loss))
         return float(total_loss) / seen, float(correct) / seen
 
     def evaluate(self, split: str) -> Evaluation:
@@ -294,6 +323,9 @@ class Trainer:
     def save_checkpoint(self, directory: str | Path) -> Path:
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
+        # Tensors and plain Python values only, so that it loads with weights_only=True.
+        numpy_rng = np.random.get_state(legacy=False)
+        numpy_rng["state"]["key"] = numpy_rng["state"]["key"].tolist()
         payload = {
             "model": self.model.state_dict(),
             "optimizer": self.optimizer.state_dict(),
@@ -301,7 +333,7 @@ class Trainer:
             "best_model": self.best_model_state,
             "rng": {
                 "python": random.getstate(),
-                "numpy": np.random.get_state(),
+                "numpy": numpy_rng,
                 "torch": torch.get_rng_state(),
                 "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
             },
@@ -313,8 +345,7 @@ class Trainer:
         return path
 
     def load_checkpoint(self, directory: str | Path) -> None:
-        path = Path(directory) / CHECKPOINT_FILE
-        payload = torch.load(path, map_location=self.device, weights_only=False)
+        payload = read_checkpoint(Path(directory) / CHECKPOINT_FILE, self.device)
         self.model.load_state_dict(payload["model"])
         self.optimizer.load_state_dict(payload["optimizer"])
         state = payload["state"]
@@ -323,10 +354,32 @@ class Trainer:
         self.best_model_state = payload["best_model"]
         rng = payload["rng"]
         random.setstate(rng["python"])
-        np.random.set_state(rng["numpy"])
+        numpy_rng = copy.deepcopy(rng["numpy"])
+        numpy_rng["state"]["key"] = np.array(numpy_rng["state"]["key"], dtype=np.uint32)
+        np.random.set_state(numpy_rng)
         torch.set_rng_state(rng["torch"].cpu())
         if rng["cuda"] is not None and torch.cuda.is_available():
             torch.cuda.set_rng_state_all(rng["cuda"])
+
+
+def read_checkpoint(path: str | Path, map_location: torch.device | str = "cpu") -> dict:
+    """A checkpoint's tensors and plain values. weights_only=True: unpickling may build only
+    tensors and plain types, so a checkpoint that someone else logged to the tracking server
+    cannot run code here; anything else is refused with InputError naming the file."""
+    try:
+        payload = torch.load(path, map_location=map_location, weights_only=True)
+    except FileNotFoundError:
+        raise InputFileMissing(f"{path}: no such checkpoint file") from None
+    except (pickle.UnpicklingError, RuntimeError, EOFError, ValueError) as exc:
+        first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise CheckpointRefused(
+            f"{path}: refused to load: not a checkpoint of plain tensors and values "
+            f"({first_line}); only checkpoints written by this version of nli-orchestrator load"
+        ) from None
+    if not isinstance(payload, dict) or not {"model", "optimizer", "state", "rng"} <= set(payload):
+        raise CheckpointRefused(f"{path}: not a training checkpoint (expected model, optimizer, "
+                                "state and rng entries)")
+    return payload
 
 
 def make_trainer(config: RunConfig, data: PreparedData) -> Trainer:
