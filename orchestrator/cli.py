@@ -15,6 +15,7 @@ from results.cli import attention_command, results_command
 configure_environment()
 
 EXIT_BAD_INPUT = 2
+EXIT_INTERRUPTED = 3
 
 
 def _fail(message: str, code: int = EXIT_BAD_INPUT) -> None:
@@ -89,8 +90,13 @@ def validate(spec_path: str, no_data: bool) -> None:
 @click.option("--address", default=None, help="Ray cluster address (default: RAY_ADDRESS or local)")
 @click.option("-v", "--verbose", count=True, help="show Ray's own output and trial tables")
 def sweep(spec_path: str, resume: bool, new: bool, address: str | None, verbose: int) -> None:
-    """Run a hyperparameter sweep on Ray Tune, tracked in MLflow."""
-    from nli_models.config import ConfigError
+    """Run a hyperparameter sweep on Ray Tune, tracked in MLflow.
+
+    Exit status: 0 completed; 1 completed with failed trials, or a failure; 2 bad input
+    (nothing written); 3 interrupted (SIGINT/SIGTERM; continue with --resume)."""
+    from nli_models.errors import InputError
+    from orchestrator.lifecycle import SweepInterrupted
+    from orchestrator.progress import interrupted_line
     from orchestrator.sweep import SweepExists, run_sweep
     from orchestrator.tracking import TrackingUnavailable
 
@@ -98,14 +104,13 @@ def sweep(spec_path: str, resume: bool, new: bool, address: str | None, verbose:
         _fail("--resume and --new exclude each other")
     try:
         summary = run_sweep(spec_path, resume=resume, new=new, verbose=verbose, address=address)
-    except (ConfigError, SweepExists, TrackingUnavailable, FileNotFoundError) as exc:
+    except (InputError, SweepExists, TrackingUnavailable, FileNotFoundError) as exc:
         _fail(str(exc))
+    except SweepInterrupted as exc:  # before the parent run existed
+        _fail(str(exc), code=EXIT_INTERRUPTED)
     if summary.interrupted:
-        _fail(
-            f"the sweep stopped before every trial ended ({summary.trials} trials known); "
-            f"continue it with `orchestrate sweep {spec_path} --resume`",
-            code=1,
-        )
+        click.echo(interrupted_line(summary.done, summary.failed, summary.planned, spec_path), err=True)
+        sys.exit(EXIT_INTERRUPTED)
     click.echo(
         f"sweep finished: {summary.trials} trials ({summary.failed} failed); "
         f"best dev accuracy {summary.best_dev_accuracy}; test accuracy of the selected "

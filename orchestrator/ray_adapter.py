@@ -9,7 +9,9 @@ from __future__ import annotations
 import copy
 import json
 import os
+import signal
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -124,6 +126,10 @@ def init_ray(address: str | None = None, num_cpus: int | None = None, verbose: b
 
 def shutdown_ray() -> None:
     ray.shutdown()
+
+
+def cluster_resources() -> dict[str, float]:
+    return ray.cluster_resources()
 
 
 def _domain(kind: str, values: list[Any]):
@@ -261,20 +267,34 @@ class TrialListener(Protocol):
     def trial_result(self, trial_id: str, metrics: dict[str, Any]) -> None: ...
     def trial_completed(self, trial_id: str, last: dict[str, Any], checkpoint_dir: str | None) -> None: ...
     def trial_errored(self, trial_id: str, params: dict[str, Any], error: str) -> None: ...
+    def trial_cut(self, trial_id: str) -> None: ...  # stopped by an interruption, resumable
     def sweep_ended(self) -> None: ...
+
+
+StopHook = Callable[[Callable[[], None]], None]
 
 
 class _Events(tune.Callback):
     """Forwards Tune's driver-side events to plain listeners, with flat trial params."""
 
-    def __init__(self, listeners: list[TrialListener], search: dict):
+    def __init__(self, listeners: list[TrialListener], search: dict, on_stop: StopHook | None = None):
         self.listeners = listeners
         self.search = search
+        self.on_stop = on_stop
 
     def __getstate__(self):
         # Tune pickles its run config into the experiment folder; listeners hold threads and
         # clients, and a resumed driver brings its own (see run_tuner).
-        return {"listeners": [], "search": self.search}
+        return {"listeners": [], "search": self.search, "on_stop": None}
+
+    def setup(self, **info):
+        # tune.run has installed its stop handler (on SIGUSR1 always; on SIGINT unless
+        # TUNE_DISABLE_SIGINT_HANDLER, which run_tuner sets so that SIGINT stays the driver's).
+        # Calling it is Tune's own Ctrl-C: the loop ends, the experiment state is saved as it
+        # stands (what Tuner.restore continues), then the trials are stopped.
+        tune_stop = signal.getsignal(signal.SIGUSR1)
+        if self.on_stop is not None and callable(tune_stop):
+            self.on_stop(lambda: tune_stop(signal.SIGUSR1, None))
 
     def _params(self, trial) -> dict[str, Any]:
         return trial_params(trial.config, self.search)
@@ -331,9 +351,13 @@ def run_tuner(
     listeners: list[TrialListener],
     resume: bool,
     verbose: int = 0,
-) -> tuple[list[TrialOutcome], bool]:
-    """Run (or resume) the sweep. Returns every trial's outcome and whether every trial reached
-    an end (finished or failed; False after Ctrl-C). Never raises for a failed trial."""
+    on_stop: StopHook | None = None,
+) -> list[TrialOutcome]:
+    """Run (or resume) the sweep; returns every trial's outcome as Tune last knew it (after a
+    stop Tune calls unfinished trials TERMINATED: the listeners, not these statuses, tell which
+    trials ended). `on_stop` is given a function that stops the running fit() as Ctrl-C would.
+    Never raises for a failed trial."""
+    os.environ["TUNE_DISABLE_SIGINT_HANDLER"] = "1"  # the driver handles SIGINT (lifecycle.py)
     search_dump = spec.search.model_dump()
     trainable = tune.with_parameters(
         run_trial,
@@ -351,7 +375,7 @@ def run_tuner(
         )
         # The restored run config holds the pickled callbacks of the interrupted driver; swap
         # in this driver's listeners so progress and tracking go to this process.
-        tuner._local_tuner._run_config.callbacks = [_Events(listeners, search_dump)]
+        tuner._local_tuner._run_config.callbacks = [_Events(listeners, search_dump, on_stop)]
         tuner._local_tuner._run_config.verbose = verbose
     else:
         search = spec.search
@@ -372,7 +396,7 @@ def run_tuner(
             run_config=tune.RunConfig(
                 name=experiment_name,
                 storage_path=spec.storage_path,
-                callbacks=[_Events(listeners, search_dump)],
+                callbacks=[_Events(listeners, search_dump, on_stop)],
                 verbose=verbose,
                 # One checkpoint: the latest, which also carries the best-on-dev weights.
                 checkpoint_config=tune.CheckpointConfig(num_to_keep=1),
@@ -396,5 +420,5 @@ def run_tuner(
                 error=error,
             )
         )
-    return outcomes, grid.num_terminated + grid.num_errors == len(grid)
+    return outcomes
 

@@ -28,8 +28,9 @@ from typing import Any
 from mlflow import MlflowClient
 from mlflow.entities import Metric, Param, RunTag
 
-from results import run_schema as rs
 from orchestrator.spec import config_key
+from results import run_schema as rs
+from results.sweeps import sweep_runs, trial_runs
 
 EPOCH_METRICS = (
     rs.METRIC_TRAIN_LOSS,
@@ -128,19 +129,15 @@ class Tracker:
             return experiment.experiment_id
         return self.client.create_experiment(name)
 
+    def existing_experiment_id(self, name: str) -> str | None:
+        experiment = self.client.get_experiment_by_name(name)
+        return None if experiment is None else experiment.experiment_id
+
     def sweeps(self, experiment_id: str) -> list:
-        return self.client.search_runs(
-            [experiment_id],
-            filter_string=f"tags.`{rs.TAG_ROLE}` = '{rs.ROLE_SWEEP}'",
-            order_by=["attributes.start_time DESC"],
-        )
+        return sweep_runs(self.client, experiment_id)
 
     def trial_runs(self, experiment_id: str, parent_run_id: str) -> list:
-        return self.client.search_runs(
-            [experiment_id],
-            filter_string=f"tags.`{rs.TAG_PARENT_RUN}` = '{parent_run_id}'",
-            max_results=50000,
-        )
+        return trial_runs(self.client, experiment_id, parent_run_id)
 
     def start_sweep(self, experiment_id: str, run_name: str, tags: dict[str, str]) -> str:
         run = self.client.create_run(
@@ -253,6 +250,10 @@ class SweepRecorder:
     def trial_errored(self, trial_id: str, params: dict[str, Any], error: str) -> None:
         tags = {rs.TAG_ERROR: error[-4000:]}
         self._queue.put(_Op("finish", trial_id, {"values": {}, "tags": tags, "status": "FAILED"}))
+
+    def trial_cut(self, trial_id: str) -> None:
+        # Epoch metrics stay; no final metrics: the trial is resumed from its checkpoint.
+        self._queue.put(_Op("finish", trial_id, {"values": {}, "tags": {}, "status": "KILLED"}))
 
     def sweep_ended(self) -> None:
         pass  # flush() is called by the sweep after Tune returns
