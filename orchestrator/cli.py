@@ -161,8 +161,9 @@ main.add_command(results_command, "results")
 main.add_command(attention_command, "attention")
 
 from orchestrator.cluster_cli import CLUSTER_COMMANDS  # noqa: E402
+from orchestrator.sweeps_cli import SWEEP_COMMANDS  # noqa: E402
 
-for command in CLUSTER_COMMANDS:
+for command in (*CLUSTER_COMMANDS, *SWEEP_COMMANDS):
     main.add_command(command)
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import json
+import logging
 import os
 import signal
 import tempfile
@@ -28,6 +29,7 @@ from ray.tune.search.repeater import TRIAL_INDEX
 from nli_models.config import RunConfig
 from nli_models.data import PreparedData
 from nli_models.training import TRIAL_CONFIG_FILE, EpochResult, Trainer, make_trainer
+from orchestrator.reaper import start_reaper
 from orchestrator.spec import SweepSpec, apply_hyperparameters
 
 CONFIGURATION_KEY = "configuration"
@@ -121,11 +123,21 @@ def init_ray(address: str | None = None, num_cpus: int | None = None, verbose: b
         # Ray's current-cluster file, which a killed `ray start --head` leaves behind (a dead head
         # then hangs every local sweep).
         ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, **kwargs)
+        global _reaper
+        _reaper = start_reaper()  # the local instance goes with this process, even on SIGKILL
     return True
 
 
+_reaper = None
+
+
 def shutdown_ray() -> None:
+    global _reaper
     ray.shutdown()
+    if _reaper is not None:
+        _reaper.terminate()
+        _reaper.wait()
+        _reaper = None
 
 
 def cluster_resources() -> dict[str, float]:
@@ -358,6 +370,8 @@ def run_tuner(
     trials ended). `on_stop` is given a function that stops the running fit() as Ctrl-C would.
     Never raises for a failed trial."""
     os.environ["TUNE_DISABLE_SIGINT_HANDLER"] = "1"  # the driver handles SIGINT (lifecycle.py)
+    if not verbose:  # a stop makes Tune log how to restore by hand; the driver says it its way
+        logging.getLogger("ray.tune").setLevel(logging.ERROR)
     search_dump = spec.search.model_dump()
     trainable = tune.with_parameters(
         run_trial,

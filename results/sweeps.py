@@ -116,8 +116,13 @@ def sweep_record(client: MlflowClient, experiment: str, parent, trials: list) ->
         test_accuracy=parent.data.metrics.get(rs.METRIC_TEST_ACCURACY) if state == rs.SWEEP_COMPLETED else None,
         selected=selected,
         start_time_ms=parent.info.start_time or 0,
-        end_time_ms=parent.info.end_time if state != rs.SWEEP_RUNNING else None,
+        end_time_ms=None if state == rs.SWEEP_RUNNING else parent.info.end_time or _last_beat_ms(tags),
     )
+
+
+def _last_beat_ms(tags: Mapping[str, str]) -> int | None:
+    beat = tags.get(rs.TAG_HEARTBEAT)
+    return int(float(beat) * 1000) if beat else None
 
 
 def load_sweeps(client: MlflowClient, experiment_id: str, experiment: str) -> list[SweepRecord]:
