@@ -16,6 +16,7 @@ from pathlib import Path
 import click
 import pyarrow as pa
 from mlflow import MlflowClient
+from mlflow.entities import Experiment
 from mlflow.exceptions import MlflowException
 
 from results.compare import PairedComparison, compare_predictions, describe_comparison, resolve_row
@@ -24,6 +25,7 @@ from results.evp import evp_table, plot_evp
 from results.files import write_output
 from results.published import PAPERS, comparison_table
 from results.render import SUFFIXES, render, results_view
+from results.sweeps import load_sweeps
 from results.table import build_table
 from results.tracking import (
     download_predictions,
@@ -82,6 +84,12 @@ class _Outputs:
     "(and .PAPER.md/.csv/.tex with --format, also printed).",
 )
 @click.option(
+    "--include-incomplete",
+    is_flag=True,
+    help="With --paper: compare experiments whose sweeps have not completed too (interrupted or "
+    "still running), marked INCOMPLETE in the note column; refused otherwise.",
+)
+@click.option(
     "--evp",
     type=click.Path(dir_okay=False, path_type=Path),
     callback=_suffix(".png"),
@@ -102,6 +110,7 @@ def results_command(
     out: Path,
     fmt: str | None,
     paper: str | None,
+    include_incomplete: bool,
     evp: Path | None,
     mcnemar_rows: tuple[str, str] | None,
 ) -> None:
@@ -118,7 +127,9 @@ def results_command(
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", ResultsWarning)
         try:
-            outputs = _compute(experiments, tracking_uri, out, fmt, paper, evp, mcnemar_rows)
+            outputs = _compute(
+                experiments, tracking_uri, out, fmt, paper, include_incomplete, evp, mcnemar_rows
+            )
         except ResultsError as exc:
             raise click.UsageError(str(exc)) from exc
         except MlflowException as exc:
@@ -139,12 +150,21 @@ def _compute(
     out: Path,
     fmt: str | None,
     paper: str | None,
+    include_incomplete: bool,
     evp: Path | None,
     mcnemar_rows: tuple[str, str] | None,
 ) -> _Outputs:
     client = open_client(tracking_uri)
     chosen = resolve_experiments(client, experiments)
     trials = load_trials(client, chosen)
+    incomplete = _incomplete_sweeps(client, chosen)
+    if paper and incomplete and not include_incomplete:
+        raise ResultsError(
+            "not comparing incomplete sweeps with the paper: "
+            + "; ".join(f"{name}: {why}" for name, why in incomplete.items())
+            + ". Finish them (orchestrate sweep SPEC --resume) or pass --include-incomplete "
+            "to compare them marked INCOMPLETE"
+        )
     table = build_table(
         trials, lambda run_id: fetch_test_metrics(client, run_id), [e.name for e in chosen]
     )
@@ -152,7 +172,7 @@ def _compute(
     if fmt:
         _add_rendering(outputs, out, render(results_view(table), fmt), fmt)
     if paper:
-        comparison = comparison_table(table.to_pandas(), paper)
+        comparison = comparison_table(table.to_pandas(), paper, incomplete)
         path = out.with_suffix(f".{paper}.parquet")
         outputs.files.append((path, comparison))
         if fmt:
@@ -163,6 +183,22 @@ def _compute(
     if mcnemar_rows:
         outputs.stdout.append(describe_comparison(_mcnemar(client, table, *mcnemar_rows)))
     return outputs
+
+
+def _incomplete_sweeps(client: MlflowClient, experiments: list[Experiment]) -> dict[str, str]:
+    """Experiment -> its sweeps that have not completed, described; each sweep's state and
+    progress is shown on stderr (a warning for an incomplete one)."""
+    incomplete: dict[str, str] = {}
+    for experiment in experiments:
+        for sweep in load_sweeps(client, experiment.experiment_id, experiment.name):
+            line = f"sweep {sweep.run_id} of {experiment.name}: {sweep.state}, {sweep.progress()}"
+            if sweep.completed:
+                click.echo(line, err=True)
+                continue
+            warnings.warn(f"{line}; its rows hold only the trials that ended", ResultsWarning, stacklevel=2)
+            previous = incomplete.get(experiment.name)
+            incomplete[experiment.name] = f"{previous}; {line}" if previous else line
+    return incomplete
 
 
 def _add_rendering(outputs: _Outputs, parquet_path: Path, text: str, fmt: str) -> None:
