@@ -125,6 +125,13 @@ class Interruption:
         for signum, handler in self._previous.items():
             signal.signal(signum, handler)
 
+    def arm(self) -> None:
+        """The parent run exists: from now a first signal stops cleanly. Installs the handlers
+        again: Ray's core worker (ray.init) puts its own C handler on SIGTERM, which aborts."""
+        for signum in self.SIGNALS:
+            signal.signal(signum, self._handle)
+        self.armed = True
+
     def _handle(self, signum: int, frame: Any) -> None:
         name = signal.Signals(signum).name
         if self.requested or not self.armed:

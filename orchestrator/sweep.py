@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import contextlib
 import io
+import os
 import platform
 import subprocess
 import sys
+import time
 from collections import defaultdict
 from dataclasses import dataclass, field
 from functools import partial
@@ -297,6 +299,15 @@ def _check_resources(spec: SweepSpec) -> None:
             )
 
 
+TEST_DELAY_ENV = "NLI_TEST_EVALUATION_DELAY_S"  # lifecycle tests: a signal lands during selection
+
+
+def _test_evaluation_delay() -> None:
+    delay = os.environ.get(TEST_DELAY_ENV)
+    if delay:
+        time.sleep(float(delay))
+
+
 def run_sweep(
     spec_path: str | Path,
     resume: bool = False,
@@ -326,7 +337,7 @@ def _run_sweep(spec_path: Path, resume: bool, new: bool, verbose: int, address: 
     try:
         _check_resources(spec)
         experiment_id, parent_run_id, state = _open_parent(tracker, spec, spec_path, previous)
-        interruption.armed = True
+        interruption.arm()
         print(
             f"sweep {spec.name}: {spec.num_trials()} trials; MLflow {spec.tracking_uri} "
             f"experiment {experiment_id}, parent run {parent_run_id}",
@@ -395,6 +406,8 @@ def _drive(spec: SweepSpec, spec_path: Path, data: PreparedData, tracker: Tracke
         complete = len(ended) >= planned or ledger.budget_spent()
         if interruption.requested or not complete:
             return end_interrupted()
+        print(f"{len(ended)} trials ended; selecting on dev, then evaluating test data", file=sys.stderr)
+        _test_evaluation_delay()
         full_params = {o.trial_id: {**base_params, **o.params} for o in outcomes}
         finished = {run.data.tags.get(rs.TAG_TRIAL_ID) for run in trials if run.info.status == "FINISHED"}
         # Test data is touched once, for the final selection, computed before anything is recorded.
