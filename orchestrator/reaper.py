@@ -29,6 +29,12 @@ def _stat(pid: int) -> tuple[int, int] | None:
     return int(fields[1]), int(fields[19])
 
 
+def same_process(pid: int, start: int) -> bool:
+    """Whether `pid` is still the process that started at `start` (not a reused pid)."""
+    stat = _stat(pid)
+    return stat is not None and stat[1] == start
+
+
 def descendants(root: int) -> dict[int, int]:
     """Every live descendant of `root`: pid -> start time."""
     parents: dict[int, list[int]] = {}
@@ -64,11 +70,10 @@ def watch(driver: int) -> None:
     known: dict[int, int] = {}
     while os.getppid() == driver:
         known.update({pid: start for pid, start in descendants(driver).items() if pid != me})
-        known = {pid: start for pid, start in known.items() if (_stat(pid) or (0, -1))[1] == start}
+        known = {pid: start for pid, start in known.items() if same_process(pid, start)}
         time.sleep(POLL_S)
     for pid, start in known.items():
-        stat = _stat(pid)
-        if stat is not None and stat[1] == start:
+        if same_process(pid, start):
             try:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:

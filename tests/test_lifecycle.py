@@ -21,7 +21,7 @@ from sweep_helpers import (
     write_spec,
 )
 
-from orchestrator.reaper import _stat, descendants
+from orchestrator.reaper import descendants, same_process
 from results import run_schema as rs
 
 pytestmark = pytest.mark.ray
@@ -79,6 +79,15 @@ def _finished(folder: Path, name: str, log: Path, count: int):
     return check
 
 
+def _cli(args: list[str]):
+    """A read-only command in this process (no start-up of its own)."""
+    from click.testing import CliRunner
+
+    from orchestrator.cli import main
+
+    return CliRunner().invoke(main, args)
+
+
 def _processes(driver) -> dict[int, int]:
     return descendants(driver.pid)
 
@@ -88,7 +97,7 @@ def _assert_gone(processes: dict[int, int], timeout: float = 30) -> None:
     deadline = time.monotonic() + timeout
     alive = processes
     while time.monotonic() < deadline:
-        alive = {pid: start for pid, start in alive.items() if (_stat(pid) or (0, -1))[1] == start}
+        alive = {pid: start for pid, start in alive.items() if same_process(pid, start)}
         if not alive:
             return
         time.sleep(0.5)
@@ -165,23 +174,22 @@ def test_sigterm_with_pending_trials_then_sweeps_results_and_resume(tmp_path):
     assert f"interrupted: {done}/4 trials done" in log.read_text()
 
     uri = f"sqlite:///{tmp_path / 'mlruns.db'}"
-    shown = run_orchestrate(["sweeps", "term", "--tracking-uri", uri], cwd=tmp_path)
-    assert shown.returncode == 0, shown.stderr
+    shown = _cli(["sweeps", "term", "--tracking-uri", uri])
+    assert shown.exit_code == 0, shown.output
     row = shown.stdout.splitlines()[1].split()
     assert row[:4] == ["term", parent.info.run_id, "interrupted", f"{done}/0/4"]
     if done:  # the results table needs a trial that ended
-        out = str(tmp_path / "table.parquet")
-        refused = run_orchestrate(["results", "term", "--tracking-uri", uri, "--out", out,
-                                   "--paper", "parikh2016"], cwd=tmp_path)
-        assert refused.returncode == 2 and "--include-incomplete" in refused.stderr
-        assert not Path(out).exists()
-        marked = run_orchestrate(["results", "term", "--tracking-uri", uri, "--out", out,
-                                  "--paper", "parikh2016", "--include-incomplete"], cwd=tmp_path)
-        assert marked.returncode == 0, marked.stderr
-        assert f"interrupted, {done}/4 trials done" in marked.stderr
+        out = tmp_path / "table.parquet"
+        paper = ["results", "term", "--tracking-uri", uri, "--out", str(out), "--paper", "parikh2016"]
+        refused = _cli(paper)
+        assert refused.exit_code == 2 and "--include-incomplete" in refused.output
+        assert not out.exists()
+        marked = _cli([*paper, "--include-incomplete"])
+        assert marked.exit_code == 0, marked.output
+        assert f"interrupted, {done}/4 trials done" in marked.output and out.exists()
 
-    parent, _ = _assert_resume_completes(tmp_path, spec, "term", planned=4)
-    shown = run_orchestrate(["sweeps", "term", "--tracking-uri", uri], cwd=tmp_path)
+    _assert_resume_completes(tmp_path, spec, "term", planned=4)
+    shown = _cli(["sweeps", "term", "--tracking-uri", uri])
     assert shown.stdout.splitlines()[1].split()[2:4] == ["completed", "4/0/4"]
 
 
