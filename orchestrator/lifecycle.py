@@ -103,6 +103,7 @@ class Interruption:
 
     def __init__(self) -> None:
         self.signal_name: str | None = None
+        self.aborted = False  # a second signal came: whatever was running was cut short
         self.armed = False  # True once the parent run exists: a first signal stops cleanly
         self._stop_tune: Callable[[], None] | None = None
         self._deferred = False
@@ -135,9 +136,11 @@ class Interruption:
     def _handle(self, signum: int, frame: Any) -> None:
         name = signal.Signals(signum).name
         if self.requested or not self.armed:
+            self.aborted = True
             if self._deferred:
                 self._abort_pending = True
                 return
+            # Raised inside a Ray call it may come out wrapped (SystemError): `aborted` tells.
             raise SweepInterrupted(f"{name}: aborted")
         self.signal_name = name
         print(

@@ -12,6 +12,7 @@ import logging
 import os
 import signal
 import tempfile
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,6 +35,7 @@ from orchestrator.spec import SweepSpec, apply_hyperparameters
 
 CONFIGURATION_KEY = "configuration"
 FAIL_ONCE_ENV = "NLI_FAIL_ONCE_AT_EPOCH"  # fault injection for recovery tests: "EPOCH:MARKER_DIR"
+EPOCH_DELAY_ENV = "NLI_EPOCH_DELAY_S"  # lifecycle tests: every epoch lasts this much longer
 
 
 # -- inside a trial ---------------------------------------------------------------------------
@@ -95,6 +97,7 @@ def run_trial(tune_config: dict[str, Any], *, base: dict, search: dict, data: Pr
 
     def report(trainer: Trainer, result: EpochResult) -> None:
         _maybe_inject_failure(result.epoch)
+        time.sleep(float(os.environ.get(EPOCH_DELAY_ENV) or 0))
         finished = trainer.state.epoch >= trainer.config.epochs or trainer.should_stop()
         with tempfile.TemporaryDirectory() as directory:
             trainer.save_checkpoint(directory)

@@ -302,10 +302,10 @@ def _check_resources(spec: SweepSpec) -> None:
 TEST_DELAY_ENV = "NLI_TEST_EVALUATION_DELAY_S"  # lifecycle tests: a signal lands during selection
 
 
-def _test_evaluation_delay() -> None:
-    delay = os.environ.get(TEST_DELAY_ENV)
-    if delay:
-        time.sleep(float(delay))
+def _test_evaluation_delay(interruption: Interruption) -> None:
+    deadline = time.monotonic() + float(os.environ.get(TEST_DELAY_ENV) or 0)
+    while time.monotonic() < deadline and not interruption.requested:
+        time.sleep(0.1)
 
 
 def run_sweep(
@@ -407,7 +407,7 @@ def _drive(spec: SweepSpec, spec_path: Path, data: PreparedData, tracker: Tracke
         if interruption.requested or not complete:
             return end_interrupted()
         print(f"{len(ended)} trials ended; selecting on dev, then evaluating test data", file=sys.stderr)
-        _test_evaluation_delay()
+        _test_evaluation_delay(interruption)
         full_params = {o.trial_id: {**base_params, **o.params} for o in outcomes}
         finished = {run.data.tags.get(rs.TAG_TRIAL_ID) for run in trials if run.info.status == "FINISHED"}
         # Test data is touched once, for the final selection, computed before anything is recorded.
@@ -418,11 +418,10 @@ def _drive(spec: SweepSpec, spec_path: Path, data: PreparedData, tracker: Tracke
             record_selection(tracker, parent_run_id, selection)
             _close_runs(tracker, experiment_id, parent_run_id, state, rs.SWEEP_COMPLETED)
         return summary(rs.SWEEP_COMPLETED, selection)
-    except SweepInterrupted:
+    except BaseException as exc:
         recorder.flush(timeout=30)
-        return end_interrupted()
-    except BaseException:
-        recorder.flush(timeout=30)
+        if isinstance(exc, SweepInterrupted) or interruption.aborted:
+            return end_interrupted()
         with contextlib.suppress(Exception):
             _close_runs(tracker, experiment_id, parent_run_id, state, rs.SWEEP_FAILED)
         raise

@@ -27,6 +27,9 @@ from results import run_schema as rs
 pytestmark = pytest.mark.ray
 EPOCHS = 2
 EXIT_INTERRUPTED = 3
+# Each epoch lasts this much longer, so that a trial seen running is still running when the
+# signal lands (toy epochs take a fraction of a second).
+EPOCH_DELAY = {"NLI_EPOCH_DELAY_S": "3"}
 
 
 def _spec(folder: Path, name: str, search: dict | None = None, epochs: int = EPOCHS) -> Path:
@@ -61,13 +64,26 @@ def _store_ready(log: Path) -> bool:
     return "parent run" in log.read_text()
 
 
-def _trial_running(folder: Path, name: str, log: Path):
+def _trial_running(folder: Path, name: str, log: Path, epochs_logged: int = 0):
+    """A trial run is RUNNING (with at least `epochs_logged` epochs logged)."""
     def check():
         if not _store_ready(log):
             return False
         _, children = _runs(folder, name)
-        return any(c.info.status == "RUNNING" for c in children)
+        return any(
+            c.info.status == "RUNNING"
+            and (not epochs_logged or rs.METRIC_DEV_ACCURACY in c.data.metrics)
+            for c in children
+        )
     return check
+
+
+def _start(folder: Path, spec: Path, env: dict[str, str]):
+    log = folder / "driver.log"
+    with pytest.MonkeyPatch.context() as patch:
+        for key, value in env.items():
+            patch.setenv(key, value)
+        return start_orchestrate(["sweep", str(spec)], cwd=folder, log=log), log
 
 
 def _finished(folder: Path, name: str, log: Path, count: int):
@@ -163,8 +179,7 @@ def test_sigterm_with_pending_trials_then_sweeps_results_and_resume(tmp_path):
     """No concurrency limit and a time budget (as paper specs have none): SIGTERM, what `timeout`
     and SLURM send, while the first trial runs and the others wait."""
     spec = _spec(tmp_path, "term", {"time_budget_s": 3600})
-    log = tmp_path / "driver.log"
-    driver = start_orchestrate(["sweep", str(spec)], cwd=tmp_path, log=log)
+    driver, log = _start(tmp_path, spec, EPOCH_DELAY)
     _wait_for(_trial_running(tmp_path, "term", log), driver, log, "a running trial")
     assert _interrupt(driver, log, signal.SIGTERM, group=False) == EXIT_INTERRUPTED
     assert "continue with: orchestrate sweep" in log.read_text() and "--resume" in log.read_text()
@@ -196,10 +211,9 @@ def test_sigterm_with_pending_trials_then_sweeps_results_and_resume(tmp_path):
 def test_ctrl_c_during_the_last_trial_with_a_concurrency_limit(tmp_path):
     spec = _spec(tmp_path, "last", {"max_concurrent_trials": 1,
                                     "space": {"lr": {"grid": [0.001, 0.01]}, "dropout": {"grid": [0.0]}}})
-    log = tmp_path / "driver.log"
-    driver = start_orchestrate(["sweep", str(spec)], cwd=tmp_path, log=log)
+    driver, log = _start(tmp_path, spec, EPOCH_DELAY)
     _wait_for(_finished(tmp_path, "last", log, 1), driver, log, "the first trial's end")
-    _wait_for(_trial_running(tmp_path, "last", log), driver, log, "the last trial")
+    _wait_for(_trial_running(tmp_path, "last", log, epochs_logged=1), driver, log, "the last trial's epoch 1")
     assert _interrupt(driver, log, signal.SIGINT, group=True) == EXIT_INTERRUPTED  # Ctrl-C
     _, children = _assert_interrupted(tmp_path, "last")
     assert "interrupted: 1/2 trials done" in log.read_text()
@@ -209,8 +223,7 @@ def test_ctrl_c_during_the_last_trial_with_a_concurrency_limit(tmp_path):
 
 def test_second_ctrl_c_aborts_at_once_leaving_the_same_resumable_state(tmp_path):
     spec = _spec(tmp_path, "twice")
-    log = tmp_path / "driver.log"
-    driver = start_orchestrate(["sweep", str(spec)], cwd=tmp_path, log=log)
+    driver, log = _start(tmp_path, spec, EPOCH_DELAY)
     _wait_for(_trial_running(tmp_path, "twice", log), driver, log, "a running trial")
     os.killpg(driver.pid, signal.SIGINT)
     _wait_for(lambda: "send it again to abort" in log.read_text(), driver, log, "the first signal's notice")
@@ -221,10 +234,7 @@ def test_second_ctrl_c_aborts_at_once_leaving_the_same_resumable_state(tmp_path)
 
 def test_ctrl_c_during_the_test_evaluation_records_no_test_metric(tmp_path):
     spec = _spec(tmp_path, "select", {"space": {"lr": {"grid": [0.003]}, "dropout": {"grid": [0.0]}}})
-    log = tmp_path / "driver.log"
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("NLI_TEST_EVALUATION_DELAY_S", "30")
-        driver = start_orchestrate(["sweep", str(spec)], cwd=tmp_path, log=log)
+    driver, log = _start(tmp_path, spec, {"NLI_TEST_EVALUATION_DELAY_S": "30"})
     _wait_for(lambda: "selecting on dev" in log.read_text(), driver, log, "the selection")
     assert _interrupt(driver, log, signal.SIGINT, group=True) == EXIT_INTERRUPTED
     _, children = _assert_interrupted(tmp_path, "select")
