@@ -46,7 +46,7 @@ from orchestrator.spec import SweepSpec, apply_hyperparameters, config_key, load
 from orchestrator.tracking import SweepRecorder, Tracker, host_tags, spool_file
 from results import run_schema as rs
 from results.selection import TrialRecord, seed_runs, select_configuration
-from results.sweeps import observed_state, recorded_state
+from results.sweeps import observed_state
 
 
 class SweepExists(RuntimeError):
@@ -95,12 +95,12 @@ def _version_tags() -> dict[str, str]:
 
 def _previous_sweep(tracker: Tracker, spec: SweepSpec, resume: bool, new: bool):
     """The sweep --resume continues (None: start one), read without writing anything.
-    SweepExists when the user has to choose. A sweep that failed before its first trial is
-    ignored: a failed start never blocks the next attempt."""
+    SweepExists when the user has to choose. A sweep that ended before its first trial (a
+    failed start, a signal during start-up) is ignored: it never blocks the next attempt."""
     experiment_id = tracker.existing_experiment_id(spec.name)
     previous = [] if experiment_id is None else [
         run for run in tracker.sweeps(experiment_id)
-        if recorded_state(run.data.tags) != rs.SWEEP_FAILED
+        if observed_state(run.data.tags) != rs.SWEEP_FAILED
         or tracker.trial_runs(experiment_id, run.info.run_id)
     ]
     if not previous:
@@ -123,6 +123,8 @@ def _previous_sweep(tracker: Tracker, spec: SweepSpec, resume: bool, new: bool):
             "--resume; pass --new to start another sweep beside it"
         )
     if not resume:
+        if not tracker.trial_runs(experiment_id, run_id):
+            return None  # interrupted during start-up: nothing to continue or to lose
         raise SweepExists(
             f"experiment {spec.name!r} already holds sweep run {run_id} ({state}); pass --resume "
             "to continue it or --new to start another sweep beside it"
