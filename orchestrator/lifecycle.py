@@ -137,6 +137,8 @@ class Interruption:
         name = signal.Signals(signum).name
         if self.requested or not self.armed:
             self.aborted = True
+            again = " again" if self.requested else ""
+            print(f"{name}{again}: aborting at once", file=sys.stderr, flush=True)
             if self._deferred:
                 self._abort_pending = True
                 return

@@ -228,6 +228,7 @@ def test_second_ctrl_c_aborts_at_once_leaving_the_same_resumable_state(tmp_path)
     os.killpg(driver.pid, signal.SIGINT)
     _wait_for(lambda: "send it again to abort" in log.read_text(), driver, log, "the first signal's notice")
     assert _interrupt(driver, log, signal.SIGINT, group=True) == EXIT_INTERRUPTED
+    assert "SIGINT again: aborting at once" in log.read_text()
     _assert_interrupted(tmp_path, "twice")
     _assert_resume_completes(tmp_path, spec, "twice", planned=4)
 
