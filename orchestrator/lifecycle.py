@@ -107,7 +107,6 @@ class Interruption:
         self.armed = False  # True once the parent run exists: a first signal stops cleanly
         self._stop_tune: Callable[[], None] | None = None
         self._deferred = False
-        self._abort_pending = False
         self._previous: dict[int, Any] = {}
         self._grace: threading.Timer | None = None
 
@@ -140,7 +139,6 @@ class Interruption:
             again = " again" if self.requested else ""
             print(f"{name}{again}: aborting at once", file=sys.stderr, flush=True)
             if self._deferred:
-                self._abort_pending = True
                 return
             # Raised inside a Ray call it may come out wrapped (SystemError): `aborted` tells.
             raise SweepInterrupted(f"{name}: aborted")
@@ -165,15 +163,13 @@ class Interruption:
 
     @contextlib.contextmanager
     def deferred(self) -> Iterator[None]:
-        """Writes that must not be cut in half (the record of a completed sweep): a signal
-        during them takes effect after them."""
+        """Writes that must not be cut in half (the records of a sweep's end): a signal during
+        them is only noted (`requested`, `aborted`)."""
         self._deferred = True
         try:
             yield
         finally:
             self._deferred = False
-            if self._abort_pending:
-                raise SweepInterrupted("aborted")
 
 
 class TrialLedger:

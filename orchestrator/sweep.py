@@ -376,7 +376,7 @@ def _drive(spec: SweepSpec, spec_path: Path, data: PreparedData, tracker: Tracke
         )
 
     def end_interrupted() -> SweepSummary:
-        with contextlib.suppress(SweepInterrupted), interruption.deferred():
+        with interruption.deferred():
             _close_runs(tracker, experiment_id, parent_run_id, state, rs.SWEEP_INTERRUPTED)
         return summary(rs.SWEEP_INTERRUPTED)
 
