@@ -272,3 +272,14 @@ def test_failed_data_check_writes_nothing_and_the_next_attempt_runs(tmp_path):
     parents, children = runs_of(tmp_path, "files")
     assert len(parents) == 1 and parents[0].data.tags[rs.TAG_SWEEP_STATE] == rs.SWEEP_COMPLETED
     assert len(children) == 1 and rs.METRIC_TEST_ACCURACY in children[0].data.metrics
+
+    # The selected configuration as a training config that `orchestrate train` runs as is:
+    # training is deterministic, so it reproduces the selected trial's dev accuracy.
+    best = tmp_path / "best.yaml"
+    written = _cli(["best", "files", "--tracking-uri", f"sqlite:///{tmp_path / 'mlruns.db'}",
+                    "--out", str(best)])
+    assert written.exit_code == 0, written.output
+    trained = run_orchestrate(["train", str(best)], cwd=tmp_path)
+    assert trained.returncode == 0, trained.stdout + trained.stderr
+    dev = children[0].data.metrics[rs.METRIC_BEST_DEV_ACCURACY]
+    assert f"best dev accuracy {dev:.4f}" in trained.stdout + trained.stderr
