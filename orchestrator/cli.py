@@ -19,6 +19,7 @@ from results.cli import attention_command, report_command, results_command
 configure_environment()
 
 EXIT_BAD_INPUT = 2
+EXIT_INTERRUPTED = 3
 
 
 def _fail(message: str, code: int = EXIT_BAD_INPUT) -> None:
@@ -165,8 +166,13 @@ def _estimate(spec) -> str:
 @tracking_uri_option
 def sweep(spec_path: str, resume: bool, new: bool, address: str | None, verbose: int,
           assignments: tuple[str, ...], data_dir: str | None, tracking_uri: str | None) -> None:
-    """Run a hyperparameter sweep on Ray Tune, tracked in MLflow."""
+    """Run a hyperparameter sweep on Ray Tune, tracked in MLflow.
+
+    Exit status: 0 completed; 1 completed with failed trials, or a failure; 2 bad input
+    (nothing written); 3 interrupted (SIGINT/SIGTERM; continue with --resume)."""
     from nli_models.errors import InputError
+    from orchestrator.lifecycle import SweepInterrupted
+    from orchestrator.progress import interrupted_line
     from orchestrator.sweep import SweepExists, run_sweep
     from orchestrator.tracking import TrackingUnavailable
 
@@ -178,12 +184,11 @@ def sweep(spec_path: str, resume: bool, new: bool, address: str | None, verbose:
                             tracking_uri=tracking_uri)
     except (InputError, SweepExists, TrackingUnavailable, FileNotFoundError) as exc:
         _fail(str(exc))
+    except SweepInterrupted as exc:  # before the parent run existed
+        _fail(str(exc), code=EXIT_INTERRUPTED)
     if summary.interrupted:
-        _fail(
-            f"the sweep stopped before every trial ended ({summary.trials} trials known); "
-            f"continue it with `orchestrate sweep {spec_path} --resume`",
-            code=1,
-        )
+        click.echo(interrupted_line(summary.done, summary.failed, summary.planned, spec_path), err=True)
+        sys.exit(EXIT_INTERRUPTED)
     click.echo(
         f"sweep finished: {summary.trials} trials ({summary.failed} failed)"
         + (f", {summary.diverged} diverged (loss NaN/inf; never selected)" if summary.diverged
@@ -274,8 +279,9 @@ main.add_command(attention_command, "attention")
 main.add_command(report_command, "report")
 
 from orchestrator.cluster_cli import CLUSTER_COMMANDS  # noqa: E402
+from orchestrator.sweeps_cli import SWEEP_COMMANDS  # noqa: E402
 
-for command in CLUSTER_COMMANDS:
+for command in (*CLUSTER_COMMANDS, *SWEEP_COMMANDS):
     main.add_command(command)
 
 if __name__ == "__main__":

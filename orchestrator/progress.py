@@ -130,5 +130,16 @@ class ProgressPrinter:
         )
         self._print(force=True)
 
+    def trial_cut(self, trial_id: str) -> None:
+        self.running.discard(trial_id)
+
     def sweep_ended(self) -> None:
         self._print(force=True)
+
+
+def interrupted_line(done: int, failed: int, planned: int, spec_path: str) -> str:
+    failures = f" ({failed} failed)" if failed else ""
+    return (
+        f"interrupted: {done}/{planned} trials done{failures}; continue with: "
+        f"orchestrate sweep {spec_path} --resume"
+    )

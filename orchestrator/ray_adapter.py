@@ -8,10 +8,13 @@ from __future__ import annotations
 
 import copy
 import json
+import logging
 import os
+import signal
 import socket
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -35,12 +38,14 @@ from nli_models.training import (
     TrainingDiverged,
     make_trainer,
 )
+from orchestrator.reaper import start_reaper
 from orchestrator.spec import SweepSpec, apply_hyperparameters
 from results import run_schema as rs
 
 CONFIGURATION_KEY = "configuration"
 DIVERGED_LOSS = "diverged_loss"  # with rs.METRIC_DIVERGED_*: the last result of a diverged trial
 FAIL_ONCE_ENV = "NLI_FAIL_ONCE_AT_EPOCH"  # fault injection for recovery tests: "EPOCH:MARKER_DIR"
+EPOCH_DELAY_ENV = "NLI_EPOCH_DELAY_S"  # lifecycle tests: every epoch lasts this much longer
 
 
 # -- inside a trial ---------------------------------------------------------------------------
@@ -102,6 +107,7 @@ def run_trial(tune_config: dict[str, Any], *, base: dict, search: dict, data: Pr
 
     def report(trainer: Trainer, result: EpochResult) -> None:
         _maybe_inject_failure(result.epoch)
+        time.sleep(float(os.environ.get(EPOCH_DELAY_ENV) or 0))
         finished = trainer.finished()
         with tempfile.TemporaryDirectory() as directory:
             trainer.save_checkpoint(directory)
@@ -150,6 +156,8 @@ def init_ray(address: str | None = None, num_cpus: int | None = None, verbose: b
         # Ray's current-cluster file, which a killed `ray start --head` leaves behind (a dead head
         # then hangs every local sweep).
         ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, **kwargs)
+        global _reaper
+        _reaper = start_reaper()  # the local instance goes with this process, even on SIGKILL
     return True
 
 
@@ -204,8 +212,20 @@ def check_resources(cpu: float, gpu: float, wait_s: float | None = None) -> None
     )
 
 
+_reaper = None
+
+
 def shutdown_ray() -> None:
+    global _reaper
     ray.shutdown()
+    if _reaper is not None:
+        _reaper.terminate()
+        _reaper.wait()
+        _reaper = None
+
+
+def cluster_resources() -> dict[str, float]:
+    return ray.cluster_resources()
 
 
 def _domain(kind: str, values: list[Any]):
@@ -349,20 +369,34 @@ class TrialListener(Protocol):
     def trial_completed(self, trial_id: str, last: dict[str, Any], checkpoint_dir: str | None) -> None: ...
     def trial_errored(self, trial_id: str, params: dict[str, Any], error: str) -> None: ...
     def trial_retried(self, trial_id: str, retries: int, cause: str, resumed_from_epoch: int) -> None: ...
+    def trial_cut(self, trial_id: str) -> None: ...  # stopped by an interruption, resumable
     def sweep_ended(self) -> None: ...
+
+
+StopHook = Callable[[Callable[[], None]], None]
 
 
 class _Events(tune.Callback):
     """Forwards Tune's driver-side events to plain listeners, with flat trial params."""
 
-    def __init__(self, listeners: list[TrialListener], search: dict):
+    def __init__(self, listeners: list[TrialListener], search: dict, on_stop: StopHook | None = None):
         self.listeners = listeners
         self.search = search
+        self.on_stop = on_stop
 
     def __getstate__(self):
         # Tune pickles its run config into the experiment folder; listeners hold threads and
         # clients, and a resumed driver brings its own (see run_tuner).
-        return {"listeners": [], "search": self.search}
+        return {"listeners": [], "search": self.search, "on_stop": None}
+
+    def setup(self, **info):
+        # tune.run has installed its stop handler (on SIGUSR1 always; on SIGINT unless
+        # TUNE_DISABLE_SIGINT_HANDLER, which run_tuner sets so that SIGINT stays the driver's).
+        # Calling it is Tune's own Ctrl-C: the loop ends, the experiment state is saved as it
+        # stands (what Tuner.restore continues), then the trials are stopped.
+        tune_stop = signal.getsignal(signal.SIGUSR1)
+        if self.on_stop is not None and callable(tune_stop):
+            self.on_stop(lambda: tune_stop(signal.SIGUSR1, None))
 
     def _params(self, trial) -> dict[str, Any]:
         return trial_params(trial.config, self.search)
@@ -427,9 +461,15 @@ def run_tuner(
     listeners: list[TrialListener],
     resume: bool,
     verbose: int = 0,
-) -> tuple[list[TrialOutcome], bool]:
-    """Run (or resume) the sweep. Returns every trial's outcome and whether every trial reached
-    an end (finished or failed; False after Ctrl-C). Never raises for a failed trial."""
+    on_stop: StopHook | None = None,
+) -> list[TrialOutcome]:
+    """Run (or resume) the sweep; returns every trial's outcome as Tune last knew it (after a
+    stop Tune calls unfinished trials TERMINATED: the listeners, not these statuses, tell which
+    trials ended). `on_stop` is given a function that stops the running fit() as Ctrl-C would.
+    Never raises for a failed trial."""
+    os.environ["TUNE_DISABLE_SIGINT_HANDLER"] = "1"  # the driver handles SIGINT (lifecycle.py)
+    if not verbose:  # a stop makes Tune log how to restore by hand; the driver says it its way
+        logging.getLogger("ray.tune").setLevel(logging.ERROR)
     search_dump = spec.search.model_dump()
     trainable = tune.with_parameters(
         run_trial,
@@ -447,7 +487,7 @@ def run_tuner(
         )
         # The restored run config holds the pickled callbacks of the interrupted driver; swap
         # in this driver's listeners so progress and tracking go to this process.
-        tuner._local_tuner._run_config.callbacks = [_Events(listeners, search_dump)]
+        tuner._local_tuner._run_config.callbacks = [_Events(listeners, search_dump, on_stop)]
         tuner._local_tuner._run_config.verbose = verbose
     else:
         search = spec.search
@@ -468,7 +508,7 @@ def run_tuner(
             run_config=tune.RunConfig(
                 name=experiment_name,
                 storage_path=spec.storage_path,
-                callbacks=[_Events(listeners, search_dump)],
+                callbacks=[_Events(listeners, search_dump, on_stop)],
                 verbose=verbose,
                 # One checkpoint: the latest, which also carries the best-on-dev weights.
                 checkpoint_config=tune.CheckpointConfig(num_to_keep=1),
@@ -492,5 +532,5 @@ def run_tuner(
                 error=error,
             )
         )
-    return outcomes, grid.num_terminated + grid.num_errors == len(grid)
+    return outcomes
 

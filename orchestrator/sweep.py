@@ -6,14 +6,18 @@ the best mean dev accuracy over seeds, and evaluate test data for that configura
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
+import os
 import platform
 import subprocess
 import sys
 import tempfile
+import time
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 import pandas as pd
@@ -22,8 +26,17 @@ import torch
 
 from nli_models.config import Overrides
 from nli_models.data import PreparedData, prepare_data
-from nli_models.errors import InputError, mask_secrets
+from nli_models.errors import mask_secrets
 from nli_models.training import check_fits_data, make_trainer, refit_and_test
+from orchestrator.lifecycle import (
+    RUN_STATUS,
+    Heartbeat,
+    Interruption,
+    SweepInterrupted,
+    SweepState,
+    TrialLedger,
+    lease_tags,
+)
 from orchestrator.progress import ProgressPrinter
 from orchestrator.provenance import data_digest, data_record, environment_record
 from orchestrator.ray_adapter import (
@@ -57,6 +70,7 @@ from orchestrator.tracking import (
 )
 from results import run_schema as rs
 from results.selection import TrialRecord, seed_runs, select_configuration
+from results.sweeps import observed_state
 
 
 class SweepExists(RuntimeError):
@@ -67,12 +81,26 @@ class SweepExists(RuntimeError):
 class SweepSummary:
     experiment_id: str
     parent_run_id: str
-    trials: int
+    state: str  # completed | interrupted (a failure raises)
+    planned: int
+    done: int  # trial runs that ended (see lifecycle.TrialLedger)
     failed: int
-    diverged: int  # trials stopped because their loss became NaN/inf (never selected)
+    diverged: int  # trials stopped because their loss became NaN/inf (failed, never selected)
     best_dev_accuracy: float | None
     test_accuracy: float | None
-    interrupted: bool
+
+    @property
+    def interrupted(self) -> bool:
+        return self.state == rs.SWEEP_INTERRUPTED
+
+    @property
+    def trials(self) -> int:
+        return self.done + self.failed + self.diverged
+
+
+def _diverged(run) -> bool:
+    """A trial run stopped because its loss became NaN/inf (FAILED, never selected)."""
+    return run.data.tags.get(rs.TAG_DIVERGED) == "true"
 
 
 def _git_tags() -> dict[str, str]:
@@ -99,53 +127,85 @@ def _override_tags(overrides: Overrides | None) -> dict[str, str]:
     return {rs.TAG_OVERRIDES: json.dumps(overrides.describe())} if overrides else {}
 
 
-def _open_parent(
-    tracker: Tracker,
-    spec: SweepSpec,
-    spec_path: Path,
-    resume: bool,
-    new: bool,
-    overrides: Overrides | None = None,
-):
-    experiment_id = tracker.experiment_id(spec.name)
-    previous = tracker.sweeps(experiment_id)
-    if previous and not (resume or new):
-        latest = previous[0]
-        raise SweepExists(
-            f"experiment {spec.name!r} already holds sweep run {latest.info.run_id} "
-            f"({latest.data.tags.get(rs.TAG_SWEEP_STATE, latest.info.status)}); pass --resume to "
-            "continue it or --new to start another sweep beside it"
-        )
-    if resume:
-        if not previous:
+def _previous_sweep(tracker: Tracker, spec: SweepSpec, resume: bool, new: bool):
+    """The sweep --resume continues (None: start one), read without writing anything.
+    SweepExists when the user has to choose. A sweep that ended before its first trial (a
+    failed start, a signal during start-up) is ignored: it never blocks the next attempt."""
+    experiment_id = tracker.find_experiment(spec.name)
+    previous = [] if experiment_id is None else [
+        run for run in tracker.sweeps(experiment_id)
+        if observed_state(run.data.tags) != rs.SWEEP_FAILED
+        or tracker.trial_runs(experiment_id, run.info.run_id)
+    ]
+    if not previous:
+        if resume:
             raise SweepExists(f"experiment {spec.name!r} holds no sweep to resume; drop --resume")
-        parent = previous[0]
+        return None
+    latest = previous[0]
+    run_id, state = latest.info.run_id, observed_state(latest.data.tags)
+    if state == rs.SWEEP_RUNNING and not new:
+        raise SweepExists(
+            f"sweep run {run_id} of experiment {spec.name!r} is running (driver "
+            f"{latest.data.tags.get(rs.TAG_DRIVER, '?')}); stop it first, or pass --new to start "
+            "another sweep beside it"
+        )
+    if new:
+        return None
+    if state == rs.SWEEP_COMPLETED:
+        raise SweepExists(
+            f"experiment {spec.name!r} already holds completed sweep run {run_id}; nothing to "
+            "--resume; pass --new to start another sweep beside it"
+        )
+    if not resume:
+        if not tracker.trial_runs(experiment_id, run_id):
+            return None  # interrupted during start-up: nothing to continue or to lose
+        raise SweepExists(
+            f"experiment {spec.name!r} already holds sweep run {run_id} ({state}); pass --resume "
+            "to continue it or --new to start another sweep beside it"
+        )
+    return latest
+
+
+def _open_parent(
+    tracker: Tracker, spec: SweepSpec, spec_path: Path, previous, overrides: Overrides | None
+) -> tuple[str, str, SweepState]:
+    """The parent run in state `planned` (a new sweep) or the resumed one, moved to `running`
+    by the caller; returns (experiment id, parent run id, its state)."""
+    if previous is not None:
+        parent = previous
         if parent.data.tags.get(rs.TAG_SPEC_HASH) != spec.spec_hash():
             print(
                 f"warning: {spec_path} changed since sweep {parent.info.run_id} started; "
                 "resuming with the search recorded by Ray Tune",
                 file=sys.stderr,
             )
-        tracker.reopen(parent.info.run_id)
-        tracker.set_tags(parent.info.run_id, {rs.TAG_SWEEP_STATE: "running"})
-        return experiment_id, parent.info.run_id
+        run_id = parent.info.run_id
+        tracker.reopen(run_id)
+        # A driver that died left `running` (or `planned`): what readers see is `interrupted`.
+        state = SweepState(partial(tracker.set_tags, run_id), observed_state(parent.data.tags))
+        return parent.info.experiment_id, run_id, state
+    experiment_id = tracker.experiment_id(spec.name)
     tags = {
         rs.TAG_SPEC_HASH: spec.spec_hash(),
         rs.TAG_SPEC_NAME: spec.name,
         rs.TAG_CORPUS: spec.data.corpus,
-        rs.TAG_SWEEP_STATE: "running",
+        rs.TAG_SWEEP_STATE: rs.SWEEP_PLANNED,
+        rs.TAG_PLANNED_TRIALS: str(spec.num_trials()),
+        **lease_tags(),
         **_git_tags(),
         **_version_tags(),
         **host_tags(),
         **_override_tags(overrides),
     }
+    if spec.search.time_budget_s is not None:
+        tags[rs.TAG_TIME_BUDGET] = str(spec.search.time_budget_s)
     parent_run_id = tracker.start_sweep(experiment_id, f"sweep-{spec.name}", tags)
     # The spec with its overrides applied, with no password of a tracking URI in it (artifacts
     # are readable by everyone who can read the experiment).
     tracker.log_text(
         parent_run_id, mask_secrets(effective_spec_text(spec_path, overrides)), rs.ARTIFACT_SPEC
     )
-    return experiment_id, parent_run_id
+    return experiment_id, parent_run_id, SweepState(partial(tracker.set_tags, parent_run_id), rs.SWEEP_PLANNED)
 
 
 def _predictions_table(evaluation, labels: tuple[str, ...]) -> bytes:
@@ -162,6 +222,18 @@ def _predictions_table(evaluation, labels: tuple[str, ...]) -> bytes:
     return buffer.getvalue()
 
 
+@dataclass
+class Selection:
+    """The selection on dev and the test evaluation of a completed sweep, computed before any
+    of it is recorded (record_selection writes it in one go)."""
+
+    tested: dict[str, dict[str, float]] = field(default_factory=dict)  # run id -> test metrics
+    predictions: dict[str, bytes] = field(default_factory=dict)  # run id -> test predictions
+    best_dev: float | None = None
+    best_test: float | None = None
+    best_run_id: str | None = None
+
+
 def _test_evaluation(spec, config, data, trainer, outcome: TrialOutcome):
     """The protocol's test evaluation (search.protocol): the best-dev weights, or a refit."""
     if spec.search.protocol.refit_on_train_dev:
@@ -169,14 +241,9 @@ def _test_evaluation(spec, config, data, trainer, outcome: TrialOutcome):
     return trainer.evaluate_best("test")
 
 
-def _evaluate_selected(
-    tracker: Tracker,
-    spec: SweepSpec,
-    data: PreparedData,
-    outcome: TrialOutcome,
-    run_id: str,
-) -> float:
-    """Test accuracy of one seed of the selected configuration, from its best-on-dev weights."""
+def _evaluate_selected(spec: SweepSpec, data: PreparedData, outcome: TrialOutcome) -> tuple[dict[str, float], bytes]:
+    """Test metrics and predictions of one seed of the selected configuration, from its
+    best-on-dev weights."""
     config = apply_hyperparameters(spec.base_config(), outcome.params)
     config = config.model_copy(update={"training": config.training.model_copy(update={"device": "auto"})})
     trainer = make_trainer(config, data)
@@ -187,32 +254,28 @@ def _evaluate_selected(
     metrics = {rs.METRIC_TEST_ACCURACY: evaluation.accuracy}
     metrics.update({rs.CLASS_ACCURACY_PREFIX + k: v for k, v in evaluation.class_accuracy.items()})
     metrics.update({rs.DEV_CLASS_ACCURACY_PREFIX + k: v for k, v in dev.class_accuracy.items()})
-    tracker.log_metrics(run_id, metrics)
-    tracker.log_bytes(run_id, _predictions_table(evaluation, data.labels), rs.ARTIFACT_TEST_PREDICTIONS)
-    tracker.set_tags(run_id, {rs.TAG_SELECTED: "true"})
-    return evaluation.accuracy
+    return metrics, _predictions_table(evaluation, data.labels)
 
 
 def apply_paper_protocol(
-    tracker: Tracker,
     spec: SweepSpec,
     data: PreparedData,
-    outcomes: list[TrialOutcome],
+    ended: list[TrialOutcome],
     run_ids: dict[str, str],
     full_params: dict[str, dict],
-    parent_run_id: str,
-) -> tuple[float | None, float | None]:
-    """Select on dev per model configuration; test only the selected configurations."""
+    interruption: Interruption,
+) -> Selection:
+    """Select on dev per model configuration among the trials that ended; evaluate test data for
+    the selected configurations only. Stops with SweepInterrupted if a signal comes meanwhile."""
     finished = [
-        o for o in outcomes
+        o for o in ended
         if o.error is None and "best_dev_accuracy" in o.metrics
         and rs.METRIC_DIVERGED_EPOCH not in o.metrics
     ]
     groups: dict[str, list[TrialOutcome]] = defaultdict(list)
     for outcome in finished:
         groups[rs.model_config_label(full_params[outcome.trial_id])].append(outcome)
-    best_dev = best_test = None
-    best_run = None
+    selection = Selection()
     for label, members in sorted(groups.items()):
         records = [
             TrialRecord(
@@ -236,29 +299,46 @@ def apply_paper_protocol(
         if "test" in data.splits:
             for outcome in seeds:
                 if outcome.checkpoint is not None and outcome.trial_id in run_ids:
-                    tests.append(_evaluate_selected(tracker, spec, data, outcome, run_ids[outcome.trial_id]))
+                    if interruption.requested:
+                        raise SweepInterrupted("interrupted during the test evaluation")
+                    run_id = run_ids[outcome.trial_id]
+                    metrics, predictions = _evaluate_selected(spec, data, outcome)
+                    selection.tested[run_id], selection.predictions[run_id] = metrics, predictions
+                    tests.append(metrics[rs.METRIC_TEST_ACCURACY])
         test = sum(tests) / len(tests) if tests else None
         print(f"selected on dev for {label}: {seeds[0].params} dev {dev:.4f}"
               + (f" test {test:.4f}" if test is not None else ""), file=sys.stderr)
-        if best_dev is None or dev > best_dev:
-            best_dev, best_test = dev, test
+        if selection.best_dev is None or dev > selection.best_dev:
+            selection.best_dev, selection.best_test = dev, test
             best_run = max(seeds, key=lambda o: o.metrics["best_dev_accuracy"])
-    if best_dev is not None:
-        summary = {rs.METRIC_SWEEP_BEST_DEV_ACCURACY: best_dev}
-        if best_test is not None:
-            summary[rs.METRIC_SWEEP_TEST_ACCURACY] = best_test
+            selection.best_run_id = run_ids.get(best_run.trial_id)
+    if interruption.requested:
+        raise SweepInterrupted("interrupted during the selection")
+    return selection
+
+
+def record_selection(tracker: Tracker, parent_run_id: str, selection: Selection) -> None:
+    for run_id, metrics in selection.tested.items():
+        tracker.log_metrics(run_id, metrics)
+        tracker.log_bytes(run_id, selection.predictions[run_id], rs.ARTIFACT_TEST_PREDICTIONS)
+        tracker.set_tags(run_id, {rs.TAG_SELECTED: "true"})
+    if selection.best_dev is not None:
+        summary = {rs.METRIC_SWEEP_BEST_DEV_ACCURACY: selection.best_dev}
+        if selection.best_test is not None:
+            summary[rs.METRIC_SWEEP_TEST_ACCURACY] = selection.best_test
         tracker.log_metrics(parent_run_id, summary)
-        if best_run is not None and best_run.trial_id in run_ids:
-            tracker.set_tags(parent_run_id, {rs.TAG_BEST_RUN: run_ids[best_run.trial_id]})
-    return best_dev, best_test
+    if selection.best_run_id is not None:
+        tracker.set_tags(parent_run_id, {rs.TAG_BEST_RUN: selection.best_run_id})
 
 
-def _close_runs(tracker: Tracker, experiment_id: str, parent_run_id: str, status: str) -> None:
-    """No run of the sweep is left RUNNING: unfinished trials become KILLED (or resumable)."""
+def _close_runs(tracker: Tracker, experiment_id: str, parent_run_id: str, state: SweepState, target: str) -> None:
+    """No run of the sweep is left RUNNING: unfinished trials become KILLED (resumable); the
+    parent takes `target`'s state and MLflow status."""
     for run in tracker.trial_runs(experiment_id, parent_run_id):
         if run.info.status == "RUNNING":
             tracker.terminate(run.info.run_id, "KILLED")
-    tracker.terminate(parent_run_id, status)
+    state.move(target)
+    tracker.terminate(parent_run_id, RUN_STATUS[target])
 
 
 def _describe_for_researchers(
@@ -336,6 +416,15 @@ def _log_analysis(tracker: Tracker, experiment_id: str, parent_run_id: str) -> N
         print(f"warning: the sweep analysis was not logged: {exc}", file=sys.stderr)
 
 
+TEST_DELAY_ENV = "NLI_TEST_EVALUATION_DELAY_S"  # lifecycle tests: a signal lands during selection
+
+
+def _test_evaluation_delay(interruption: Interruption) -> None:
+    deadline = time.monotonic() + float(os.environ.get(TEST_DELAY_ENV) or 0)
+    while time.monotonic() < deadline and not interruption.requested:
+        time.sleep(0.1)
+
+
 def run_sweep(
     spec_path: str | Path,
     resume: bool = False,
@@ -345,37 +434,83 @@ def run_sweep(
     overrides: Overrides | None = None,
     tracking_uri: str | None = None,
 ) -> SweepSummary:
-    # Every check of the input runs before the first write (issue 14): addresses and stores
-    # answer within seconds, data and vectors are read, and the cluster can hold a trial.
+    """Run a sweep through its lifecycle (orchestrator/lifecycle.py). Everything that can be
+    checked is checked before the parent run exists; SIGINT/SIGTERM end it `interrupted`."""
+    with Interruption() as interruption:
+        try:
+            return _run_sweep(
+                Path(spec_path), resume, new, verbose, address, interruption, overrides, tracking_uri
+            )
+        except SweepInterrupted:
+            if interruption.armed:
+                raise  # recorded by _drive
+            raise SweepInterrupted("interrupted before the sweep started; nothing was recorded") from None
+
+
+def _run_sweep(spec_path: Path, resume: bool, new: bool, verbose: int, address: str | None,
+               interruption: Interruption, overrides: Overrides | None,
+               tracking_uri: str | None) -> SweepSummary:
+    # Every check of the input runs before the first write: addresses and stores answer within
+    # seconds, data and vectors are read, and the cluster can hold a trial.
     spec = load_spec(spec_path, overrides, tracking_uri)
     check_ray_address(address)
     tracker = Tracker(spec.tracking_uri)
     tracker.check_reachable()
-    if resume and tracker.find_experiment(spec.name) is None:
-        raise SweepExists(f"experiment {spec.name!r} holds no sweep to resume; drop --resume")
     data = prepare_data(spec.data)
     for configuration in spec.search.configurations or [{}]:
         check_fits_data(apply_hyperparameters(spec.base_config(), configuration), data)
+    previous = _previous_sweep(tracker, spec, resume, new)
     connected_here = init_ray(address, verbose=verbose > 0)
     try:
         check_resources(spec.search.resources.cpu, spec.search.resources.gpu)
-    except InputError:
+        experiment_id, parent_run_id, state = _open_parent(
+            tracker, spec, spec_path, previous, overrides
+        )
+        interruption.arm()
+        print(
+            f"sweep {spec.name}: {spec.num_trials()} trials; MLflow {mask_secrets(spec.tracking_uri)} "
+            f"experiment {experiment_id}, parent run {parent_run_id}",
+            file=sys.stderr,
+        )
+        print(f"data: {data.describe()}", file=sys.stderr)
+        with Heartbeat(partial(tracker.set_tags, parent_run_id)):
+            return _drive(spec, spec_path, data, tracker, experiment_id, parent_run_id, state,
+                          resumed=previous is not None, verbose=verbose, interruption=interruption)
+    finally:
         if connected_here:
             shutdown_ray()
-        raise
-    experiment_id, parent_run_id = _open_parent(
-        tracker, spec, Path(spec_path), resume, new, overrides
-    )
-    print(
-        f"sweep {spec.name}: {spec.num_trials()} trials; MLflow {mask_secrets(spec.tracking_uri)} "
-        f"experiment {experiment_id}, parent run {parent_run_id}",
-        file=sys.stderr,
-    )
-    print(f"data: {data.describe()}", file=sys.stderr)
-    link, sources, dataset = _describe_for_researchers(
-        tracker, spec, Path(spec_path), data, experiment_id, parent_run_id, resume
-    )
+
+
+def _drive(spec: SweepSpec, spec_path: Path, data: PreparedData, tracker: Tracker,
+           experiment_id: str, parent_run_id: str, state: SweepState, resumed: bool,
+           verbose: int, interruption: Interruption) -> SweepSummary:
+    """From `running` to a final state; every way out leaves no run RUNNING."""
+    planned = spec.num_trials()
+    tracker.set_tags(parent_run_id, {rs.TAG_PLANNED_TRIALS: str(planned), **lease_tags()})
     base_params = logged_params(spec.base_config())
+
+    def summary(final: str, selection: Selection | None = None) -> SweepSummary:
+        trials = tracker.trial_runs(experiment_id, parent_run_id)
+        return SweepSummary(
+            experiment_id=experiment_id,
+            parent_run_id=parent_run_id,
+            state=final,
+            planned=planned,
+            done=sum(run.info.status == "FINISHED" for run in trials),
+            failed=sum(run.info.status == "FAILED" and not _diverged(run) for run in trials),
+            diverged=sum(_diverged(run) for run in trials),
+            best_dev_accuracy=selection.best_dev if selection else None,
+            test_accuracy=selection.best_test if selection else None,
+        )
+
+    def end_interrupted() -> SweepSummary:
+        with interruption.deferred():
+            _close_runs(tracker, experiment_id, parent_run_id, state, rs.SWEEP_INTERRUPTED)
+        return summary(rs.SWEEP_INTERRUPTED)
+
+    link, sources, dataset = _describe_for_researchers(
+        tracker, spec, spec_path, data, experiment_id, parent_run_id, resumed
+    )
     recorder = SweepRecorder(
         tracker,
         experiment_id,
@@ -386,54 +521,52 @@ def run_sweep(
         protocol=protocol_tags(spec.base_config(), data, spec.search.protocol.refit_on_train_dev),
         dataset=dataset,
     )
-    finished_before = sum(
-        run.info.status == "FINISHED" for run in tracker.trial_runs(experiment_id, parent_run_id)
-    )
-    progress = ProgressPrinter(
-        spec.num_trials(), spec.search.metric, spec.search.mode, already_done=finished_before,
-        epochs_per_trial=spec.training.epochs,
-    )
     try:
-        outcomes, complete = run_tuner(
-            spec,
-            data,
-            f"{spec.name}-{parent_run_id[:8]}",
-            [recorder, progress],
-            resume=resume,
-            verbose=min(verbose, 3),
+        finished_before = sum(
+            run.info.status == "FINISHED" for run in tracker.trial_runs(experiment_id, parent_run_id)
         )
-    finally:
-        recorder.flush()
-    recorder.upload_spool()  # after an outage: every trial run exists before the selection
-    full_params = {o.trial_id: {**base_params, **o.params} for o in outcomes}
-    planned = spec.search.time_budget_s is not None or len(outcomes) >= spec.num_trials()
-    interrupted = not (complete and planned)
-    failed = [o for o in outcomes if o.error is not None]
-    diverged = [o for o in outcomes if o.error is None and rs.METRIC_DIVERGED_EPOCH in o.metrics]
-    best_dev = best_test = None
-    if not interrupted:  # test data is touched once, for the final selection only
+        progress = ProgressPrinter(
+            planned, spec.search.metric, spec.search.mode, already_done=finished_before,
+            epochs_per_trial=spec.training.epochs,
+        )
+        ledger = TrialLedger([recorder, progress], interruption, spec.search.time_budget_s)
+        state.move(rs.SWEEP_RUNNING)
+        try:
+            outcomes = run_tuner(spec, data, f"{spec.name}-{parent_run_id[:8]}", [ledger],
+                                 resume=resumed, verbose=min(verbose, 3),
+                                 on_stop=interruption.on_tune_stop)
+        finally:
+            recorder.flush()
+        recorder.upload_spool()  # after an outage: every trial run exists before the selection
+        trials = tracker.trial_runs(experiment_id, parent_run_id)
+        run_ids = {run.data.tags.get(rs.TAG_TRIAL_ID): run.info.run_id for run in trials}
+        ended = {run.data.tags.get(rs.TAG_TRIAL_ID) for run in trials if run.info.status in ("FINISHED", "FAILED")}
+        complete = len(ended) >= planned or ledger.budget_spent()
+        if interruption.requested or not complete:
+            return end_interrupted()
         progress.phase(
-            "trials ended; selecting on dev and evaluating the selected configuration on test"
+            f"{len(ended)} trials ended; selecting on dev, then evaluating the selected "
+            "configuration on test"
         )
-        best_dev, best_test = apply_paper_protocol(
-            tracker, spec, data, outcomes, recorder.run_ids, full_params, parent_run_id
+        _test_evaluation_delay(interruption)
+        full_params = {o.trial_id: {**base_params, **o.params} for o in outcomes}
+        finished = {run.data.tags.get(rs.TAG_TRIAL_ID) for run in trials if run.info.status == "FINISHED"}
+        # Test data is touched once, for the final selection, computed before anything is recorded.
+        selection = apply_paper_protocol(
+            spec, data, [o for o in outcomes if o.trial_id in finished], run_ids, full_params, interruption
         )
-    if not interrupted:
-        _link_best(tracker, spec, Path(spec_path), experiment_id, parent_run_id, best_dev, best_test)
+        with interruption.deferred():
+            record_selection(tracker, parent_run_id, selection)
+            _close_runs(tracker, experiment_id, parent_run_id, state, rs.SWEEP_COMPLETED)
+        _link_best(tracker, spec, spec_path, experiment_id, parent_run_id,
+                   selection.best_dev, selection.best_test)
         _log_analysis(tracker, experiment_id, parent_run_id)
-    print(f"trials in the MLflow UI, best on dev first: {link}", file=sys.stderr)
-    state = "interrupted" if interrupted else "finished"
-    tracker.set_tags(parent_run_id, {rs.TAG_SWEEP_STATE: state})
-    _close_runs(tracker, experiment_id, parent_run_id, "KILLED" if state == "interrupted" else "FINISHED")
-    if connected_here:
-        shutdown_ray()
-    return SweepSummary(
-        experiment_id=experiment_id,
-        parent_run_id=parent_run_id,
-        trials=len(outcomes),
-        failed=len(failed),
-        diverged=len(diverged),
-        best_dev_accuracy=best_dev,
-        test_accuracy=best_test,
-        interrupted=state == "interrupted",
-    )
+        print(f"trials in the MLflow UI, best on dev first: {link}", file=sys.stderr)
+        return summary(rs.SWEEP_COMPLETED, selection)
+    except BaseException as exc:
+        recorder.flush(timeout=30)
+        if isinstance(exc, SweepInterrupted) or interruption.aborted:
+            return end_interrupted()
+        with contextlib.suppress(Exception):
+            _close_runs(tracker, experiment_id, parent_run_id, state, rs.SWEEP_FAILED)
+        raise

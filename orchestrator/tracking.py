@@ -40,6 +40,7 @@ from nli_models.training import protocol_fingerprint
 from orchestrator.spec import SweepSpec, apply_hyperparameters, config_key
 from results import run_schema as rs
 from results.render import format_hyperparameters
+from results.sweeps import sweep_runs, trial_runs
 
 EPOCH_METRICS = (
     rs.METRIC_TRAIN_LOSS,
@@ -225,18 +226,10 @@ class Tracker:
         return self.client.create_experiment(name)
 
     def sweeps(self, experiment_id: str) -> list:
-        return self.client.search_runs(
-            [experiment_id],
-            filter_string=f"tags.`{rs.TAG_ROLE}` = '{rs.ROLE_SWEEP}'",
-            order_by=["attributes.start_time DESC"],
-        )
+        return sweep_runs(self.client, experiment_id)
 
     def trial_runs(self, experiment_id: str, parent_run_id: str) -> list:
-        return self.client.search_runs(
-            [experiment_id],
-            filter_string=f"tags.`{rs.TAG_PARENT_RUN}` = '{parent_run_id}'",
-            max_results=50000,
-        )
+        return trial_runs(self.client, experiment_id, parent_run_id)
 
     def start_sweep(self, experiment_id: str, run_name: str, tags: dict[str, str]) -> str:
         run = self.client.create_run(
@@ -398,6 +391,10 @@ class SweepRecorder:
             ),
         }
         self._queue.put(_Op("finish", trial_id, {"values": values, "tags": tags, "status": "FAILED"}))
+
+    def trial_cut(self, trial_id: str) -> None:
+        # Epoch metrics stay; no final metrics: the trial is resumed from its checkpoint.
+        self._queue.put(_Op("finish", trial_id, {"values": {}, "tags": {}, "status": "KILLED"}))
 
     def sweep_ended(self) -> None:
         pass  # flush() is called by the sweep after Tune returns

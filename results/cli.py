@@ -28,6 +28,7 @@ from results.tracking_uri import TRACKING_URI_HELP, resolve_tracking_uri
 if TYPE_CHECKING:
     import pyarrow as pa
     from mlflow import MlflowClient
+    from mlflow.entities import Experiment
 
     from results.compare import PairedComparison
 
@@ -76,6 +77,12 @@ class _Outputs:
     "published value and ours, one per line, go to OUT's stem + .PAPER.parquet.",
 )
 @click.option(
+    "--include-incomplete",
+    is_flag=True,
+    help="With --paper: compare experiments whose sweeps have not completed too (interrupted or "
+    "still running), marked INCOMPLETE in the note column; refused otherwise.",
+)
+@click.option(
     "--evp",
     type=click.Path(dir_okay=False, path_type=Path),
     callback=_suffix(".png"),
@@ -113,6 +120,7 @@ def results_command(
     out: Path,
     fmt: str | None,
     paper: str | None,
+    include_incomplete: bool,
     evp: Path | None,
     mcnemar_rows: tuple[str, str] | None,
     per_seed: bool,
@@ -140,7 +148,7 @@ def results_command(
             if evp is not None:
                 check_output_path(evp, "--evp")
             outputs = _compute(
-                experiments, tracking_uri, out, fmt, paper, evp, mcnemar_rows,
+                experiments, tracking_uri, out, fmt, paper, include_incomplete, evp, mcnemar_rows,
                 _TableOptions(per_seed, caption, label, analysis),
             )
             for path, _ in outputs.files:  # every file checked before the first is written
@@ -171,6 +179,7 @@ def _compute(
     out: Path,
     fmt: str | None,
     paper: str | None,
+    include_incomplete: bool,
     evp: Path | None,
     mcnemar_rows: tuple[str, str] | None,
     options: _TableOptions,
@@ -185,6 +194,14 @@ def _compute(
     client = open_client(tracking_uri)
     chosen = resolve_experiments(client, experiments)
     trials = load_trials(client, chosen)
+    incomplete = _incomplete_sweeps(client, chosen)
+    if paper and incomplete and not include_incomplete:
+        raise ResultsError(
+            "not comparing incomplete sweeps with the paper: "
+            + "; ".join(f"{name}: {why}" for name, why in incomplete.items())
+            + ". Finish them (orchestrate sweep SPEC --resume) or pass --include-incomplete "
+            "to compare them marked INCOMPLETE"
+        )
     fetch = lambda run_id: fetch_test_metrics(client, run_id)  # noqa: E731
     table = build_table(trials, fetch, [e.name for e in chosen])
     outputs = _Outputs(files=[(out, table)])
@@ -195,11 +212,16 @@ def _compute(
         _add_rendering(outputs, out, _render_table(client, table, seeds, out, fmt, options), fmt)
     if paper:
         frame = table.to_pandas()
-        outputs.files.append((out.with_suffix(f".{paper}.parquet"), comparison_table(frame, paper)))
+        comparison = comparison_table(frame, paper, incomplete)
+        outputs.files.append((out.with_suffix(f".{paper}.parquet"), comparison))
         wide = paper_table(frame, paper)
         wide_path = out.with_suffix(f".{paper}-table.parquet")
         outputs.files.append((wide_path, wide))
         text = describe_paper_table(wide, fmt or "md")
+        if incomplete:  # only with --include-incomplete: the table says so above its rows
+            text = "".join(
+                f"INCOMPLETE sweep(s) in {name}: {why}\n" for name, why in incomplete.items()
+            ) + text
         if fmt:
             _add_rendering(outputs, wide_path, text, fmt)
         else:
@@ -312,6 +334,24 @@ def _option_of(path: Path, evp: Path | None) -> str:
     if evp is not None and path.parent == evp.parent and path.name.startswith(evp.stem + "."):
         return "--evp"
     return "--out"
+
+
+def _incomplete_sweeps(client: MlflowClient, experiments: list[Experiment]) -> dict[str, str]:
+    """Experiment -> its sweeps that have not completed, described; each sweep's state and
+    progress is shown on stderr (a warning for an incomplete one)."""
+    from results.sweeps import load_sweeps
+
+    incomplete: dict[str, str] = {}
+    for experiment in experiments:
+        for sweep in load_sweeps(client, experiment.experiment_id, experiment.name):
+            line = f"sweep {sweep.run_id} of {experiment.name}: {sweep.state}, {sweep.progress()}"
+            if sweep.completed:
+                click.echo(line, err=True)
+                continue
+            warnings.warn(f"{line}; its rows hold only the trials that ended", ResultsWarning, stacklevel=2)
+            previous = incomplete.get(experiment.name)
+            incomplete[experiment.name] = f"{previous}; {line}" if previous else line
+    return incomplete
 
 
 def _add_rendering(outputs: _Outputs, parquet_path: Path, text: str, fmt: str) -> None:

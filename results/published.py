@@ -333,9 +333,13 @@ __doc__ += "\nComparison table columns (one row per published value and matching
 __doc__ += describe(COLUMNS)
 
 
-def comparison_table(results: pd.DataFrame, paper: str) -> pa.Table:
+def comparison_table(
+    results: pd.DataFrame, paper: str, incomplete: Mapping[str, str] | None = None
+) -> pa.Table:
     """Every published value of ``paper`` beside each of our rows (the results table) that
-    matches it, or beside nulls when none does: published rows are never dropped."""
+    matches it, or beside nulls when none does: published rows are never dropped.
+    ``incomplete`` (experiment -> why) marks, in the note, our rows from unfinished sweeps."""
+    incomplete = incomplete or {}
     ours = [(row, json.loads(row["hyperparameters"])) for _, row in results.iterrows()]
     rows = []
     for published in PAPERS[paper]:
@@ -359,10 +363,17 @@ def comparison_table(results: pd.DataFrame, paper: str) -> pa.Table:
                         "model_config": None if row is None else row["model_config"],
                         "ours": mine,
                         "difference": None if mine is None else mine - value,
-                        "note": published.note,
+                        "note": _note(published.note, row, incomplete),
                     }
                 )
     return arrow_table(rows, COLUMNS, "comparison", paper=paper)
+
+
+def _note(note: str | None, row: pd.Series | None, incomplete: Mapping[str, str]) -> str | None:
+    if row is None or row["experiment"] not in incomplete:
+        return note
+    mark = f"INCOMPLETE: {incomplete[row['experiment']]}"
+    return f"{note}; {mark}" if note else mark
 
 
 def same_corpus(row: pd.Series, dataset: str) -> bool:

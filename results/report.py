@@ -20,7 +20,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from unittest.mock import patch
 
 import numpy as np
 import pandas as pd
@@ -44,6 +43,7 @@ from results.evp import evp_table, plot_evp
 from results.figures import figure_bytes, new_figure
 from results.predictions import majority_class, read_predictions
 from results.render import format_count, format_hyperparameters, render, results_view
+from results.sweeps import observed_state
 from results.table import build_table
 from results.tracking import (
     TrialRun,
@@ -177,9 +177,9 @@ class Record:
 
 
 def _artifact(client: MlflowClient, run_id: str, path: str, scratch: Path):
+    os.environ["MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"] = "false"  # small files: no progress bars
     try:
-        with patch.dict(os.environ, {"MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false"}):
-            local = Path(client.download_artifacts(run_id, path, str(scratch / run_id)))
+        local = Path(client.download_artifacts(run_id, path, str(scratch / run_id)))
     except Exception:  # absent artifact: MLflow raises several types; the page says so
         return None
     text = local.read_text()
@@ -231,8 +231,8 @@ def _present(param: str | None) -> str | None:
 
 
 def _state(run: Run) -> str:
-    state = run.data.tags.get(rs.TAG_SWEEP_STATE, NOT_RECORDED)
-    return "completed" if state == "finished" else state  # old stores wrote "finished"
+    """The sweep's state as every reader sees it (a dead driver's `running` is `interrupted`)."""
+    return observed_state(run.data.tags) if rs.TAG_SWEEP_STATE in run.data.tags else NOT_RECORDED
 
 
 def provenance_section(record: Record) -> Section:

@@ -20,7 +20,19 @@ TAG_GIT_COMMIT = "nli.git_commit"
 TAG_GIT_DIRTY = "nli.git_dirty"
 TAG_HOST = "nli.host"
 TAG_BEST_RUN = "nli.best_run_id"  # child run of the selected configuration's best seed
-TAG_SWEEP_STATE = "nli.sweep_state"  # running | finished | interrupted
+TAG_SWEEP_STATE = "nli.sweep_state"  # one of SWEEP_STATES (orchestrator/lifecycle.py moves it)
+TAG_PLANNED_TRIALS = "nli.planned_trials"  # trials the spec plans (grid points x seeds, samples)
+TAG_DRIVER = "nli.driver"  # "HOST PID" of the process driving the sweep (its lease)
+TAG_HEARTBEAT = "nli.heartbeat"  # unix seconds, renewed by the live driver (results/sweeps.py)
+TAG_TIME_BUDGET = "nli.time_budget_s"  # search.time_budget_s when set: its end completes a sweep
+
+SWEEP_PLANNED = "planned"
+SWEEP_RUNNING = "running"
+SWEEP_COMPLETED = "completed"
+SWEEP_INTERRUPTED = "interrupted"
+SWEEP_FAILED = "failed"
+SWEEP_STATES = (SWEEP_PLANNED, SWEEP_RUNNING, SWEEP_COMPLETED, SWEEP_INTERRUPTED, SWEEP_FAILED)
+LEGACY_SWEEP_STATES = {"finished": SWEEP_COMPLETED}  # stores written before the lifecycle
 # JSON list of the CLI's `--set key=value` / `--data-dir` overrides (absent without any); the spec
 # artifact and nli.spec_hash are of the spec with them applied.
 TAG_OVERRIDES = "nli.overrides"

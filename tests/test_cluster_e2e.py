@@ -376,7 +376,7 @@ def sweep_runs(client, name: str, trials: int):
 def assert_complete(client, name: str, trials: int, epochs: int):
     parent, children = sweep_runs(client, name, trials)
     assert parent.info.status == "FINISHED"
-    assert parent.data.tags["nli.sweep_state"] == "finished"
+    assert parent.data.tags["nli.sweep_state"] == "completed"
     assert "sweep.best_dev_accuracy" in parent.data.metrics
     for child in children:
         assert child.info.status == "FINISHED", (child.info.run_id, child.info.status)

@@ -136,7 +136,8 @@ def log_predictions(client, run_id, correct, directory):
 
 
 def start_sweep(client, experiment_id, name):
-    tags = {rs.TAG_ROLE: rs.ROLE_SWEEP, rs.TAG_SPEC_NAME: name, rs.TAG_SPEC_HASH: "spec-hash"}
+    tags = {rs.TAG_ROLE: rs.ROLE_SWEEP, rs.TAG_SPEC_NAME: name, rs.TAG_SPEC_HASH: "spec-hash",
+            rs.TAG_SWEEP_STATE: rs.SWEEP_COMPLETED}
     return client.create_run(experiment_id, tags=tags).info.run_id
 
 

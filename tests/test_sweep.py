@@ -16,8 +16,10 @@ from sweep_helpers import (
     write_spec,
 )
 
+from orchestrator.reaper import descendants, same_process
 from orchestrator.sweep import SweepExists, run_sweep
 from results import run_schema as rs
+from results.sweeps import load_sweeps
 
 pytestmark = pytest.mark.ray
 EPOCHS = 3
@@ -36,7 +38,8 @@ def test_grid_sweep_records_parent_and_children(ray_session, workdir):
     assert len(parents) == 1 and len(children) == 4
     parent = parents[0]
     assert parent.info.status == "FINISHED"
-    assert parent.data.tags[rs.TAG_SWEEP_STATE] == "finished"
+    assert parent.data.tags[rs.TAG_SWEEP_STATE] == rs.SWEEP_COMPLETED
+    assert parent.data.tags[rs.TAG_PLANNED_TRIALS] == "4"
     for tag in (rs.TAG_SPEC_HASH, rs.TAG_GIT_COMMIT, rs.TAG_GIT_DIRTY, "nli.ray_version", "nli.torch_version"):
         assert parent.data.tags.get(tag), tag
     client = client_for(workdir)
@@ -83,9 +86,12 @@ def test_grid_sweep_records_parent_and_children(ray_session, workdir):
     predictions = [a.path for a in client.list_artifacts(selected[0].info.run_id, "predictions")]
     assert predictions == [rs.ARTIFACT_TEST_PREDICTIONS]
 
-    # A second sweep of the same experiment must be asked for explicitly.
-    with pytest.raises(SweepExists, match="--resume .* --new"):
+    # A second sweep of the same experiment must be asked for explicitly; a completed one has
+    # nothing to resume.
+    with pytest.raises(SweepExists, match="completed .* --new"):
         run_sweep(spec)
+    with pytest.raises(SweepExists, match="nothing to --resume"):
+        run_sweep(spec, resume=True)
 
 
 def _assert_readable_in_the_mlflow_ui(client, parent, children):
@@ -215,19 +221,33 @@ def _driver_past_first_trial(folder, name):
 
 def test_sigkill_then_resume_runs_each_trial_once(tmp_path):
     spec, driver, _ = _driver_past_first_trial(tmp_path, "killed")
+    started = descendants(driver.pid)  # gcs_server, raylet, agents, trial workers
+    assert len(started) >= 3
+    os.kill(driver.pid, signal.SIGKILL)  # the driver alone: what it started must go with it
+    driver.wait(timeout=30)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and any(same_process(p, t) for p, t in started.items()):
+        time.sleep(0.5)
+    left = [p for p, t in started.items() if same_process(p, t)]
     kill_session(driver)
+    assert not left, f"processes outlived the killed driver: {left}"
     parents, children = runs_of(tmp_path, "killed")
-    assert len(parents) == 1 and parents[0].info.status == "RUNNING"
+    assert len(parents) == 1 and parents[0].info.status == "RUNNING"  # as the driver left it
     finished_before = {c.data.tags[rs.TAG_TRIAL_ID] for c in children if c.info.status == "FINISHED"}
     assert 1 <= len(finished_before) < 4
+    # ... but its dead driver's lease shows it as interrupted, at once.
+    client = client_for(tmp_path)
+    (record,) = load_sweeps(client, parents[0].info.experiment_id, "killed")
+    assert record.state == rs.SWEEP_INTERRUPTED and record.planned == 4
 
     refused = run_orchestrate(["sweep", str(spec)], cwd=tmp_path, timeout=120)
-    assert refused.returncode == 2 and "--resume" in refused.stderr
+    assert refused.returncode == 2 and "(interrupted); pass --resume" in refused.stderr
 
     resumed = run_orchestrate(["sweep", str(spec), "--resume"], cwd=tmp_path)
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
 
     parents_after, children_after = runs_of(tmp_path, "killed")
+    assert sum(rs.METRIC_TEST_ACCURACY in c.data.metrics for c in children_after) == 1
     assert [p.info.run_id for p in parents_after] == [parents[0].info.run_id]  # same parent reused
     assert parents_after[0].info.status == "FINISHED"
     assert len(children_after) == 4  # exactly the planned trials, none created twice
@@ -342,7 +362,7 @@ def test_ctrl_c_leaves_nothing_running_and_resume_finishes(tmp_path):
     spec, driver, log = _driver_past_first_trial(tmp_path, "interrupted")
     try:
         os.killpg(driver.pid, signal.SIGINT)  # what Ctrl-C sends to the foreground group
-        assert driver.wait(timeout=120) == 1
+        assert driver.wait(timeout=120) == 3
     finally:
         kill_session(driver)
     assert "--resume" in log.read_text()

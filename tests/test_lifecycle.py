@@ -1,0 +1,285 @@
+"""A sweep's lifecycle as a user meets it: `orchestrate sweep` in a subprocess on a real local Ray
+and a real SQLite MLflow store, interrupted by signals at moments read from the store or the log,
+then resumed; assertions on the store, the exit code and the processes left."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+from sweep_helpers import (
+    client_for,
+    kill_session,
+    run_orchestrate,
+    runs_of,
+    start_orchestrate,
+    write_spec,
+)
+
+from orchestrator.reaper import descendants, same_process
+from results import run_schema as rs
+
+pytestmark = pytest.mark.ray
+EPOCHS = 2
+EXIT_INTERRUPTED = 3
+# Each epoch lasts this much longer, so that a trial seen running is still running when the
+# signal lands (toy epochs take a fraction of a second).
+EPOCH_DELAY = {"NLI_EPOCH_DELAY_S": "3"}
+
+
+def _spec(folder: Path, name: str, search: dict | None = None, epochs: int = EPOCHS) -> Path:
+    return write_spec(
+        folder,
+        {"name": name, "data": {"toy": {"size": 300}}, "training": {"epochs": epochs},
+         "search": {"max_concurrent_trials": None, **(search or {})}},
+    )
+
+
+def _runs(folder: Path, name: str):
+    try:
+        return runs_of(folder, name)
+    except Exception:  # the store or the experiment does not exist yet
+        return [], []
+
+
+def _wait_for(condition, driver, log: Path, what: str, timeout: float = 240):
+    """Poll until `condition()` is true while the driver lives; its value."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert driver.poll() is None, f"driver ended (rc {driver.returncode}) before {what}:\n{log.read_text()}"
+        value = condition()
+        if value:
+            return value
+        time.sleep(0.3)
+    raise AssertionError(f"timed out waiting for {what}:\n{log.read_text()}")
+
+
+def _store_ready(log: Path) -> bool:
+    # Reading the store before the driver created it races with MLflow's schema migration.
+    return "parent run" in log.read_text()
+
+
+def _trial_running(folder: Path, name: str, log: Path, epochs_logged: int = 0):
+    """A trial run is RUNNING (with at least `epochs_logged` epochs logged)."""
+    def check():
+        if not _store_ready(log):
+            return False
+        _, children = _runs(folder, name)
+        return any(
+            c.info.status == "RUNNING"
+            and (not epochs_logged or rs.METRIC_DEV_ACCURACY in c.data.metrics)
+            for c in children
+        )
+    return check
+
+
+def _start(folder: Path, spec: Path, env: dict[str, str]):
+    log = folder / "driver.log"
+    with pytest.MonkeyPatch.context() as patch:
+        for key, value in env.items():
+            patch.setenv(key, value)
+        return start_orchestrate(["sweep", str(spec)], cwd=folder, log=log), log
+
+
+def _finished(folder: Path, name: str, log: Path, count: int):
+    def check():
+        if not _store_ready(log):
+            return False
+        _, children = _runs(folder, name)
+        return sum(c.info.status == "FINISHED" for c in children) >= count
+    return check
+
+
+def _cli(args: list[str]):
+    """A read-only command in this process (no start-up of its own)."""
+    from click.testing import CliRunner
+
+    from orchestrator.cli import main
+
+    return CliRunner().invoke(main, args)
+
+
+def _processes(driver) -> dict[int, int]:
+    return descendants(driver.pid)
+
+
+def _assert_gone(processes: dict[int, int], timeout: float = 30) -> None:
+    """Every process the sweep started (pid and start time) has exited."""
+    deadline = time.monotonic() + timeout
+    alive = processes
+    while time.monotonic() < deadline:
+        alive = {pid: start for pid, start in alive.items() if same_process(pid, start)}
+        if not alive:
+            return
+        time.sleep(0.5)
+    raise AssertionError(f"processes left behind: {sorted(alive)}")
+
+
+def _assert_interrupted(folder: Path, name: str, epochs: int = EPOCHS) -> tuple:
+    """The records an interruption leaves: parent KILLED/interrupted, no run RUNNING, no test
+    metric anywhere, every FINISHED trial trained all its epochs, cut trials KILLED."""
+    parents, children = runs_of(folder, name)
+    assert len(parents) == 1
+    parent = parents[0]
+    assert parent.info.status == "KILLED"
+    assert parent.data.tags[rs.TAG_SWEEP_STATE] == rs.SWEEP_INTERRUPTED
+    assert rs.TAG_BEST_RUN not in parent.data.tags
+    for run in parents + children:
+        assert run.info.status in ("FINISHED", "KILLED"), (run.info.run_name, run.info.status)
+        assert not any(k.startswith(rs.METRIC_TEST_ACCURACY) for k in run.data.metrics), run.info.run_name
+        assert rs.TAG_SELECTED not in run.data.tags
+    for child in children:
+        if child.info.status == "FINISHED":
+            assert child.data.metrics[rs.METRIC_EPOCHS_TRAINED] == epochs
+        else:
+            assert rs.METRIC_BEST_DEV_ACCURACY not in child.data.metrics
+    return parent, children
+
+
+def _interrupt(driver, log: Path, signum: int, group: bool) -> int:
+    processes = _processes(driver)
+    (os.killpg if group else os.kill)(driver.pid, signum)
+    try:
+        code = driver.wait(timeout=180)
+    finally:
+        kill_session(driver)
+    _assert_gone(processes)
+    output = log.read_text()
+    assert "Traceback" not in output and "Tuner.restore" not in output, output
+    return code
+
+
+def _assert_resume_completes(folder: Path, spec: Path, name: str, planned: int, epochs: int = EPOCHS):
+    resumed = run_orchestrate(["sweep", str(spec), "--resume"], cwd=folder)
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    parents, children = runs_of(folder, name)
+    assert len(parents) == 1 and parents[0].info.status == "FINISHED"
+    assert parents[0].data.tags[rs.TAG_SWEEP_STATE] == rs.SWEEP_COMPLETED
+    assert len(children) == planned  # exactly the planned trials, none created twice
+    assert len({c.data.tags[rs.TAG_TRIAL_ID] for c in children}) == planned
+    client = client_for(folder)
+    for child in children:
+        assert child.info.status == "FINISHED"
+        steps = sorted(m.step for m in client.get_metric_history(child.info.run_id, rs.METRIC_DEV_ACCURACY))
+        assert steps == list(range(1, epochs + 1))  # no epoch logged twice
+    tested = [c for c in children if rs.METRIC_TEST_ACCURACY in c.data.metrics]
+    assert len(tested) == 1  # one configuration, one seed: test evaluated once
+    history = client.get_metric_history(tested[0].info.run_id, rs.METRIC_TEST_ACCURACY)
+    assert len(history) == 1
+    assert parents[0].data.tags[rs.TAG_BEST_RUN] == tested[0].info.run_id
+    return parents[0], children
+
+
+def test_sigterm_with_pending_trials_then_sweeps_results_and_resume(tmp_path):
+    """No concurrency limit and a time budget (as paper specs have none): SIGTERM, what `timeout`
+    and SLURM send, while the first trial runs and the others wait."""
+    spec = _spec(tmp_path, "term", {"time_budget_s": 3600})
+    driver, log = _start(tmp_path, spec, EPOCH_DELAY)
+    _wait_for(_trial_running(tmp_path, "term", log), driver, log, "a running trial")
+    assert _interrupt(driver, log, signal.SIGTERM, group=False) == EXIT_INTERRUPTED
+    assert "continue with: orchestrate sweep" in log.read_text() and "--resume" in log.read_text()
+    parent, children = _assert_interrupted(tmp_path, "term")
+    assert parent.data.tags[rs.TAG_PLANNED_TRIALS] == "4"
+    done = sum(c.info.status == "FINISHED" for c in children)
+    assert f"interrupted: {done}/4 trials done" in log.read_text()
+
+    uri = f"sqlite:///{tmp_path / 'mlruns.db'}"
+    shown = _cli(["sweeps", "term", "--tracking-uri", uri])
+    assert shown.exit_code == 0, shown.output
+    row = shown.stdout.splitlines()[1].split()
+    assert row[:4] == ["term", parent.info.run_id, "interrupted", f"{done}/0/4"]
+    if done:  # the results table needs a trial that ended
+        out = tmp_path / "table.parquet"
+        paper = ["results", "term", "--tracking-uri", uri, "--out", str(out), "--paper", "parikh2016"]
+        refused = _cli(paper)
+        assert refused.exit_code == 2 and "--include-incomplete" in refused.output
+        assert not out.exists()
+        marked = _cli([*paper, "--include-incomplete"])
+        assert marked.exit_code == 0, marked.output
+        assert f"interrupted, {done}/4 trials done" in marked.output and out.exists()
+
+    _assert_resume_completes(tmp_path, spec, "term", planned=4)
+    shown = _cli(["sweeps", "term", "--tracking-uri", uri])
+    assert shown.stdout.splitlines()[1].split()[2:4] == ["completed", "4/0/4"]
+
+
+def test_ctrl_c_during_the_last_trial_with_a_concurrency_limit(tmp_path):
+    spec = _spec(tmp_path, "last", {"max_concurrent_trials": 1,
+                                    "space": {"lr": {"grid": [0.001, 0.01]}, "dropout": {"grid": [0.0]}}})
+    driver, log = _start(tmp_path, spec, EPOCH_DELAY)
+    _wait_for(_finished(tmp_path, "last", log, 1), driver, log, "the first trial's end")
+    _wait_for(_trial_running(tmp_path, "last", log, epochs_logged=1), driver, log, "the last trial's epoch 1")
+    assert _interrupt(driver, log, signal.SIGINT, group=True) == EXIT_INTERRUPTED  # Ctrl-C
+    _, children = _assert_interrupted(tmp_path, "last")
+    assert "interrupted: 1/2 trials done" in log.read_text()
+    assert sorted(c.info.status for c in children) == ["FINISHED", "KILLED"]
+    _assert_resume_completes(tmp_path, spec, "last", planned=2)
+
+
+def test_second_ctrl_c_aborts_at_once_leaving_the_same_resumable_state(tmp_path):
+    spec = _spec(tmp_path, "twice")
+    driver, log = _start(tmp_path, spec, EPOCH_DELAY)
+    _wait_for(_trial_running(tmp_path, "twice", log), driver, log, "a running trial")
+    os.killpg(driver.pid, signal.SIGINT)
+    _wait_for(lambda: "send it again to abort" in log.read_text(), driver, log, "the first signal's notice")
+    assert _interrupt(driver, log, signal.SIGINT, group=True) == EXIT_INTERRUPTED
+    assert "SIGINT again: aborting at once" in log.read_text()
+    _assert_interrupted(tmp_path, "twice")
+    _assert_resume_completes(tmp_path, spec, "twice", planned=4)
+
+
+def test_ctrl_c_during_the_test_evaluation_records_no_test_metric(tmp_path):
+    spec = _spec(tmp_path, "select", {"space": {"lr": {"grid": [0.003]}, "dropout": {"grid": [0.0]}}})
+    driver, log = _start(tmp_path, spec, {"NLI_TEST_EVALUATION_DELAY_S": "30"})
+    _wait_for(lambda: "selecting on dev" in log.read_text(), driver, log, "the selection")
+    assert _interrupt(driver, log, signal.SIGINT, group=True) == EXIT_INTERRUPTED
+    _, children = _assert_interrupted(tmp_path, "select")
+    assert [c.info.status for c in children] == ["FINISHED"]
+    assert "interrupted: 1/1 trials done" in log.read_text()
+    _assert_resume_completes(tmp_path, spec, "select", planned=1)  # selects and tests, once
+
+
+def test_failed_data_check_writes_nothing_and_the_next_attempt_runs(tmp_path):
+    data = tmp_path / "corpus"
+    spec = write_spec(
+        tmp_path,
+        {"name": "files", "training": {"epochs": 1},
+         "data": {"corpus": "jsonl", "data_dir": str(data),
+                  "files": {"train": "train.jsonl", "dev": "dev.jsonl", "test": "test.jsonl"}},
+         "search": {"space": {"lr": {"grid": [0.003]}, "dropout": {"grid": [0.0]}}}},
+    )
+    raw = yaml.safe_load(spec.read_text())
+    del raw["data"]["toy"]  # the base spec's toy options do not apply to jsonl
+    spec.write_text(yaml.safe_dump(raw, sort_keys=False))
+    failed = run_orchestrate(["sweep", str(spec)], cwd=tmp_path, timeout=120)
+    assert failed.returncode == 2, failed.stdout + failed.stderr
+    assert "train.jsonl" in failed.stderr and "Traceback" not in failed.stderr
+    assert not (tmp_path / "mlruns.db").exists() and not (tmp_path / "ray_results").exists()
+
+    data.mkdir()
+    labels = ("entailment", "neutral", "contradiction")
+    for split, size in (("train", 60), ("dev", 15), ("test", 15)):
+        rows = [{"premise": f"a man plays {i % 7}", "hypothesis": f"someone {labels[i % 3]} {i % 5}",
+                 "label": labels[i % 3]} for i in range(size)]
+        (data / f"{split}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    ran = run_orchestrate(["sweep", str(spec)], cwd=tmp_path)  # no --resume/--new needed
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    parents, children = runs_of(tmp_path, "files")
+    assert len(parents) == 1 and parents[0].data.tags[rs.TAG_SWEEP_STATE] == rs.SWEEP_COMPLETED
+    assert len(children) == 1 and rs.METRIC_TEST_ACCURACY in children[0].data.metrics
+
+    # The selected configuration as a training config that `orchestrate train` runs as is:
+    # training is deterministic, so it reproduces the selected trial's dev accuracy.
+    best = tmp_path / "best.yaml"
+    written = _cli(["best", "files", "--tracking-uri", f"sqlite:///{tmp_path / 'mlruns.db'}",
+                    "--out", str(best)])
+    assert written.exit_code == 0, written.output
+    trained = run_orchestrate(["train", str(best)], cwd=tmp_path)
+    assert trained.returncode == 0, trained.stdout + trained.stderr
+    dev = children[0].data.metrics[rs.METRIC_BEST_DEV_ACCURACY]
+    assert f"best dev accuracy {dev:.4f}" in trained.stdout + trained.stderr
