@@ -225,9 +225,14 @@ def _port_in_use(port: int) -> OSError | None:
 @click.option("--port", default=5000, show_default=True, type=click.IntRange(1, 65535))
 def ui(tracking_uri: str | None, port: int) -> None:
     """Start the MLflow UI on the configured store, on 127.0.0.1."""
-    from results.tracking_uri import resolve_tracking_uri
+    from results.tracking_uri import check_tracking_uri, resolve_tracking_uri, unreachable_store
 
     uri = resolve_tracking_uri(tracking_uri)
+    check_tracking_uri(uri)
+    unreachable = unreachable_store(uri)
+    if unreachable is not None:
+        _fail(f"MLflow tracking store {mask_secrets(uri)} is unreachable: "
+              f"{mask_secrets(unreachable)}")
     busy = _port_in_use(port)
     if busy is not None:
         _fail(f"port {port} on 127.0.0.1 is not free ({busy.strerror}): another server (an "

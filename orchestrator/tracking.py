@@ -35,12 +35,18 @@ from mlflow.utils.mlflow_tags import MLFLOW_DATASET_CONTEXT
 
 from nli_models.config import RunConfig
 from nli_models.data import PreparedData
-from nli_models.errors import InputError, mask_secrets
+from nli_models.errors import mask_secrets
 from nli_models.training import protocol_fingerprint
 from orchestrator.spec import SweepSpec, apply_hyperparameters, config_key
 from results import run_schema as rs
 from results.render import format_hyperparameters
 from results.sweeps import sweep_runs, trial_runs
+from results.tracking_uri import (
+    PROBE_TIMEOUT_S,
+    check_tracking_uri,
+    probe_database,
+    probe_http,
+)
 
 EPOCH_METRICS = (
     rs.METRIC_TRAIN_LOSS,
@@ -61,43 +67,10 @@ FINAL_METRICS = {
 
 MAX_WAIT_ENV = "NLI_TRACKING_MAX_WAIT_S"
 DEFAULT_MAX_WAIT_S = 120.0
-PROBE_TIMEOUT_S = 10.0
 
 
 class TrackingUnavailable(RuntimeError):
     pass
-
-
-# Backends MLflow's tracking client can open (mlflow.store.db.db_types plus HTTP and files).
-DATABASE_SCHEMES = {"sqlite", "postgresql", "mysql", "mssql"}
-DATABASE_PORTS = {"postgresql": 5432, "mysql": 3306, "mssql": 1433}
-URI_SCHEMES = DATABASE_SCHEMES | {"http", "https", "file", "databricks"}
-
-
-def check_tracking_uri(uri: str) -> None:
-    """InputError for a tracking URI MLflow cannot open (a typo'd scheme), before any client."""
-    scheme = urllib.parse.urlsplit(uri).scheme.split("+")[0] if "://" in uri else ""
-    if scheme and scheme not in URI_SCHEMES:
-        raise InputError(
-            f"tracking URI {mask_secrets(uri)!r}: unknown scheme {scheme!r}; allowed: "
-            f"{', '.join(sorted(URI_SCHEMES))} (e.g. sqlite:///mlruns.db, http://127.0.0.1:5000, "
-            "postgresql://user@host/db) or a folder"
-        )
-
-
-def _probe_database(uri: str) -> str | None:
-    """Why a database server cannot be reached (None: a TCP connection opened). SQLAlchemy and
-    MLflow retry a refused connection for over a minute and a half."""
-    parts = urllib.parse.urlsplit(uri)
-    scheme = parts.scheme.split("+")[0]
-    if scheme not in DATABASE_PORTS or not parts.hostname:
-        return None  # sqlite, or a socket path in the query string
-    try:
-        port = parts.port or DATABASE_PORTS[scheme]
-        socket.create_connection((parts.hostname, port), timeout=PROBE_TIMEOUT_S).close()
-    except (OSError, ValueError) as exc:
-        return f"{parts.hostname}:{parts.port or DATABASE_PORTS[scheme]}: {exc}"
-    return None
 
 
 @contextlib.contextmanager
@@ -150,18 +123,6 @@ def default_max_wait_s() -> float:
     return seconds
 
 
-def _probe_http(uri: str) -> str | None:
-    """Why an HTTP tracking server cannot be reached (None: it answered). One quick request:
-    the MLflow client itself retries a refused connection for about 4 minutes."""
-    try:
-        urllib.request.urlopen(uri.rstrip("/") + "/health", timeout=PROBE_TIMEOUT_S).close()
-    except urllib.error.HTTPError:
-        return None  # it answered (auth or routing is checked by the real request)
-    except (urllib.error.URLError, OSError) as exc:
-        return str(getattr(exc, "reason", exc))
-    return None
-
-
 def spool_file(storage_path: str, parent_run_id: str) -> Path:
     """Where a sweep spools: in its storage_path when that is a folder (file:// included); for an
     object store (s3://, gs://, ...) in the local data dir ($NLI_DATA_DIR or ~/.cache/...)."""
@@ -187,7 +148,7 @@ class Tracker:
         both within seconds."""
         check_tracking_uri(tracking_uri)
         self.tracking_uri = tracking_uri
-        self._raise_unavailable(_probe_database(tracking_uri))
+        self._raise_unavailable(probe_database(tracking_uri))
         try:
             with _store_creation_lock(tracking_uri):
                 self.client = MlflowClient(tracking_uri=tracking_uri)
@@ -197,7 +158,7 @@ class Tracker:
     def check_reachable(self) -> None:
         error = None
         if self.tracking_uri.startswith(("http://", "https://")):
-            error = _probe_http(self.tracking_uri)
+            error = probe_http(self.tracking_uri)
         if error is None:
             try:
                 self.client.search_experiments(max_results=1)

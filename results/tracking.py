@@ -18,6 +18,7 @@ from mlflow import MlflowClient
 from mlflow.entities import Experiment, Run
 from mlflow.exceptions import MlflowException
 
+from nli_models.errors import mask_secrets
 from results.errors import ResultsError, ResultsWarning
 from results.params import as_int
 from results.run_schema import (
@@ -40,6 +41,7 @@ from results.run_schema import (
     TAG_SELECTED,
 )
 from results.selection import TrialRecord
+from results.tracking_uri import check_tracking_uri, unreachable_store
 
 TRIAL_FILTER = f"tags.`{TAG_ROLE}` = '{ROLE_TRIAL}'"
 
@@ -64,6 +66,13 @@ def open_client(tracking_uri: str) -> MlflowClient:
     path = _local_store_path(tracking_uri)
     if path is not None and not path.exists():
         raise ResultsError(f"no tracking store at {path} (tracking URI {tracking_uri!r})")
+    check_tracking_uri(tracking_uri)
+    unreachable = unreachable_store(tracking_uri)
+    if unreachable is not None:  # fail in seconds, not after the client's minutes of retries
+        raise ResultsError(
+            f"MLflow tracking store {mask_secrets(tracking_uri)} is unreachable: "
+            f"{mask_secrets(unreachable)}"
+        )
     return MlflowClient(tracking_uri=tracking_uri)
 
 

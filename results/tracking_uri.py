@@ -10,10 +10,15 @@ Kept free of MLflow imports so that `orchestrate --help` stays light.
 from __future__ import annotations
 
 import os
+import socket
+import urllib.error
+import urllib.parse
+import urllib.request
 
-from nli_models.errors import InputError
+from nli_models.errors import InputError, mask_secrets
 
 DEFAULT_TRACKING_URI = "sqlite:///mlruns.db"
+PROBE_TIMEOUT_S = 10.0  # a store that does not answer within this is reported unreachable
 TRACKING_URI_ENV = "MLFLOW_TRACKING_URI"
 TRACKING_URI_HELP = (
     f"MLflow tracking URI (SQLite file, http://HOST:PORT server, ...); default: the spec's "
@@ -35,3 +40,55 @@ def resolve_tracking_uri(
             f"{source}; drop one of them"
         )
     return explicit or spec_value or os.environ.get(TRACKING_URI_ENV) or default
+
+
+# Backends MLflow's tracking client can open (mlflow.store.db.db_types plus HTTP and files).
+DATABASE_SCHEMES = {"sqlite", "postgresql", "mysql", "mssql"}
+DATABASE_PORTS = {"postgresql": 5432, "mysql": 3306, "mssql": 1433}
+URI_SCHEMES = DATABASE_SCHEMES | {"http", "https", "file", "databricks"}
+
+
+def check_tracking_uri(uri: str) -> None:
+    """InputError for a tracking URI MLflow cannot open (a typo'd scheme), before any client."""
+    scheme = urllib.parse.urlsplit(uri).scheme.split("+")[0] if "://" in uri else ""
+    if scheme and scheme not in URI_SCHEMES:
+        raise InputError(
+            f"tracking URI {mask_secrets(uri)!r}: unknown scheme {scheme!r}; allowed: "
+            f"{', '.join(sorted(URI_SCHEMES))} (e.g. sqlite:///mlruns.db, http://127.0.0.1:5000, "
+            "postgresql://user@host/db) or a folder"
+        )
+
+
+def probe_database(uri: str) -> str | None:
+    """Why a database server cannot be reached (None: a TCP connection opened). SQLAlchemy and
+    MLflow retry a refused connection for over a minute and a half."""
+    parts = urllib.parse.urlsplit(uri)
+    scheme = parts.scheme.split("+")[0]
+    if scheme not in DATABASE_PORTS or not parts.hostname:
+        return None  # sqlite, or a socket path in the query string
+    try:
+        port = parts.port or DATABASE_PORTS[scheme]
+        socket.create_connection((parts.hostname, port), timeout=PROBE_TIMEOUT_S).close()
+    except (OSError, ValueError) as exc:
+        return f"{parts.hostname}:{parts.port or DATABASE_PORTS[scheme]}: {exc}"
+    return None
+
+
+def probe_http(uri: str) -> str | None:
+    """Why an HTTP tracking server cannot be reached (None: it answered). One quick request:
+    the MLflow client itself retries a refused connection for about 4 minutes."""
+    try:
+        urllib.request.urlopen(uri.rstrip("/") + "/health", timeout=PROBE_TIMEOUT_S).close()
+    except urllib.error.HTTPError:
+        return None  # it answered (auth or routing is checked by the real request)
+    except (urllib.error.URLError, OSError) as exc:
+        return str(getattr(exc, "reason", exc))
+    return None
+
+
+def unreachable_store(uri: str) -> str | None:
+    """Why the store at ``uri`` cannot be reached within seconds (None: it answered or is a
+    local file); the MLflow client itself would retry for minutes."""
+    if uri.startswith(("http://", "https://")):
+        return probe_http(uri)
+    return probe_database(uri)
