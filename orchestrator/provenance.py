@@ -10,7 +10,6 @@ import hashlib
 import importlib.metadata
 import os
 import platform
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -18,22 +17,15 @@ import torch
 from nli_models.data import PreparedData
 from nli_models.data.config import DataConfig
 from nli_models.data.prepare import resolve_files
+from nli_models.files import sha256_file
 
 PACKAGES = ("nli-orchestrator", "torch", "ray", "mlflow", "optuna", "numpy", "pandas", "pyarrow")
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def data_record(config: DataConfig, data: PreparedData) -> dict[str, Any]:
     """Files (path, SHA-256, bytes), split sizes, classes, vocabulary, vectors of a sweep's data."""
     files = {
-        split: {"path": str(path), "sha256": _sha256(path), "bytes": path.stat().st_size}
+        split: {"path": str(path), "sha256": sha256_file(path), "bytes": path.stat().st_size}
         for split, path in sorted(resolve_files(config).items())
     }
     vectors = config.vectors

@@ -10,7 +10,6 @@ compare against it. After unpacking, the split files the readers expect must be 
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import sys
@@ -23,6 +22,7 @@ from pathlib import Path
 
 from nli_models.data.corpora import CORPORA
 from nli_models.errors import InputError
+from nli_models.files import sha256_file
 from nli_models.outputs import check_output_path
 
 DOWNLOAD_URLS = {
@@ -50,14 +50,6 @@ def _manual_hint(url: str, data_dir: Path) -> str:
         f"Download {url} by hand, unzip it into a directory DIR (e.g. {data_dir}) and pass "
         "--data-dir DIR (data.data_dir in a config)."
     )
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def _fetch(url: str, target: Path, progress: bool, data_dir: Path) -> None:
@@ -163,7 +155,7 @@ def download_corpus(
     data_dir.mkdir(parents=True, exist_ok=True)
     archive = data_dir / (Path(urllib.parse.urlsplit(url).path).name or f"{name}.zip")
     _fetch(url, archive, progress, data_dir)
-    digest, size = _sha256(archive), archive.stat().st_size
+    digest, size = sha256_file(archive), archive.stat().st_size
     if expected and digest != expected:
         archive.unlink()
         raise DownloadError(

@@ -35,6 +35,7 @@ from nli_models.data.vectors import (
     vector_source_fingerprint,
 )
 from nli_models.errors import InputError, InputFileMissing
+from nli_models.files import sha256_file
 
 # Bump when the preprocessing changes meaning (tokenizer, encoding), so old caches are not used.
 CACHE_VERSION = 2  # 2: extend_vocab on by default, hashed_oov extends with every word
@@ -139,20 +140,12 @@ def _missing_file_message(config: DataConfig, split: str, path: Path, data_dir: 
     )
 
 
-def _file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def cache_key(config: DataConfig, files: Mapping[str, Path]) -> str:
     """Hash of what the prepared data depends on. Corpus files count by content (SHA-256, ~1 s
     for SNLI train), so a copy on another machine or a touched file still hits; data_dir itself
     does not count. Vector files count by path, size and mtime (hashing GBs costs as much as
     loading them)."""
-    digests = {path: _file_sha256(path) for path in set(files.values())}
+    digests = {path: sha256_file(path) for path in set(files.values())}
     payload = {
         "version": CACHE_VERSION,
         "config": config.model_dump(mode="json", exclude={"data_dir"}),
