@@ -377,7 +377,7 @@ CASES: list[tuple[str, list[str], str]] = [
     ("tracking_postgres_down", ["sweep", S], "postgresql://nli:***@127.0.0.1:1/mlflow is unreachable"),
     ("epochs_true", ["sweep", S, "--resume", "--new"], "--resume and --new exclude each other"),
     ("resume_unknown", ["sweep", S, "--resume"], "experiment 'never-ran' holds no sweep to resume"),
-    ("existing", ["sweep", S], "experiment 'existing' already holds sweep run"),
+    ("existing", ["sweep", S], "experiment 'existing' already holds completed sweep run"),
     ("resume_unknown", ["sweep", S, "--address", "127.0.0.1:1"], "--address '127.0.0.1:1': no Ray cluster answers"),
     ("resume_unknown", ["sweep", S, "--address", "headnode"], "--address 'headnode': expected HOST:PORT"),
     # output paths
