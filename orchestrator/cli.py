@@ -9,6 +9,7 @@ from pathlib import Path
 
 import click
 
+from orchestrator.cluster_cli import allocation_report, slurm_allocation_options
 from orchestrator.environment import configure_environment
 from results.cli import attention_command, results_command
 
@@ -69,7 +70,8 @@ def train(config_path: str, checkpoint_dir: str | None, resume: bool) -> None:
 @main.command()
 @click.argument("spec_path", type=click.Path(dir_okay=False))
 @click.option("--no-data", is_flag=True, help="skip reading the data (split sizes not shown)")
-def validate(spec_path: str, no_data: bool) -> None:
+@slurm_allocation_options
+def validate(spec_path: str, no_data: bool, **slurm_allocation) -> None:
     """Validate a sweep spec and print the resolved plan; runs nothing."""
     from nli_models.config import ConfigError
     from orchestrator.plan import describe_plan
@@ -78,6 +80,9 @@ def validate(spec_path: str, no_data: bool) -> None:
     try:
         spec = load_spec(spec_path)
         click.echo(describe_plan(spec, read_data=not no_data))
+        report = allocation_report(spec, **slurm_allocation)
+        if report:
+            click.echo(report)
     except (ConfigError, FileNotFoundError, ValueError) as exc:
         _fail(str(exc))
 

@@ -150,7 +150,7 @@ class Submission:
     warnings: list[str] = field(default_factory=list)
 
 
-def _parse_env(pairs: tuple[str, ...] | list[str]) -> dict[str, str]:
+def parse_env(pairs: tuple[str, ...] | list[str]) -> dict[str, str]:
     env = {}
     for pair in pairs:
         name, sep, value = pair.partition("=")
@@ -158,6 +158,20 @@ def _parse_env(pairs: tuple[str, ...] | list[str]) -> dict[str, str]:
             raise JobInputError(f"--env {pair!r}: expected NAME=VALUE")
         env[name] = value
     return env
+
+
+def job_tracking_uri(spec, spec_path: str, tracking_uri: str | None) -> str:
+    """The store a submitted sweep logs to: --tracking-uri, else search.tracking_uri, else
+    MLFLOW_TRACKING_URI, else the local default (which the callers refuse)."""
+    from orchestrator.spec import DEFAULT_TRACKING_URI
+
+    from_spec = spec.search.tracking_uri
+    if tracking_uri and from_spec and tracking_uri != from_spec:
+        raise JobInputError(
+            f"--tracking-uri {tracking_uri} contradicts search.tracking_uri {from_spec} in "
+            f"{spec_path}; drop one of them"
+        )
+    return tracking_uri or from_spec or os.environ.get("MLFLOW_TRACKING_URI") or DEFAULT_TRACKING_URI
 
 
 def _is_local_relative_store(uri: str) -> bool:
@@ -229,7 +243,7 @@ def build_submission(
 ) -> Submission:
     """Validate the spec here, before anything reaches the cluster, and describe the job."""
     from nli_models.config import ConfigError
-    from orchestrator.spec import DEFAULT_TRACKING_URI, load_spec
+    from orchestrator.spec import load_spec
 
     if resume and new:
         raise JobInputError("--resume and --new exclude each other")
@@ -244,13 +258,7 @@ def build_submission(
     root = _working_dir(path, working_dir, Path(cwd or os.getcwd()).resolve())
     _check_upload_size(root)
 
-    from_spec = spec.search.tracking_uri
-    if tracking_uri and from_spec and tracking_uri != from_spec:
-        raise JobInputError(
-            f"--tracking-uri {tracking_uri} contradicts search.tracking_uri {from_spec} in "
-            f"{spec_path}; drop one of them"
-        )
-    uri = tracking_uri or from_spec or os.environ.get("MLFLOW_TRACKING_URI") or DEFAULT_TRACKING_URI
+    uri = job_tracking_uri(spec, str(spec_path), tracking_uri)
     if _is_local_relative_store(uri):
         raise JobInputError(
             f"tracking store {uri} would be created inside the job's temporary working "
@@ -261,7 +269,7 @@ def build_submission(
 
     env_vars = {k: os.environ.get(k, DEFAULTS[k]) for k in JOB_ENV_DEFAULTS}
     env_vars.update({"MLFLOW_TRACKING_URI": uri, "PYTHONUNBUFFERED": "1"})
-    env_vars.update(_parse_env(env))
+    env_vars.update(parse_env(env))
 
     warnings = []
     if not spec.search.storage_path:
@@ -291,6 +299,7 @@ def build_submission(
             "nli.spec_name": spec.name,
             "nli.tracking_uri": uri,
             "nli.storage_path": spec.search.storage_path or "",
+            "nli.planned_trials": str(spec.num_trials()),
         },
         submission_id=job_id,
         spec_name=spec.name,

@@ -1,0 +1,122 @@
+"""Helpers the SLURM batch script (orchestrator/slurm.py renders it) runs on the job's nodes:
+
+    python -m orchestrator.slurm_node head-ports     -> "IP GCS_PORT CLIENT_PORT"
+    python -m orchestrator.slurm_node head IP GCS_PORT CLIENT_PORT TMP CPUS GPUS
+    python -m orchestrator.slurm_node worker HEAD_IP:GCS_PORT TMP CPUS GPUS
+    python -m orchestrator.slurm_node reap TMP             (ends what is left of the job's Ray)
+
+Every port is picked free on the node, so jobs that share a node never meet on Ray's default
+ports (6379, 10001, 52365), and every Ray process of the job runs with the job's own temp dir,
+which is how `reap` finds exactly them: never `ray stop`, which ends every Ray of the user.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import sys
+import time
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("", 0))
+        return sock.getsockname()[1]
+
+
+def node_ip() -> str:
+    """The address other nodes reach this one on (Ray's own choice for `ray start`)."""
+    from ray.util import get_node_ip_address
+
+    return get_node_ip_address()
+
+
+def ray_start_command(temp_dir: str, cpus: str, gpus: str) -> list[str]:
+    return [
+        sys.executable, "-m", "ray.scripts.scripts", "start", "--block",
+        f"--temp-dir={temp_dir}", f"--num-cpus={cpus}", f"--num-gpus={gpus}",
+        f"--dashboard-agent-listen-port={free_port()}", "--disable-usage-stats",
+    ]
+
+
+def start_worker(address: str, temp_dir: str, cpus: str, gpus: str) -> None:
+    """`ray start --block` joining the head at `address`; ends on SIGTERM (srun forwards the
+    script's), taking its raylet and workers with it."""
+    os.makedirs(temp_dir, exist_ok=True)
+    command = [*ray_start_command(temp_dir, cpus, gpus), f"--address={address}"]
+    os.execv(command[0], command)
+
+
+def start_head(ip: str, gcs_port: str, client_port: str, temp_dir: str, cpus: str, gpus: str) -> None:
+    """`ray start --head --block` (no dashboard: nobody browses a batch job's, and it is one
+    port and process fewer on a shared node); ends on SIGTERM, taking its processes with it."""
+    os.makedirs(temp_dir, exist_ok=True)
+    command = [
+        *ray_start_command(temp_dir, cpus, gpus), "--head", f"--node-ip-address={ip}",
+        f"--port={gcs_port}", f"--ray-client-server-port={client_port}", "--include-dashboard=false",
+    ]
+    os.execv(command[0], command)
+
+
+def job_processes(temp_dir: str) -> list:
+    """This user's processes whose command line names `temp_dir` (raylet, GCS, workers, agents)."""
+    import psutil
+
+    found = []
+    for process in psutil.process_iter(["pid", "uids", "cmdline"]):
+        try:
+            if process.info["uids"] is None or process.info["uids"].real != os.getuid():
+                continue
+            if process.pid != os.getpid() and any(temp_dir in part for part in process.info["cmdline"] or ()):
+                found.append(process)
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+    return found
+
+
+def reap(temp_dir: str, grace_s: float = 10.0) -> int:
+    """SIGTERM, then SIGKILL after `grace_s`, every process of the job's Ray on this node.
+    Returns how many were still running."""
+    import psutil
+
+    temp_dir = os.path.abspath(temp_dir)
+    processes = job_processes(temp_dir)
+    for process in processes:
+        try:
+            process.send_signal(signal.SIGTERM)
+        except psutil.NoSuchProcess:
+            pass
+    _, alive = psutil.wait_procs(processes, timeout=grace_s)
+    for process in alive:
+        try:
+            process.kill()
+        except psutil.NoSuchProcess:
+            pass
+    psutil.wait_procs(alive, timeout=5)
+    return len(processes)
+
+
+def main(argv: list[str]) -> int:
+    if argv[:1] == ["head-ports"]:
+        print(node_ip(), free_port(), free_port())
+        return 0
+    if argv[:1] == ["head"] and len(argv) == 7:
+        start_head(*argv[1:])
+        return 0  # not reached
+    if argv[:1] == ["worker"] and len(argv) == 5:
+        start_worker(*argv[1:])
+        return 0  # not reached
+    if argv[:1] == ["reap"] and len(argv) == 2:
+        started = time.monotonic()
+        count = reap(argv[1])
+        if count:
+            print(f"nli: ended {count} leftover Ray processes of {argv[1]} "
+                  f"in {time.monotonic() - started:.1f}s", file=sys.stderr)
+        return 0
+    print(__doc__, file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
