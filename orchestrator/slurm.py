@@ -335,7 +335,9 @@ def render_script(*, options: SlurmOptions, spec_path: Path, spec_name: str, job
         f"# Sweep {spec_name!r} ({spec_path}) on a Ray cluster private to this job.",
         "# Written by `orchestrate submit --slurm`; see orchestrator/slurm.py for its signals.",
     ]
-    exports = {k: os.environ.get(k, DEFAULTS[k]) for k in DEFAULTS if k != "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"}
+    exports = {k: os.environ.get(k, DEFAULTS[k]) for k in DEFAULTS}
+    # A cluster of nodes: each registers the address the others reach it on, not 127.0.0.1.
+    exports["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "1"
     exports.update({"MLFLOW_TRACKING_URI": tracking_uri, "PYTHONUNBUFFERED": "1", **env})
     settings = [f"export {name}={shlex.quote(value)}" for name, value in exports.items()]
     settings += [

@@ -59,42 +59,44 @@ def start_head(ip: str, gcs_port: str, client_port: str, temp_dir: str, cpus: st
     os.execv(command[0], command)
 
 
-def job_processes(temp_dir: str) -> list:
-    """This user's processes whose command line names `temp_dir` (raylet, GCS, workers, agents)."""
-    import psutil
-
+def job_processes(temp_dir: str) -> list[int]:
+    """Pids of this user's processes whose command line names `temp_dir` (raylet, GCS, workers,
+    agents). SLURM runs on Linux: /proc tells."""
     found = []
-    for process in psutil.process_iter(["pid", "uids", "cmdline"]):
-        try:
-            if process.info["uids"] is None or process.info["uids"].real != os.getuid():
-                continue
-            if process.pid != os.getpid() and any(temp_dir in part for part in process.info["cmdline"] or ()):
-                found.append(process)
-        except (psutil.NoSuchProcess, psutil.AccessDenied):
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
             continue
+        try:
+            if entry.stat().st_uid != os.getuid():
+                continue
+            with open(f"/proc/{entry.name}/cmdline", "rb") as handle:
+                arguments = handle.read().decode(errors="replace").split("\0")
+        except OSError:  # it ended meanwhile
+            continue
+        if any(temp_dir in argument for argument in arguments):
+            found.append(int(entry.name))
     return found
+
+
+def _signal_all(pids: list[int], signum: int) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, signum)
+        except ProcessLookupError:
+            pass
 
 
 def reap(temp_dir: str, grace_s: float = 10.0) -> int:
     """SIGTERM, then SIGKILL after `grace_s`, every process of the job's Ray on this node.
     Returns how many were still running."""
-    import psutil
-
     temp_dir = os.path.abspath(temp_dir)
-    processes = job_processes(temp_dir)
-    for process in processes:
-        try:
-            process.send_signal(signal.SIGTERM)
-        except psutil.NoSuchProcess:
-            pass
-    _, alive = psutil.wait_procs(processes, timeout=grace_s)
-    for process in alive:
-        try:
-            process.kill()
-        except psutil.NoSuchProcess:
-            pass
-    psutil.wait_procs(alive, timeout=5)
-    return len(processes)
+    pids = job_processes(temp_dir)
+    _signal_all(pids, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    while job_processes(temp_dir) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    _signal_all(job_processes(temp_dir), signal.SIGKILL)
+    return len(pids)
 
 
 def main(argv: list[str]) -> int:
