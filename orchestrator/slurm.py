@@ -281,7 +281,13 @@ stop_ray() {  # exactly the Ray this job started: its pids, the head's process g
 trap stop_ray EXIT
 
 restarts="${SLURM_RESTART_COUNT:-0}"
-if [ "$restarts" -gt 0 ]; then SWEEP_FLAGS=(--resume); fi
+# When a run of this job first started the sweep (ms): a requeued run resumes the sweep that run
+# created, or, stopped before it created one, starts it as the first run would have.
+STARTED="$LOG_DIR/${SLURM_JOB_NAME}-${SLURM_JOB_ID}.started"
+if [ "$restarts" -gt 0 ] && [ -e "$STARTED" ] && [ "${SWEEP_FLAGS[*]}" != --resume ]; then
+  flag=$(node resume-flag "$SPEC" "$(cat "$STARTED")") || flag=--resume
+  [ -n "$flag" ] && SWEEP_FLAGS=("$flag")
+fi
 say "job $SLURM_JOB_ID (run $((restarts + 1))) on $SLURM_JOB_NODELIST: sweep $SPEC ${SWEEP_FLAGS[*]}"
 
 read -r HEAD_IP GCS_PORT CLIENT_PORT < <(node head-ports)
@@ -306,6 +312,7 @@ fi
 [ -z "$rc" ] && say "Ray at $HEAD_IP:$GCS_PORT (temp dir $RAY_TMP, log $RAY_LOG)"
 
 if [ -z "$rc" ] && [ -z "$reason" ]; then
+  [ -e "$STARTED" ] || date +%s000 >"$STARTED"
   "$PYTHON" -m orchestrator.cli sweep "$SPEC" --address "$HEAD_IP:$GCS_PORT" "${SWEEP_FLAGS[@]}" &
   driver=$!
   while kill -0 "$driver" 2>/dev/null; do wait "$driver"; done  # a trapped signal ends a wait
@@ -318,10 +325,13 @@ fi
 say "sweep exited with code $rc${reason:+ ($reason)}"
 stop_ray
 
-# 3: interrupted, resumable; 143: a driver without a SIGTERM handler, killed by ours.
-if [ "$REQUEUE" = 1 ] && [ "$reason" = time_limit ] && { [ "$rc" = 3 ] || [ "$rc" = 143 ]; }; then
+# 3: interrupted, resumable; above 128: the sweep died of a signal (a driver that does not stop
+# cleanly on SIGTERM): resumable too. 0, 1 (failed trials) and 2 (bad input) end the job.
+if [ "$REQUEUE" = 1 ] && [ "$reason" = time_limit ] && { [ "$rc" = 3 ] || [ "$rc" -gt 128 ]; }; then
   say "requeueing job $SLURM_JOB_ID: the next run resumes the sweep"
   scontrol requeue "$SLURM_JOB_ID"
+else
+  rm -f "$STARTED"
 fi
 exit "$rc"
 """

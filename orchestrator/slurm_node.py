@@ -4,6 +4,7 @@
     python -m orchestrator.slurm_node head IP GCS_PORT CLIENT_PORT TMP CPUS GPUS
     python -m orchestrator.slurm_node worker HEAD_IP:GCS_PORT TMP CPUS GPUS
     python -m orchestrator.slurm_node reap TMP             (ends what is left of the job's Ray)
+    python -m orchestrator.slurm_node resume-flag SPEC SINCE_MS   -> "--resume" or nothing
 
 Every port is picked free on the node, so jobs that share a node never meet on Ray's default
 ports (6379, 10001, 52365), and every Ray process of the job runs with the job's own temp dir,
@@ -99,6 +100,20 @@ def reap(temp_dir: str, grace_s: float = 10.0) -> int:
     return len(pids)
 
 
+def resume_flag(spec_path: str, since_ms: int) -> str:
+    """What a requeued run passes to `orchestrate sweep`: --resume when the experiment's latest
+    sweep started at or after `since_ms` (when an earlier run of this job started the driver),
+    else nothing: the signal came before the sweep was created, so the run starts it afresh."""
+    from orchestrator.spec import load_spec
+    from orchestrator.tracking import Tracker
+
+    spec = load_spec(spec_path)
+    tracker = Tracker(spec.tracking_uri)
+    experiment = tracker.client.get_experiment_by_name(spec.name)
+    sweeps = tracker.sweeps(experiment.experiment_id) if experiment is not None else []
+    return "--resume" if sweeps and sweeps[0].info.start_time >= since_ms else ""
+
+
 def main(argv: list[str]) -> int:
     if argv[:1] == ["head-ports"]:
         print(node_ip(), free_port(), free_port())
@@ -115,6 +130,9 @@ def main(argv: list[str]) -> int:
         if count:
             print(f"nli: ended {count} leftover Ray processes of {argv[1]} "
                   f"in {time.monotonic() - started:.1f}s", file=sys.stderr)
+        return 0
+    if argv[:1] == ["resume-flag"] and len(argv) == 3:
+        print(resume_flag(argv[1], int(argv[2])))
         return 0
     print(__doc__, file=sys.stderr)
     return 2

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+import yaml
 from cluster_support import BIN, orchestrate, wait_for, write_spec
 
 from orchestrator.slurm_node import job_processes
@@ -173,31 +174,60 @@ def cluster_state(cluster, job_id: str) -> str:
     return cluster.job(job_id).get("JobState", "UNKNOWN")
 
 
+def minutes(clock: str) -> int:
+    """SLURM's D-HH:MM:SS / HH:MM:SS / MM:SS, rounded up to minutes."""
+    days, _, clock = clock.rpartition("-")
+    seconds = 0
+    for part in clock.split(":"):
+        seconds = seconds * 60 + int(part)
+    return int(days or 0) * 1440 + -(-seconds // 60)
+
+
 @pytest.mark.slow
 def test_time_limit_with_requeue_finishes_the_sweep_across_allocations(slurm_cluster, tracking, tmp_path):
-    """A 2-minute limit, warned 50 s ahead: the first allocation ends mid-sweep, the job requeues
-    itself and the next allocation resumes the sweep to its end."""
-    name, epochs = "slurm-requeue", 6
+    """The job's time limit comes mid-sweep: SLURM warns the job (--signal-before), the sweep
+    stops, the job requeues itself and its next allocation resumes the sweep to its end.
+
+    So that the limit lands mid-sweep however loaded the machine is, the test moves the running
+    job's limit (scontrol update TimeLimit, as an admin may) once a first trial has finished, to
+    1-2 minutes away: inside the 120 s warning window, so SLURM sends USR1 at its next check of
+    time limits (every 30 s). Trials run one at a time, so four are still to come then.
+    """
+    name, epochs, planned = "slurm-requeue", 8, 5
     spec = write_spec(tmp_path / "spec", name, tracking.url, epochs=epochs, toy_size=3000,
-                      grid={"lr": [0.001, 0.003], "dropout": [0.0, 0.2]})
+                      grid={"lr": [0.001, 0.002, 0.003, 0.005, 0.01], "dropout": [0.1]})
+    loaded = yaml.safe_load(spec.read_text())
+    loaded["search"]["max_concurrent_trials"] = 1
+    spec.write_text(yaml.safe_dump(loaded, sort_keys=False))
     client = tracking.client()
-    job_id = submit(spec, "--time", "2", "--signal-before", "50", "--requeue")
+    job_id = submit(spec, "--time", "15", "--signal-before", "120", "--requeue")
+    wait_for(lambda: finished_trials(client, name) >= 1, 300, "a first trial to finish", poll_s=1)
+    elapsed = minutes(slurm_cluster.job(job_id)["RunTime"])
+    slurm_cluster.run("scontrol", "update", f"JobId={job_id}", f"TimeLimit={elapsed + 1}")
+    done_at_requeue = []
 
-    def requeued():
+    def ended():
         job = slurm_cluster.job(job_id)
-        return job if int(job.get("Restarts", 0)) >= 1 else None
+        if int(job.get("Restarts", 0)) >= 1 and not done_at_requeue:
+            done_at_requeue.append(finished_trials(client, name))
+        if job.get("JobState") == "PENDING" and job.get("Reason") == "BeginTime":
+            # SLURM holds a requeued batch job for 2 minutes; this cluster is the test's own, so
+            # it starts the job at once, with the time to finish.
+            slurm_cluster.run("scontrol", "update", f"JobId={job_id}", "StartTime=now",
+                              "TimeLimit=15", check=False)
+        return job["JobState"] if job.get("JobState") not in ACTIVE else None
 
-    job = wait_for(requeued, 240, f"job {job_id} to requeue itself", poll_s=2)
-    first = output_of(spec, job_id)
-    assert "got SIGUSR1 (time_limit)" in first and f"requeueing job {job_id}" in first, first
-    assert finished_trials(client, name) < 4, "the sweep ended within the first allocation"
-    if job.get("JobState") == "PENDING":
-        # SLURM holds a requeued batch job for 2 minutes (BeginTime); this cluster is the test's
-        # own, so let it start at once.
-        slurm_cluster.run("scontrol", "update", f"JobId={job_id}", "StartTime=now", check=False)
-    assert wait_ended(slurm_cluster, spec, job_id, timeout_s=480) == "COMPLETED", output_of(spec, job_id)
-    assert_ray_gone(job_id)
+    try:
+        state = wait_for(ended, 480, f"SLURM job {job_id} to end", poll_s=2)
+    finally:
+        print(f"--- output of job {job_id} ---\n{output_of(spec, job_id)}")
     output = output_of(spec, job_id)
-    assert f"job {job_id} (run 2)" in output and "sweep --resume" in output.split("(run 2)")[1]
-    assert "sweep finished: 4 trials (0 failed)" in output
-    assert_each_trial_once(client, name, planned=4, epochs=epochs)
+    assert state == "COMPLETED", output
+    assert_ray_gone(job_id)
+    first, later = output.split(f"job {job_id} (run 2)")
+    assert "got SIGUSR1 (time_limit)" in first and f"requeueing job {job_id}" in first
+    assert "sweep finished" not in first
+    assert done_at_requeue and 1 <= done_at_requeue[0] < planned, done_at_requeue
+    assert later.splitlines()[0].endswith(" --resume")
+    assert f"sweep finished: {planned} trials (0 failed)" in later
+    assert_each_trial_once(client, name, planned=planned, epochs=epochs)
