@@ -338,6 +338,20 @@ def jobs_command(address, slurm_only, as_json):
         click.echo("  ".join(str(cell).ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip())
 
 
+def _slurm_entry(job_id: str, address: str | None):
+    """The recorded SLURM submission `job_id`, or None for a Ray job. A bare number that was not
+    submitted from here is not sent to the Ray cluster: Ray's submission ids are never numbers."""
+    from orchestrator import slurm
+
+    entry = slurm.find(job_id)
+    if entry is None and job_id.isdigit() and not address:
+        raise slurm.SlurmInputError(
+            f"no SLURM job {job_id} was submitted from here (`orchestrate jobs` lists them; "
+            f"record: {slurm.record_path()})"
+        )
+    return entry
+
+
 def _slurm_logs(entry, follow: bool) -> None:
     """Print a SLURM job's output file; with follow, until the job leaves the queue."""
     import time
@@ -381,9 +395,7 @@ def _slurm_logs(entry, follow: bool) -> None:
 @_cluster_errors
 def logs_command(job_id, address, follow):
     """Print a job's output (its driver's stdout and stderr; for SLURM, the job's output file)."""
-    from orchestrator import slurm
-
-    entry = slurm.find(job_id)
+    entry = _slurm_entry(job_id, address)
     if entry is not None:
         _slurm_logs(entry, follow)
         return
@@ -408,7 +420,7 @@ def stop_command(job_id, address):
     """Stop a running job (its trials stop; resume the sweep later with submit --resume)."""
     from orchestrator import slurm
 
-    entry = slurm.find(job_id)
+    entry = _slurm_entry(job_id, address)
     if entry is not None:
         was_running, status = slurm.stop(job_id, timeout_s=SLURM_STOP_WAIT_S)
     else:

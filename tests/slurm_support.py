@@ -59,7 +59,7 @@ class SlurmCluster:
         return dict(re.findall(r"(\w+)=(\S*)", shown))
 
     def job_ids(self) -> list[str]:
-        return self.run("squeue", "-h", "-o", "%i").stdout.split()
+        return self.run("squeue", "-h", "-o", "%i", check=False).stdout.split()
 
     def idle(self) -> bool:
         shown = self.run("sinfo", "-h", "-n", self.node, "-o", "%t", check=False)

@@ -173,3 +173,12 @@ def test_validate_reports_trials_at_once_on_an_allocation(tmp_path):
     assert refused.returncode == 2 and "pass --gpus-per-node" in refused.stderr
     plain = orchestrate("validate", str(spec), "--no-data")
     assert plain.returncode == 0 and "SLURM" not in plain.stdout
+
+
+def test_unknown_slurm_job_ids_and_an_empty_record(tmp_path):
+    for command in ("logs", "stop"):
+        result = orchestrate(command, "4242")
+        assert result.returncode == 2, result.stderr
+        assert "no SLURM job 4242 was submitted from here" in result.stderr
+    listed = orchestrate("jobs", "--slurm")  # asks neither SLURM nor Ray: nothing recorded
+    assert listed.returncode == 0 and listed.stdout.strip() == "no jobs"
