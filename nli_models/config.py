@@ -6,24 +6,27 @@ path (e.g. ``quickstart.yaml: training.lr: must be > 0 (got -0.1)``).
 
 from __future__ import annotations
 
+import copy
+import re
+import typing
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, Field, ValidationError, model_validator
 
 from nli_models.data.config import DataConfig
 from nli_models.errors import InputError
 from nli_models.registry import build_model, check_config, model_names, model_variants
+from nli_models.strict import StrictModel, check_finite, load_yaml
 
 
 class ConfigError(InputError):
     """A config file is unreadable or invalid; the message names the file and the field."""
 
 
-class ModelConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class ModelConfig(StrictModel):
     name: str
     variant: str | None = None
     args: dict[str, Any] = Field(default_factory=dict)
@@ -40,6 +43,7 @@ class ModelConfig(BaseModel):
                 f"unknown variant {self.variant!r} for model {self.name!r}; "
                 f"valid variants: {', '.join(variants) or '(none)'}"
             )
+        check_finite(self.args, "args")
         for reserved in ("vocab_size", "num_classes", "variant"):
             if reserved in self.args:
                 raise ValueError(
@@ -62,15 +66,24 @@ class ModelConfig(BaseModel):
         build_model(self.name, **kwargs)
 
 
-class TrainingConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class TrainingConfig(StrictModel):
     optimizer: Literal["adam", "adagrad"] = "adam"
     lr: float = Field(1e-3, gt=0)
     l2: float = Field(0.0, ge=0)
     batch_size: int = Field(32, ge=1)
     epochs: int = Field(10, ge=1)
+    max_steps: int | None = Field(
+        None,
+        ge=1,
+        description="optimizer steps (batches) in all; training ends at epochs or max_steps, "
+        "whichever comes first; a last partial epoch is evaluated on dev like a whole one",
+    )
     patience: int | None = Field(None, ge=1, description="early stopping on dev accuracy")
+    layerwise: bool = Field(
+        False,
+        description="multi-block models (abcnn): train block 1, freeze it, add and train block 2, "
+        "... (Yin et al. §5.1.2); epochs and patience apply to each phase",
+    )
     grad_clip: float | None = Field(None, gt=0, description="max gradient norm")
     seed: int = 1
     device: str = Field("auto", pattern=r"^(auto|cpu|cuda(:\d+)?)$")
@@ -78,10 +91,8 @@ class TrainingConfig(BaseModel):
     num_threads: int | None = Field(None, ge=1, description="torch CPU threads")
 
 
-class RunConfig(BaseModel):
+class RunConfig(StrictModel):
     """A training config: `orchestrate train` runs exactly this."""
-
-    model_config = ConfigDict(extra="forbid")
 
     name: str = Field(pattern=r"^[A-Za-z0-9_.\-]+$")
     model: ModelConfig
@@ -89,13 +100,43 @@ class RunConfig(BaseModel):
     training: TrainingConfig = Field(default_factory=TrainingConfig)
 
 
-def format_validation_error(source: str, error: ValidationError) -> str:
+def _block_at(cls: type[BaseModel], loc: tuple) -> type[BaseModel] | None:
+    """The config block (model class) that holds the key at `loc` (its last element)."""
+    keyed = False  # the previous field was a dict: this element is one of its keys
+    for part in loc[:-1]:
+        if keyed or isinstance(part, int):
+            keyed = False
+            continue
+        field = cls.model_fields.get(str(part)) if cls is not None else None
+        if field is None:
+            return None
+        keyed = typing.get_origin(field.annotation) is dict
+        cls = _model_in(field.annotation)
+    return cls
+
+
+def _model_in(annotation: Any) -> type[BaseModel] | None:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in typing.get_args(annotation):  # Optional[...], list[...], dict[str, ...]
+        found = _model_in(arg)
+        if found is not None:
+            return found
+    return None
+
+
+def format_validation_error(
+    source: str, error: ValidationError, cls: type[BaseModel] | None = None
+) -> str:
     lines = []
     for item in error.errors():
         path = ".".join(str(p) for p in item["loc"]) or "(top level)"
         message = item["msg"].removeprefix("Value error, ")
         if item["type"] == "extra_forbidden":
             message = "unknown key"
+            block = _block_at(cls, item["loc"]) if cls is not None else None
+            if block is not None:
+                message += f"; allowed: {', '.join(block.model_fields)}"
         # A whole block's validator (unknown model, data consistency) names the values itself;
         # echoing the block's dict would only bury the message.
         elif "input" in item and item["type"] != "missing" and not isinstance(item["input"], dict):
@@ -107,9 +148,14 @@ def format_validation_error(source: str, error: ValidationError) -> str:
 def read_yaml(path: str | Path) -> dict[str, Any]:
     path = Path(path)
     try:
-        raw = yaml.safe_load(path.read_text())
+        raw = load_yaml(path.read_text())
     except FileNotFoundError:
         raise ConfigError(f"{path}: no such file") from None
+    except (IsADirectoryError, PermissionError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}: cannot be read as a YAML file ({exc})") from None
+    except yaml.MarkedYAMLError as exc:
+        line = f"line {exc.problem_mark.line + 1}: " if exc.problem_mark else ""
+        raise ConfigError(f"{path}: {line}not valid YAML: {exc.problem}") from None
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path}: not valid YAML: {exc}") from None
     if not isinstance(raw, dict):
@@ -121,10 +167,92 @@ def validate_config(cls: type[BaseModel], raw: dict[str, Any], source: str) -> A
     try:
         return cls.model_validate(raw)
     except ValidationError as exc:
-        raise ConfigError(format_validation_error(source, exc)) from None
+        raise ConfigError(format_validation_error(source, exc, cls)) from None
 
 
-def load_run_config(path: str | Path) -> RunConfig:
+class _ValueLoader(yaml.SafeLoader):
+    """YAML scalars of `--set`, with `1e-3` a float as YAML 1.2 reads it (PyYAML's 1.1 resolver
+    wants `1.0e-3` and would hand the string '1e-3' on)."""
+
+
+_ValueLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)[eE][-+]?[0-9]+$"),
+    list("-+0123456789."),
+)
+
+
+@dataclass(frozen=True)
+class Overrides:
+    """`--set dotted.key=value` (repeatable) and `--data-dir DIR` of the CLI: applied to the YAML
+    mapping before validation, so a bad value fails like the same value in the file."""
+
+    assignments: tuple[str, ...] = ()
+    data_dir: str | None = None
+
+    def __bool__(self) -> bool:
+        return bool(self.assignments) or self.data_dir is not None
+
+    def pairs(self) -> list[tuple[str, Any]]:
+        """(dotted key, value) in the order given; --data-dir last, as data.data_dir."""
+        pairs = []
+        for assignment in self.assignments:
+            key, sep, text = assignment.partition("=")
+            key = key.strip()
+            if not sep or not re.fullmatch(r"[A-Za-z_][\w\-]*(\.[A-Za-z_0-9][\w\-]*)*", key):
+                raise ConfigError(
+                    f"--set {assignment!r}: expected dotted.key=value, e.g. training.lr=0.01 or "
+                    "search.space.lr.grid=[1.0e-3,3.0e-3]"
+                )
+            try:
+                value = yaml.load(text, Loader=_ValueLoader) if text.strip() else None
+            except yaml.YAMLError as exc:
+                raise ConfigError(f"--set {key}: value {text!r} is not valid YAML: {exc}") from None
+            pairs.append((key, value))
+        if self.data_dir is not None:
+            pairs.append(("data.data_dir", self.data_dir))
+        return pairs
+
+    def describe(self) -> list[str]:
+        """One `key=value` per override, values as YAML flow text (recorded with a run)."""
+        return [
+            f"{key}={yaml.safe_dump(value, default_flow_style=True, width=10**6).strip().removesuffix('...').strip()}"
+            for key, value in self.pairs()
+        ]
+
+    def apply(self, raw: dict[str, Any]) -> dict[str, Any]:
+        """A copy of `raw` with every override set (missing blocks created)."""
+        raw = copy.deepcopy(raw)
+        for key, value in self.pairs():
+            *parents, leaf = key.split(".")
+            node = raw
+            for depth, part in enumerate(parents):
+                child = node.setdefault(part, {})
+                if not isinstance(child, dict):
+                    where = ".".join(parents[: depth + 1])
+                    raise ConfigError(
+                        f"--set {key}: {where} is {child!r}, not a mapping that could hold {leaf!r}"
+                    )
+                node = child
+            node[leaf] = value
+        return raw
+
+
+def source_name(path: str | Path, overrides: Overrides | None) -> str:
+    """What error messages call the config: the file, plus the overrides when there are any."""
+    if not overrides:
+        return str(path)
+    return f"{path} (with overrides {', '.join(overrides.describe())})"
+
+
+def read_config_mapping(path: str | Path, overrides: Overrides | None = None) -> dict[str, Any]:
+    """The YAML mapping of a config file with the CLI's overrides applied: the one loader of
+    `train`, `validate`, `sweep` and `submit`."""
     raw = read_yaml(path)
+    return overrides.apply(raw) if overrides else raw
+
+
+def load_run_config(path: str | Path, overrides: Overrides | None = None) -> RunConfig:
+    raw = read_config_mapping(path, overrides)
     raw.pop("search", None)  # a sweep spec is also a valid training config
-    return validate_config(RunConfig, raw, str(path))
+    return validate_config(RunConfig, raw, source_name(path, overrides))

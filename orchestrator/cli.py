@@ -9,21 +9,60 @@ from pathlib import Path
 
 import click
 
+from nli_models.errors import InputError, mask_secrets
+from orchestrator.cli_options import make_overrides, override_options, tracking_uri_option
 from orchestrator.cluster_cli import allocation_report, slurm_allocation_options
 from orchestrator.environment import configure_environment
-from results.cli import attention_command, results_command
+from results.cli import attention_command, report_command, results_command
 
+# Before anything imports torch or Ray (OMP_WAIT_POLICY is read when torch loads). Every module
+# imported above is light: `orchestrate --help` loads none of torch, Ray, MLflow (tests/test_cli_ux.py).
 configure_environment()
 
 EXIT_BAD_INPUT = 2
 
 
 def _fail(message: str, code: int = EXIT_BAD_INPUT) -> None:
-    click.echo(f"error: {message}", err=True)
+    click.echo(f"error: {mask_secrets(message)}", err=True)
     sys.exit(code)
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+def _versions() -> str:
+    """Versions of this package and of the libraries a run depends on, read from the installed
+    distributions' metadata (importing them would take seconds)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    def installed(name: str) -> str:
+        try:
+            return version(name)
+        except PackageNotFoundError:
+            return "not installed"
+
+    libraries = ", ".join(f"{name} {installed(name)}" for name in ("torch", "ray", "mlflow", "optuna"))
+    return f"orchestrate (nli-orchestrator) {installed('nli-orchestrator')}; {libraries}"
+
+
+def _print_version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+    if value and not ctx.resilient_parsing:
+        click.echo(_versions())
+        ctx.exit()
+
+
+class _Commands(click.Group):
+    """The one place bad input becomes `error: MESSAGE` and exit 2, whichever command (or
+    subcommand) raised it, with no traceback and with passwords in URIs masked."""
+
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except InputError as exc:
+            click.echo(f"error: {mask_secrets(str(exc))}", err=True)
+            ctx.exit(EXIT_BAD_INPUT)
+
+
+@click.group(cls=_Commands, context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--version", is_flag=True, expose_value=False, is_eager=True, callback=_print_version,
+              help="print the versions of nli-orchestrator, torch, Ray, MLflow and Optuna")
 def main() -> None:
     """Hyperparameter sweeps for NLI models on Ray Tune, Optuna and MLflow."""
 
@@ -45,15 +84,23 @@ def models(as_json: bool) -> None:
 @click.option("--checkpoint-dir", type=click.Path(file_okay=False), default=None,
               help="save a checkpoint after every epoch here")
 @click.option("--resume", is_flag=True, help="continue from the checkpoint in --checkpoint-dir")
-def train(config_path: str, checkpoint_dir: str | None, resume: bool) -> None:
-    """Train one configuration (the YAML format of a sweep, without the search block)."""
+@override_options
+def train(config_path: str, checkpoint_dir: str | None, resume: bool,
+          assignments: tuple[str, ...], data_dir: str | None) -> None:
+    """Train one configuration (the YAML format of a sweep, without the search block).
+
+    Threads: training.num_threads, else one per CPU this process may use; printed."""
     from nli_models.config import ConfigError, load_run_config
+    from nli_models.training import TrainingDiverged
     from nli_models.training.recipe import train_and_test
 
+    overrides = make_overrides(assignments, data_dir)
     try:
-        config = load_run_config(config_path)
+        config = load_run_config(config_path, overrides)
     except ConfigError as exc:
         _fail(str(exc))
+    if overrides:
+        click.echo(f"overrides: {', '.join(overrides.describe())}")
     try:
         config.model.check()
     except ValueError as exc:
@@ -64,27 +111,53 @@ def train(config_path: str, checkpoint_dir: str | None, resume: bool) -> None:
         train_and_test(config, checkpoint_dir=checkpoint_dir, resume=resume, echo=click.echo)
     except (FileNotFoundError, ValueError) as exc:
         _fail(str(exc))
+    except TrainingDiverged as exc:
+        _fail(f"{config_path}: {exc}; lower training.lr or set training.grad_clip", code=1)
 
 
 # -- validate / sweep -------------------------------------------------------------------------
 @main.command()
 @click.argument("spec_path", type=click.Path(dir_okay=False))
 @click.option("--no-data", is_flag=True, help="skip reading the data (split sizes not shown)")
+@click.option("--estimate", is_flag=True,
+              help="train a few batches of the first configuration on the data and print the "
+                   "expected wall time of the whole sweep on this machine")
+@override_options
+@tracking_uri_option
 @slurm_allocation_options
-def validate(spec_path: str, no_data: bool, **slurm_allocation) -> None:
-    """Validate a sweep spec and print the resolved plan; runs nothing."""
+def validate(spec_path: str, no_data: bool, estimate: bool, assignments: tuple[str, ...],
+             data_dir: str | None, tracking_uri: str | None, **slurm_allocation) -> None:
+    """Validate a sweep spec and print the resolved plan; runs nothing (but the --estimate probe)."""
     from nli_models.config import ConfigError
     from orchestrator.plan import describe_plan
     from orchestrator.spec import load_spec
 
+    if estimate and no_data:
+        _fail("--estimate trains on the data; drop --no-data")
+    overrides = make_overrides(assignments, data_dir)
     try:
-        spec = load_spec(spec_path)
+        spec = load_spec(spec_path, overrides, tracking_uri)
         click.echo(describe_plan(spec, read_data=not no_data))
+        if overrides:
+            click.echo(f"  overrides: {', '.join(overrides.describe())}")
         report = allocation_report(spec, **slurm_allocation)
         if report:
             click.echo(report)
+        if estimate:
+            click.echo(_estimate(spec))
     except (ConfigError, FileNotFoundError, ValueError) as exc:
         _fail(str(exc))
+
+
+def _estimate(spec) -> str:
+    import torch
+
+    from nli_models.data import prepare_data
+    from nli_models.training.recipe import usable_cpus
+    from orchestrator.estimate import estimate_sweep
+
+    gpus = torch.cuda.device_count()
+    return estimate_sweep(spec, prepare_data(spec.data), usable_cpus(), gpus).describe(spec)
 
 
 @main.command()
@@ -93,17 +166,22 @@ def validate(spec_path: str, no_data: bool, **slurm_allocation) -> None:
 @click.option("--new", is_flag=True, help="start another sweep in an experiment that has one")
 @click.option("--address", default=None, help="Ray cluster address (default: RAY_ADDRESS or local)")
 @click.option("-v", "--verbose", count=True, help="show Ray's own output and trial tables")
-def sweep(spec_path: str, resume: bool, new: bool, address: str | None, verbose: int) -> None:
+@override_options
+@tracking_uri_option
+def sweep(spec_path: str, resume: bool, new: bool, address: str | None, verbose: int,
+          assignments: tuple[str, ...], data_dir: str | None, tracking_uri: str | None) -> None:
     """Run a hyperparameter sweep on Ray Tune, tracked in MLflow."""
-    from nli_models.config import ConfigError
+    from nli_models.errors import InputError
     from orchestrator.sweep import SweepExists, run_sweep
     from orchestrator.tracking import TrackingUnavailable
 
     if resume and new:
         _fail("--resume and --new exclude each other")
     try:
-        summary = run_sweep(spec_path, resume=resume, new=new, verbose=verbose, address=address)
-    except (ConfigError, SweepExists, TrackingUnavailable, FileNotFoundError) as exc:
+        summary = run_sweep(spec_path, resume=resume, new=new, verbose=verbose, address=address,
+                            overrides=make_overrides(assignments, data_dir),
+                            tracking_uri=tracking_uri)
+    except (InputError, SweepExists, TrackingUnavailable, FileNotFoundError) as exc:
         _fail(str(exc))
     if summary.interrupted:
         _fail(
@@ -112,28 +190,67 @@ def sweep(spec_path: str, resume: bool, new: bool, address: str | None, verbose:
             code=1,
         )
     click.echo(
-        f"sweep finished: {summary.trials} trials ({summary.failed} failed); "
-        f"best dev accuracy {summary.best_dev_accuracy}; test accuracy of the selected "
-        f"configuration {summary.test_accuracy}; MLflow parent run {summary.parent_run_id}"
+        f"sweep finished: {summary.trials} trials ({summary.failed} failed)"
+        + (f", {summary.diverged} diverged (loss NaN/inf; never selected)" if summary.diverged
+           else "")
+        + "; "
+        f"best dev accuracy {_percent(summary.best_dev_accuracy)}; test accuracy of the selected "
+        f"configuration {_percent(summary.test_accuracy)}; MLflow parent run {summary.parent_run_id}"
     )
     if summary.failed:
         sys.exit(1)
 
 
+def _percent(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2%}"
+
+
 # -- MLflow UI --------------------------------------------------------------------------------
+def _port_in_use(port: int) -> OSError | None:
+    """Why 127.0.0.1:PORT cannot be listened on (another server holds it), or None."""
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        # As servers do: a port left in TIME_WAIT by a server that just quit counts as free.
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError as exc:
+            return exc
+    return None
+
+
 @main.command()
-@click.option("--tracking-uri", default=None, help="default: MLFLOW_TRACKING_URI or sqlite:///mlruns.db")
-@click.option("--port", default=5000, show_default=True)
+@tracking_uri_option
+@click.option("--port", default=5000, show_default=True, type=click.IntRange(1, 65535))
 def ui(tracking_uri: str | None, port: int) -> None:
     """Start the MLflow UI on the configured store, on 127.0.0.1."""
-    from orchestrator.spec import DEFAULT_TRACKING_URI
+    from results.tracking_uri import resolve_tracking_uri
 
-    uri = tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or DEFAULT_TRACKING_URI
-    click.echo(f"MLflow UI for {uri} at http://127.0.0.1:{port} (Ctrl-C stops it)")
+    uri = resolve_tracking_uri(tracking_uri)
+    busy = _port_in_use(port)
+    if busy is not None:
+        _fail(f"port {port} on 127.0.0.1 is not free ({busy.strerror}): another server (an "
+              f"MLflow UI?) uses it; pick another with --port", code=1)
+    click.echo(f"MLflow UI for {mask_secrets(uri)} at http://127.0.0.1:{port} (Ctrl-C stops it)")
+    _echo_sweep_links(uri, f"http://127.0.0.1:{port}")
     env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
     mlflow = str(Path(sys.executable).with_name("mlflow"))
     os.execve(mlflow, [mlflow, "ui", "--backend-store-uri", uri, "--host", "127.0.0.1",
                        "--port", str(port), "--workers", "1"], env)
+
+
+def _echo_sweep_links(tracking_uri: str, base_url: str) -> None:
+    """Each swept experiment's trials view (table and parallel-coordinates chart)."""
+    from orchestrator.tracking import sweep_view_links
+
+    try:
+        links = sweep_view_links(tracking_uri, base_url)
+    except Exception as exc:  # the UI still starts; it shows the same store's error
+        click.echo(f"(could not list the sweeps' views: {exc})", err=True)
+        return
+    for name, (table, chart) in links.items():
+        click.echo(f"  {name}: trials {table}\n  {' ' * len(name)}  chart  {chart}")
 
 
 # -- data -------------------------------------------------------------------------------------
@@ -159,6 +276,7 @@ def data_download(corpus: str, data_dir: str | None) -> None:
 
 main.add_command(results_command, "results")
 main.add_command(attention_command, "attention")
+main.add_command(report_command, "report")
 
 from orchestrator.cluster_cli import CLUSTER_COMMANDS  # noqa: E402
 

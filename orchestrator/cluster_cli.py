@@ -13,6 +13,8 @@ from pathlib import Path
 
 import click
 
+from nli_models.errors import mask_secrets
+from orchestrator.cli_options import make_overrides, override_options
 from orchestrator.slurm import DEFAULT_SIGNAL_BEFORE_S
 
 ADDRESS_HELP = "Ray dashboard of the head node (default: RAY_ADDRESS or http://127.0.0.1:8265)"
@@ -96,7 +98,7 @@ def _refuse_slurm_options(options: dict) -> None:
         raise JobInputError(f"{flags}: SLURM options; add --slurm (or drop them for a Ray job)")
 
 
-def submit_to_slurm(spec_path, tracking_uri, resume, new, env, ray_only, *, nodes, cpus_per_task,
+def submit_to_slurm(spec_path, tracking_uri, resume, new, env, ray_only, overrides, *, nodes, cpus_per_task,
                     gpus_per_node, partition, time_limit, account, qos, sbatch_lines, requeue,
                     signal_before, log_dir, job_name, dry_run) -> None:
     """`submit --slurm`: render the batch script, sbatch it, record the job."""
@@ -109,7 +111,7 @@ def submit_to_slurm(spec_path, tracking_uri, resume, new, env, ray_only, *, node
     nodes = nodes or 1
     if cpus_per_task is None and Path(spec_path).is_file():
         try:
-            cpus_per_task = slurm.default_cpus_per_task(load_spec(spec_path), nodes)
+            cpus_per_task = slurm.default_cpus_per_task(load_spec(spec_path, overrides), nodes)
         except ValueError:
             pass  # build_batch_job reports the spec's error
     options = slurm.SlurmOptions(
@@ -120,7 +122,7 @@ def submit_to_slurm(spec_path, tracking_uri, resume, new, env, ray_only, *, node
         log_dir=log_dir or ".", job_name=job_name,
     )
     job = slurm.build_batch_job(spec_path, options, tracking_uri=tracking_uri, resume=resume,
-                                new=new, env=env)
+                                new=new, env=env, overrides=overrides)
     for warning in job.warnings:
         click.echo(f"warning: {warning}", err=True)
     if dry_run:
@@ -139,7 +141,7 @@ def submit_to_slurm(spec_path, tracking_uri, resume, new, env, ray_only, *, node
     click.echo(job_id)
     click.echo(
         f"submitted sweep {job.spec_name!r} to SLURM as job {job_id} ({options.allocation.describe()}: "
-        f"{job.at_once}; MLflow {job.tracking_uri})\n"
+        f"{job.at_once}; MLflow {mask_secrets(job.tracking_uri)})\n"
         f"  output:  {entry.output}\n"
         f"  follow:  orchestrate logs {job_id} --follow\n"
         f"  status:  orchestrate jobs\n"
@@ -190,24 +192,28 @@ def allocation_report(spec, slurm_nodes, slurm_cpus_per_task, slurm_gpus_per_nod
               help="environment variable of the job's driver and trials (repeatable)")
 @click.option("--job-id", default=None, help="submission id (default: SPECNAME-DATE-TIME-XXXXXX)")
 @click.option("--follow", is_flag=True, help="stream the job's logs until it ends")
+@override_options
 @slurm_submit_options
 @_cluster_errors
 def submit_command(spec_path, address, tracking_uri, resume, new, working_dir, env, job_id, follow,
-                   **slurm_options):
+                   assignments, data_dir, **slurm_options):
     """Submit a sweep to a Ray cluster as a Ray job (`orchestrate sweep SPEC` on the head), or
-    with --slurm to SLURM as a batch job that starts its own Ray cluster."""
+    with --slurm to SLURM as a batch job that starts its own Ray cluster (--set and --data-dir
+    are checked here and passed on; --data-dir names a folder there)."""
     from orchestrator.ray_jobs import build_submission, resolve_address
 
     ray_only = {"--address": address, "--working-dir": working_dir, "--job-id": job_id,
                 "--follow": follow}
     if slurm_options.pop("slurm"):
-        submit_to_slurm(spec_path, tracking_uri, resume, new, env, ray_only, **slurm_options)
+        submit_to_slurm(spec_path, tracking_uri, resume, new, env, ray_only,
+                        make_overrides(assignments, data_dir), **slurm_options)
         return
     _refuse_slurm_options(slurm_options)
     address = resolve_address(address)
     submission = build_submission(
         spec_path, tracking_uri=tracking_uri, resume=resume, new=new,
         working_dir=working_dir, env=env, submission_id=job_id,
+        overrides=make_overrides(assignments, data_dir),
     )
     for warning in submission.warnings:
         click.echo(f"warning: {warning}", err=True)
@@ -216,7 +222,7 @@ def submit_command(spec_path, address, tracking_uri, resume, new, working_dir, e
     click.echo(job)
     click.echo(
         f"submitted sweep {submission.spec_name!r} to {address} as job {job} "
-        f"(working dir {submission.runtime_env['working_dir']}; MLflow {submission.tracking_uri})\n"
+        f"(working dir {submission.runtime_env['working_dir']}; MLflow {mask_secrets(submission.tracking_uri)})\n"
         f"  follow:  orchestrate logs {job} --address {address} --follow\n"
         f"  status:  orchestrate jobs --address {address}\n"
         f"  stop:    orchestrate stop {job} --address {address}\n"
@@ -296,7 +302,7 @@ def _slurm_rows(progress: _Progress) -> list[dict]:
             "trials_done": progress.done(entry.tracking_uri, entry.spec_name),
             "trials_planned": entry.planned_trials,
             "output": entry.output,
-            "tracking_uri": entry.tracking_uri,
+            "tracking_uri": mask_secrets(entry.tracking_uri),
         })
     return rows
 
@@ -444,14 +450,26 @@ def stop_command(job_id, address):
 @click.option("--workers", default=1, show_default=True, type=click.IntRange(1, 64))
 @click.option("--allowed-hosts", default=None,
               help="Host headers MLflow accepts (default: localhost and private IPs)")
-def server_command(backend_store_uri, artifacts_destination, host, port, workers, allowed_hosts):
+@click.option("--basic-auth", is_flag=True,
+              help="require a username and password (MLflow's basic-auth app); the admin is "
+                   "MLFLOW_TRACKING_USERNAME / MLFLOW_TRACKING_PASSWORD from the environment")
+def server_command(backend_store_uri, artifacts_destination, host, port, workers, allowed_hosts,
+                   basic_auth):
     """Run the MLflow tracking server that sweeps log to (--tracking-uri http://HOST:PORT)."""
+    import tempfile
+
     from orchestrator import tracking_server as ts
 
     try:
         ts.check_backend(backend_store_uri)
         artifacts = ts.artifacts_location(artifacts_destination)
-        argv, env = ts.server_command(backend_store_uri, artifacts, host, port, workers, allowed_hosts)
+        auth = None
+        if basic_auth:
+            # A private folder for the auth app's ini file, which the server reads after exec.
+            auth = ts.basic_auth_settings(backend_store_uri, Path(tempfile.mkdtemp(prefix="nli-auth-")))
+        argv, env = ts.server_command(
+            backend_store_uri, artifacts, host, port, workers, allowed_hosts, auth
+        )
     except ts.ServerError as exc:
         _fail(str(exc), exc.exit_code)
     click.echo(
@@ -473,8 +491,9 @@ def server_command(backend_store_uri, artifacts_destination, host, port, workers
 def sync_command(spool_file, tracking_uri):
     """Upload what a sweep recorded to its spool file while the tracking server was away."""
     from orchestrator.tracking import TrackingUnavailable, replay_spool
+    from results.tracking_uri import resolve_tracking_uri
 
-    uri = tracking_uri or os.environ.get("MLFLOW_TRACKING_URI")
+    uri = resolve_tracking_uri(tracking_uri, default=None)
     if not uri:
         _fail("pass --tracking-uri (the sweep's MLflow server) or set MLFLOW_TRACKING_URI", 2)
     path = Path(spool_file)

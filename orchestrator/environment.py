@@ -2,7 +2,10 @@
 
 RAY_AUTH_MODE is set explicitly because a first ray.init writes a token that a later `ray start`
 would otherwise enable; RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 keeps Ray on 127.0.0.1 locally.
-A user's own environment always wins (setdefault).
+OMP_WAIT_POLICY=PASSIVE: OpenMP threads that spin while waiting made 2 torch threads 3-500x slower
+than one on a busy 2-core machine (benchmarks/README.md, finding 1); passive waiting keeps
+multi-threaded training and the driver's evaluations near single-thread speed there. OpenMP reads
+it once, when torch loads, hence here. A user's own environment always wins (setdefault).
 """
 
 import os
@@ -16,6 +19,7 @@ DEFAULTS = {
     # exact); with epoch-long trials that is by design, not a bottleneck worth a warning.
     "TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S": "0",
     "RAY_AIR_NEW_OUTPUT": "0",
+    "OMP_WAIT_POLICY": "PASSIVE",
 }
 
 

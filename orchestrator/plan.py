@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from nli_models.data import prepare_data
+from nli_models.errors import mask_secrets
 from orchestrator.spec import SweepSpec
 
 
@@ -29,7 +30,7 @@ def describe_plan(spec: SweepSpec, read_data: bool = True) -> str:
         f"max concurrent: {search.max_concurrent_trials or 'as resources allow'}",
         f"  epochs per trial: {spec.training.epochs}; time budget: "
         f"{search.time_budget_s or 'none'}; retries from checkpoint: {search.max_failures}",
-        f"  tracking: {spec.tracking_uri}; storage: {spec.storage_path}",
+        f"  tracking: {mask_secrets(spec.tracking_uri)}; storage: {spec.storage_path}",
     ]
     if read_data:
         data = prepare_data(spec.data)

@@ -1,4 +1,11 @@
-"""One-line terminal progress for a sweep (Ray's own tables stay off unless -v)."""
+"""One-line terminal progress for a sweep (Ray's own tables stay off unless -v).
+
+The ETA counts work in trial-epochs: while trials run, the seconds per finished epoch so far
+times the epochs still to come (each running trial's remaining epochs plus every pending
+trial's). Early stopping (ASHA, median) only shortens the sweep, so the ETA is an upper bound.
+After the last trial a line says what the sweep is doing (the test evaluation of the selected
+configuration), so the terminal never sits silent.
+"""
 
 from __future__ import annotations
 
@@ -6,9 +13,11 @@ import sys
 import time
 from typing import Any, TextIO
 
+from results import run_schema as rs
+
 
 def _clock(seconds: float) -> str:
-    seconds = int(seconds)
+    seconds = int(round(seconds))
     return f"{seconds // 3600:d}:{seconds % 3600 // 60:02d}:{seconds % 60:02d}"
 
 
@@ -17,7 +26,7 @@ class ProgressPrinter:
 
     def __init__(self, total: int, metric: str = "dev_accuracy", mode: str = "max",
                  stream: TextIO | None = None, min_interval_s: float = 10.0,
-                 already_done: int = 0):
+                 already_done: int = 0, epochs_per_trial: int | None = None):
         self.total = total
         self.metric = metric
         self.sign = 1 if mode == "max" else -1
@@ -30,21 +39,47 @@ class ProgressPrinter:
         self.already_done = already_done  # finished before a --resume
         self.failed: set[str] = set()
         self.best: float | None = None
+        self.epochs_per_trial = epochs_per_trial
+        self.epochs: dict[str, int] = {}  # trial -> epochs it has reported here
+        self.first_start: float | None = None  # training time is counted from the first trial
+
+    def _pending(self) -> int:
+        done = len(self.done) + self.already_done
+        return max(self.total - done - len(self.failed) - len(self.running), 0)
+
+    def eta(self, now: float | None = None) -> str:
+        """Remaining time from the seconds per trial-epoch so far; '?' before the first epoch."""
+        now = time.monotonic() if now is None else now
+        finished_epochs = sum(self.epochs.values())
+        if self.epochs_per_trial and finished_epochs and self.first_start is not None:
+            per_epoch = (now - self.first_start) / finished_epochs
+            remaining = self._pending() * self.epochs_per_trial + sum(
+                max(self.epochs_per_trial - self.epochs.get(t, 0), 0) for t in self.running
+            )
+            return _clock(per_epoch * remaining)
+        finished_here = len(self.done) + len(self.failed)
+        if finished_here and self.first_start is not None:  # epochs unknown: whole trials
+            per_trial = (now - self.first_start) / finished_here
+            return _clock(per_trial * (self._pending() + len(self.running)))
+        return "?"
+
+    def _best(self) -> str:
+        if self.best is None:
+            return "-"
+        return f"{self.best:.2%}" if "accuracy" in self.metric else f"{self.best:.4f}"
 
     def line(self) -> str:
         elapsed = time.monotonic() - self.started
         done = len(self.done) + self.already_done
-        finished_here = len(self.done) + len(self.failed)
-        pending = max(self.total - done - len(self.failed) - len(self.running), 0)
-        eta = "?"
-        if finished_here:
-            eta = _clock(elapsed / finished_here * pending)
-        best = "-" if self.best is None else f"{self.best:.4f}"
         return (
             f"[{_clock(elapsed)}] trials: {done} done, {len(self.running)} running, "
-            f"{pending} pending, {len(self.failed)} failed (of {self.total}) | best {self.metric} "
-            f"{best} | eta {eta}"
+            f"{self._pending()} pending, {len(self.failed)} failed (of {self.total}) | best "
+            f"{self.metric} {self._best()} | eta {self.eta()}"
         )
+
+    def phase(self, what: str) -> None:
+        """A line for a step of the sweep after the trials (e.g. the test evaluation)."""
+        print(f"[{_clock(time.monotonic() - self.started)}] {what}", file=self.stream, flush=True)
 
     def _print(self, force: bool = False) -> None:
         now = time.monotonic()
@@ -53,20 +88,37 @@ class ProgressPrinter:
             print(self.line(), file=self.stream, flush=True)
 
     def trial_started(self, trial_id: str, params: dict[str, Any]) -> None:
+        if self.first_start is None:
+            self.first_start = time.monotonic()
         self.running.add(trial_id)
         self.failed.discard(trial_id)
         self._print()
 
     def trial_result(self, trial_id: str, metrics: dict[str, Any]) -> None:
+        if rs.METRIC_DIVERGED_EPOCH in metrics:
+            return
         value = metrics.get(self.metric)
         if value is not None and (self.best is None or self.sign * value > self.sign * self.best):
             self.best = float(value)
+        if "epoch" in metrics:
+            self.epochs[trial_id] = max(self.epochs.get(trial_id, 0), int(metrics["epoch"]))
         self._print()
 
     def trial_completed(self, trial_id: str, last: dict[str, Any], checkpoint_dir: str | None) -> None:
         self.running.discard(trial_id)
-        self.done.add(trial_id)
+        if rs.METRIC_DIVERGED_EPOCH in last:
+            self.failed.add(trial_id)
+            print(f"trial {trial_id} diverged: the training loss became "
+                  f"{last.get('diverged_loss')} at epoch {last[rs.METRIC_DIVERGED_EPOCH]}, step "
+                  f"{last[rs.METRIC_DIVERGED_STEP]}; stopped", file=self.stream, flush=True)
+        else:
+            self.done.add(trial_id)
         self._print(force=True)
+
+    def trial_retried(self, trial_id: str, retries: int, cause: str, resumed_from_epoch: int) -> None:
+        last_line = cause.strip().splitlines()[-1] if cause.strip() else "unknown error"
+        print(f"trial {trial_id} failed ({last_line}); retry {retries} from epoch "
+              f"{resumed_from_epoch}", file=self.stream, flush=True)
 
     def trial_errored(self, trial_id: str, params: dict[str, Any], error: str) -> None:
         self.running.discard(trial_id)

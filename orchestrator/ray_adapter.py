@@ -9,7 +9,9 @@ from __future__ import annotations
 import copy
 import json
 import os
+import socket
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -25,10 +27,19 @@ from ray.tune.search.repeater import TRIAL_INDEX
 
 from nli_models.config import RunConfig
 from nli_models.data import PreparedData
-from nli_models.training import TRIAL_CONFIG_FILE, EpochResult, Trainer, make_trainer
+from nli_models.errors import InputError
+from nli_models.training import (
+    TRIAL_CONFIG_FILE,
+    EpochResult,
+    Trainer,
+    TrainingDiverged,
+    make_trainer,
+)
 from orchestrator.spec import SweepSpec, apply_hyperparameters
+from results import run_schema as rs
 
 CONFIGURATION_KEY = "configuration"
+DIVERGED_LOSS = "diverged_loss"  # with rs.METRIC_DIVERGED_*: the last result of a diverged trial
 FAIL_ONCE_ENV = "NLI_FAIL_ONCE_AT_EPOCH"  # fault injection for recovery tests: "EPOCH:MARKER_DIR"
 
 
@@ -62,7 +73,7 @@ def epoch_metrics(trainer: Trainer, result: EpochResult, finished: bool) -> dict
     return {
         "epoch": result.epoch,
         "train_loss": result.train_loss,
-        "train_accuracy": result.train_accuracy,
+        rs.METRIC_TRAIN_ACCURACY: result.train_accuracy,
         "dev_loss": result.dev_loss,
         "dev_accuracy": result.dev_accuracy,
         "epoch_time_s": result.epoch_time_s,
@@ -91,7 +102,7 @@ def run_trial(tune_config: dict[str, Any], *, base: dict, search: dict, data: Pr
 
     def report(trainer: Trainer, result: EpochResult) -> None:
         _maybe_inject_failure(result.epoch)
-        finished = trainer.state.epoch >= trainer.config.epochs or trainer.should_stop()
+        finished = trainer.finished()
         with tempfile.TemporaryDirectory() as directory:
             trainer.save_checkpoint(directory)
             # The config travels with the weights: `orchestrate attention` rebuilds the model
@@ -102,7 +113,27 @@ def run_trial(tune_config: dict[str, Any], *, base: dict, search: dict, data: Pr
                 checkpoint=tune.Checkpoint.from_directory(directory),
             )
 
-    trainer.fit(report)
+    try:
+        trainer.fit(report)
+    except TrainingDiverged as exc:
+        # Ends the trial (no retry: training is deterministic, it would diverge again) with a
+        # last result that marks it; the worst possible metric keeps schedulers and Optuna off it.
+        tune.report(diverged_result(trainer, exc))
+
+
+def diverged_result(trainer: Trainer, exc: TrainingDiverged) -> dict[str, Any]:
+    return {
+        "epoch": exc.epoch,
+        "dev_accuracy": 0.0,
+        "dev_loss": float("inf"),
+        "best_dev_accuracy": trainer.state.best_dev_accuracy,
+        "theta_m": trainer.theta_m,
+        "theta_wm": trainer.theta_wm,
+        "trial_finished": 1,
+        rs.METRIC_DIVERGED_EPOCH: exc.epoch,
+        rs.METRIC_DIVERGED_STEP: exc.step,
+        DIVERGED_LOSS: str(exc.loss),
+    }
 
 
 # -- the driver -------------------------------------------------------------------------------
@@ -120,6 +151,57 @@ def init_ray(address: str | None = None, num_cpus: int | None = None, verbose: b
         # then hangs every local sweep).
         ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, **kwargs)
     return True
+
+
+ADDRESS_TIMEOUT_S = 5.0
+RESOURCES_WAIT_ENV = "NLI_RESOURCES_WAIT_S"  # autoscaling clusters: how long nodes may take to come
+
+
+def check_ray_address(address: str | None) -> None:
+    """InputError within seconds when the cluster address (--address or RAY_ADDRESS) has nothing
+    listening: ray.init would otherwise retry for minutes. A local sweep (no address) passes."""
+    given = address or os.environ.get("RAY_ADDRESS")
+    if not given or given in ("auto", "local"):
+        return
+    option = "--address" if address else "RAY_ADDRESS"
+    target = given.split("://", 1)[-1].rstrip("/")
+    host, sep, port = target.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise InputError(
+            f"{option} {given!r}: expected HOST:PORT (e.g. 10.0.0.5:6379) or ray://HOST:PORT"
+        )
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=ADDRESS_TIMEOUT_S).close()
+    except OSError as exc:
+        raise InputError(
+            f"{option} {given!r}: no Ray cluster answers at {host}:{port} "
+            f"({getattr(exc, 'strerror', None) or exc}); start it with `ray start --head` on that "
+            "machine, or leave out --address (and RAY_ADDRESS) for a private local Ray"
+        ) from None
+
+
+def check_resources(cpu: float, gpu: float, wait_s: float | None = None) -> None:
+    """InputError when no node of the cluster can ever hold one trial (`resources.cpu` and
+    `resources.gpu` per trial): Tune would wait forever. On an autoscaling cluster, nodes may
+    still be coming: $NLI_RESOURCES_WAIT_S seconds (default 0) are waited for one that fits."""
+    if wait_s is None:
+        wait_s = float(os.environ.get(RESOURCES_WAIT_ENV) or 0)
+    deadline = time.monotonic() + wait_s
+    while True:
+        nodes = [n["Resources"] for n in ray.nodes() if n.get("Alive")]
+        if any(n.get("CPU", 0) >= cpu and n.get("GPU", 0) >= gpu for n in nodes):
+            return
+        if time.monotonic() >= deadline:
+            break
+        time.sleep(min(5.0, max(deadline - time.monotonic(), 0.1)))
+    largest = max(nodes, key=lambda n: (n.get("GPU", 0), n.get("CPU", 0)), default={})
+    waited = f" after waiting {wait_s:.0f}s ({RESOURCES_WAIT_ENV})" if wait_s else ""
+    raise InputError(
+        f"search.resources: a trial asks for {cpu:g} CPU and {gpu:g} GPU, but no node of the Ray "
+        f"cluster has that much{waited} (largest node: {largest.get('CPU', 0):g} CPU, "
+        f"{largest.get('GPU', 0):g} GPU); ask for at most that per trial, or join a larger cluster "
+        f"with --address (on an autoscaling cluster, set {RESOURCES_WAIT_ENV} to wait for nodes)"
+    )
 
 
 def shutdown_ray() -> None:
@@ -148,10 +230,8 @@ def param_space(spec: SweepSpec) -> dict[str, Any]:
     return space
 
 
-def make_searcher(spec: SweepSpec):
-    search = spec.search
-    if search.sampler == "grid":
-        return None
+def optuna_search(sampler: str, seed: int) -> OptunaSearch:
+    """Tune's OptunaSearch over the named, seeded Optuna sampler (random | tpe | cmaes)."""
     import optuna
 
     samplers = {
@@ -159,9 +239,16 @@ def make_searcher(spec: SweepSpec):
         "tpe": optuna.samplers.TPESampler,
         "cmaes": optuna.samplers.CmaEsSampler,
     }
+    return OptunaSearch(sampler=samplers[sampler](seed=seed))
+
+
+def make_searcher(spec: SweepSpec):
+    search = spec.search
+    if search.sampler == "grid":
+        return None
     # No ConcurrencyLimiter here: TuneConfig(max_concurrent_trials=...) wraps the searcher in one
     # (and warns when it already is one).
-    searcher = DistinctProposals(OptunaSearch(sampler=samplers[search.sampler](seed=search.sampler_seed)))
+    searcher = DistinctProposals(optuna_search(search.sampler, search.sampler_seed))
     if len(search.seeds) == 1:
         return searcher
     # Each sampled configuration runs once per seed; Optuna sees the mean over seeds.
@@ -261,6 +348,7 @@ class TrialListener(Protocol):
     def trial_result(self, trial_id: str, metrics: dict[str, Any]) -> None: ...
     def trial_completed(self, trial_id: str, last: dict[str, Any], checkpoint_dir: str | None) -> None: ...
     def trial_errored(self, trial_id: str, params: dict[str, Any], error: str) -> None: ...
+    def trial_retried(self, trial_id: str, retries: int, cause: str, resumed_from_epoch: int) -> None: ...
     def sweep_ended(self) -> None: ...
 
 
@@ -292,6 +380,14 @@ class _Events(tune.Callback):
         path = checkpoint.path if checkpoint is not None else None
         for listener in self.listeners:
             listener.trial_completed(trial.trial_id, dict(trial.last_result or {}), path)
+
+    def on_trial_recover(self, iteration, trials, trial, **info):
+        # Tune restarts the trial from its latest checkpoint (or from scratch without one).
+        saved = trial.latest_checkpoint_result
+        epoch = int(saved.metrics.get("epoch", 0)) if saved is not None else 0
+        cause = _trial_error_text(trial)
+        for listener in self.listeners:
+            listener.trial_retried(trial.trial_id, trial.num_failures, cause, epoch)
 
     def on_trial_error(self, iteration, trials, trial, **info):
         error = _trial_error_text(trial)

@@ -20,10 +20,14 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
+from nli_models.errors import mask_secrets
 from orchestrator.environment import DEFAULTS
+
+if TYPE_CHECKING:
+    from nli_models.config import Overrides
 
 DEFAULT_ADDRESS = "http://127.0.0.1:8265"
 ADDRESS_ENVS = ("RAY_API_SERVER_ADDRESS", "RAY_ADDRESS")  # Ray's own precedence
@@ -160,20 +164,6 @@ def parse_env(pairs: tuple[str, ...] | list[str]) -> dict[str, str]:
     return env
 
 
-def job_tracking_uri(spec, spec_path: str, tracking_uri: str | None) -> str:
-    """The store a submitted sweep logs to: --tracking-uri, else search.tracking_uri, else
-    MLFLOW_TRACKING_URI, else the local default (which the callers refuse)."""
-    from orchestrator.spec import DEFAULT_TRACKING_URI
-
-    from_spec = spec.search.tracking_uri
-    if tracking_uri and from_spec and tracking_uri != from_spec:
-        raise JobInputError(
-            f"--tracking-uri {tracking_uri} contradicts search.tracking_uri {from_spec} in "
-            f"{spec_path}; drop one of them"
-        )
-    return tracking_uri or from_spec or os.environ.get("MLFLOW_TRACKING_URI") or DEFAULT_TRACKING_URI
-
-
 def _is_local_relative_store(uri: str) -> bool:
     """A store that would live inside the job's throw-away working directory."""
     if uri.startswith("sqlite:///"):
@@ -230,6 +220,17 @@ def _job_slug(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9_-]+", "-", name).strip("-")[:40] or "sweep"
 
 
+def override_arguments(overrides: Overrides | None) -> list[str]:
+    """`--set`/`--data-dir` as the job's sweep command takes them (paths as given: they name
+    folders on the cluster, which need not exist here)."""
+    if not overrides:
+        return []
+    options = [part for text in overrides.assignments for part in ("--set", text)]
+    if overrides.data_dir is not None:
+        options += ["--data-dir", overrides.data_dir]
+    return options
+
+
 def build_submission(
     spec_path: str | Path,
     *,
@@ -240,8 +241,10 @@ def build_submission(
     env: tuple[str, ...] | list[str] = (),
     submission_id: str | None = None,
     cwd: str | Path | None = None,
+    overrides: Overrides | None = None,
 ) -> Submission:
-    """Validate the spec here, before anything reaches the cluster, and describe the job."""
+    """Validate the spec (with the overrides) here, before anything reaches the cluster, and
+    describe the job; the overrides travel in the job's `orchestrate sweep` command."""
     from nli_models.config import ConfigError
     from orchestrator.spec import load_spec
 
@@ -251,14 +254,13 @@ def build_submission(
     if not path.is_file():
         raise JobInputError(f"spec {spec_path} not found")
     try:
-        spec = load_spec(path)
+        spec = load_spec(path, overrides, tracking_uri)
     except (ConfigError, ValueError, FileNotFoundError) as exc:
         raise JobInputError(str(exc)) from None
     path = path.resolve()
     root = _working_dir(path, working_dir, Path(cwd or os.getcwd()).resolve())
     _check_upload_size(root)
-
-    uri = job_tracking_uri(spec, str(spec_path), tracking_uri)
+    uri = spec.tracking_uri
     if _is_local_relative_store(uri):
         raise JobInputError(
             f"tracking store {uri} would be created inside the job's temporary working "
@@ -286,6 +288,7 @@ def build_submission(
         command.append("--resume")
     if new:
         command.append("--new")
+    command += override_arguments(overrides)
     job_id = submission_id or f"{_job_slug(spec.name)}-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
     return Submission(
         entrypoint=shlex.join(command),
@@ -297,7 +300,7 @@ def build_submission(
         metadata={
             "nli.spec": relative,
             "nli.spec_name": spec.name,
-            "nli.tracking_uri": uri,
+            "nli.tracking_uri": mask_secrets(uri),
             "nli.storage_path": spec.search.storage_path or "",
             "nli.planned_trials": str(spec.num_trials()),
         },

@@ -35,7 +35,7 @@ from urllib.parse import urlsplit
 
 from nli_models.errors import InputError
 from orchestrator.environment import DEFAULTS
-from orchestrator.ray_jobs import ClusterError, JobInputError, job_tracking_uri, parse_env
+from orchestrator.ray_jobs import ClusterError, JobInputError, override_arguments, parse_env
 
 DEFAULT_SIGNAL_BEFORE_S = 180
 COMMAND_TIMEOUT_S = 60
@@ -285,10 +285,10 @@ restarts="${SLURM_RESTART_COUNT:-0}"
 # created, or, stopped before it created one, starts it as the first run would have.
 STARTED="$LOG_DIR/${SLURM_JOB_NAME}-${SLURM_JOB_ID}.started"
 if [ "$restarts" -gt 0 ] && [ -e "$STARTED" ] && [ "${SWEEP_FLAGS[*]}" != --resume ]; then
-  flag=$(node resume-flag "$SPEC" "$(cat "$STARTED")") || flag=--resume
+  flag=$(node resume-flag "$EXPERIMENT" "$(cat "$STARTED")") || flag=--resume
   [ -n "$flag" ] && SWEEP_FLAGS=("$flag")
 fi
-say "job $SLURM_JOB_ID (run $((restarts + 1))) on $SLURM_JOB_NODELIST: sweep $SPEC ${SWEEP_FLAGS[*]}"
+say "job $SLURM_JOB_ID (run $((restarts + 1))) on $SLURM_JOB_NODELIST: sweep $SPEC ${SWEEP_FLAGS[*]} ${SWEEP_OPTIONS[*]}"
 
 read -r HEAD_IP GCS_PORT CLIENT_PORT < <(node head-ports)
 rm -rf "$RAY_TMP"
@@ -313,7 +313,8 @@ fi
 
 if [ -z "$rc" ] && [ -z "$reason" ]; then
   [ -e "$STARTED" ] || date +%s000 >"$STARTED"
-  "$PYTHON" -m orchestrator.cli sweep "$SPEC" --address "$HEAD_IP:$GCS_PORT" "${SWEEP_FLAGS[@]}" &
+  "$PYTHON" -m orchestrator.cli sweep "$SPEC" --address "$HEAD_IP:$GCS_PORT" "${SWEEP_FLAGS[@]}" \
+    "${SWEEP_OPTIONS[@]}" &
   driver=$!
   while kill -0 "$driver" 2>/dev/null; do wait "$driver"; done  # a trapped signal ends a wait
   wait "$driver"
@@ -338,7 +339,8 @@ exit "$rc"
 
 
 def render_script(*, options: SlurmOptions, spec_path: Path, spec_name: str, job_name: str,
-                  tracking_uri: str, sweep_flags: list[str], env: dict[str, str], log_dir: Path,
+                  tracking_uri: str, sweep_flags: list[str], sweep_options: list[str],
+                  env: dict[str, str], log_dir: Path,
                   cwd: Path, python: str) -> str:
     header = ["#!/bin/bash"] + [f"#SBATCH {line}" for line in _directives(options, job_name, log_dir, cwd)]
     header += [
@@ -353,10 +355,12 @@ def render_script(*, options: SlurmOptions, spec_path: Path, spec_name: str, job
     settings += [
         f"PYTHON={shlex.quote(python)}",
         f"SPEC={shlex.quote(str(spec_path))}",
+        f"EXPERIMENT={shlex.quote(spec_name)}",
         f"LOG_DIR={shlex.quote(str(log_dir))}",
         f"GPUS_PER_NODE={options.allocation.gpus_per_node}",
         f"REQUEUE={int(options.requeue)}",
-        f"SWEEP_FLAGS=({shlex.join(sweep_flags)})",
+        f"SWEEP_FLAGS=({shlex.join(sweep_flags)})",  # a requeued run may turn them into --resume
+        f"SWEEP_OPTIONS=({shlex.join(sweep_options)})",
     ]
     return "\n".join(header) + "\n\n" + "\n".join(settings) + "\n" + SCRIPT_BODY
 
@@ -366,9 +370,10 @@ def _job_slug(name: str) -> str:
 
 
 def build_batch_job(spec_path: str | Path, options: SlurmOptions, *, tracking_uri: str | None = None,
-                    resume: bool = False, new: bool = False, env=(), cwd: str | Path | None = None,
-                    python: str | None = None) -> BatchJob:
-    """Validate everything here, before sbatch sees anything, and render the batch script."""
+                    resume: bool = False, new: bool = False, env=(), overrides=None,
+                    cwd: str | Path | None = None, python: str | None = None) -> BatchJob:
+    """Validate everything here (the spec with its --set/--data-dir overrides), before sbatch
+    sees anything, and render the batch script; the overrides travel in its sweep command."""
     from nli_models.config import ConfigError
     from orchestrator.spec import load_spec
 
@@ -378,11 +383,11 @@ def build_batch_job(spec_path: str | Path, options: SlurmOptions, *, tracking_ur
     if not path.is_file():
         raise SlurmInputError(f"spec {spec_path} not found")
     try:
-        spec = load_spec(path)
+        spec = load_spec(path, overrides, tracking_uri)
     except (ConfigError, ValueError, FileNotFoundError) as exc:
         raise SlurmInputError(str(exc)) from None
     check_options(options)
-    uri = slurm_tracking_uri(job_tracking_uri(spec, str(spec_path), tracking_uri))
+    uri = slurm_tracking_uri(spec.tracking_uri)
     at_once, why = trials_at_once(spec, options.allocation, "the requested allocation")
     warnings = [w for w in (loopback_warning(uri),) if w]
     if not spec.search.storage_path:
@@ -396,7 +401,8 @@ def build_batch_job(spec_path: str | Path, options: SlurmOptions, *, tracking_ur
     flags = ["--resume"] if resume else ["--new"] if new else []
     script = render_script(
         options=options, spec_path=path.resolve(), spec_name=spec.name, job_name=job_name,
-        tracking_uri=uri, sweep_flags=flags, env=parse_env(env), log_dir=log_dir,
+        tracking_uri=uri, sweep_flags=flags, sweep_options=override_arguments(overrides),
+        env=parse_env(env), log_dir=log_dir,
         cwd=Path(cwd or os.getcwd()).resolve(), python=python or sys.executable,
     )
     return BatchJob(

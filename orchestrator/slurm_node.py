@@ -4,7 +4,7 @@
     python -m orchestrator.slurm_node head IP GCS_PORT CLIENT_PORT TMP CPUS GPUS
     python -m orchestrator.slurm_node worker HEAD_IP:GCS_PORT TMP CPUS GPUS
     python -m orchestrator.slurm_node reap TMP             (ends what is left of the job's Ray)
-    python -m orchestrator.slurm_node resume-flag SPEC SINCE_MS   -> "--resume" or nothing
+    python -m orchestrator.slurm_node resume-flag EXPERIMENT SINCE_MS   -> "--resume" or nothing
 
 Every port is picked free on the node, so jobs that share a node never meet on Ray's default
 ports (6379, 10001, 52365), and every Ray process of the job runs with the job's own temp dir,
@@ -100,17 +100,16 @@ def reap(temp_dir: str, grace_s: float = 10.0) -> int:
     return len(pids)
 
 
-def resume_flag(spec_path: str, since_ms: int) -> str:
+def resume_flag(experiment: str, since_ms: int) -> str:
     """What a requeued run passes to `orchestrate sweep`: --resume when the experiment's latest
-    sweep started at or after `since_ms` (when an earlier run of this job started the driver),
-    else nothing: the signal came before the sweep was created, so the run starts it afresh."""
-    from orchestrator.spec import load_spec
+    sweep (in MLFLOW_TRACKING_URI, which the script exports) started at or after `since_ms` (when
+    an earlier run of this job started the driver), else nothing: the signal came before the
+    sweep was created, so the run starts it as the first run would have."""
     from orchestrator.tracking import Tracker
 
-    spec = load_spec(spec_path)
-    tracker = Tracker(spec.tracking_uri)
-    experiment = tracker.client.get_experiment_by_name(spec.name)
-    sweeps = tracker.sweeps(experiment.experiment_id) if experiment is not None else []
+    tracker = Tracker(os.environ["MLFLOW_TRACKING_URI"])
+    found = tracker.client.get_experiment_by_name(experiment)
+    sweeps = tracker.sweeps(found.experiment_id) if found is not None else []
     return "--resume" if sweeps and sweeps[0].info.start_time >= since_ms else ""
 
 

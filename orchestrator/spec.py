@@ -12,30 +12,32 @@ import inspect
 import itertools
 import json
 import math
-import os
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+import yaml
+from pydantic import Field, PrivateAttr, model_validator
 
 from nli_models.config import (
     ConfigError,
+    Overrides,
     RunConfig,
     TrainingConfig,
-    read_yaml,
+    read_config_mapping,
+    source_name,
     validate_config,
 )
 from nli_models.registry import model_arguments
+from nli_models.strict import StrictModel, check_finite
+from results.tracking_uri import resolve_tracking_uri
 
-DEFAULT_TRACKING_URI = "sqlite:///mlruns.db"
 TRAINING_KEYS = frozenset(TrainingConfig.model_fields) - {"seed", "device", "num_threads"}
 RESERVED_KEYS = frozenset({"seed", "model", "vocab_size", "num_classes"})
 
 
-class Domain(BaseModel):
+class Domain(StrictModel):
     """One hyperparameter's values: exactly one of grid / choice / uniform / loguniform / randint."""
 
-    model_config = ConfigDict(extra="forbid")
 
     grid: list[Any] | None = None
     choice: list[Any] | None = None
@@ -52,6 +54,7 @@ class Domain(BaseModel):
                 f"(got {', '.join(given) or 'none'})"
             )
         values = getattr(self, given[0])
+        check_finite(list(values), given[0])
         if given[0] in ("grid", "choice") and not values:
             raise ValueError(f"{given[0]} must list at least one value")
         if given[0] in ("uniform", "loguniform", "randint") and not values[0] < values[1]:
@@ -70,23 +73,30 @@ class Domain(BaseModel):
         return list(getattr(self, self.kind))
 
 
-class SchedulerConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class SchedulerConfig(StrictModel):
 
     type: Literal["fifo", "asha", "median"] = "fifo"
     grace_period: int = Field(1, ge=1, description="epochs before ASHA/median may stop a trial")
     reduction_factor: float = Field(3.0, gt=1)
 
 
-class Resources(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class Resources(StrictModel):
 
     cpu: float = Field(1.0, gt=0)
     gpu: float = Field(0.0, ge=0, description="fractional GPUs pack trials: 0.25 = 4 per GPU")
 
 
-class SearchConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class ProtocolConfig(StrictModel):
+    """How the selected configuration is tested."""
+
+    refit_on_train_dev: bool = Field(
+        False,
+        description="retrain the selected configuration on train + dev for its best epoch count, "
+        "then test once on the final weights (Yin et al. §5.4); default: test the best-dev weights",
+    )
+
+
+class SearchConfig(StrictModel):
 
     sampler: Literal["grid", "random", "tpe", "cmaes"] = "grid"
     space: dict[str, Domain] = Field(default_factory=dict)
@@ -106,6 +116,7 @@ class SearchConfig(BaseModel):
     max_failures: int = Field(1, ge=0, description="retries of a failed trial from its checkpoint")
     tracking_uri: str | None = None
     storage_path: str | None = None
+    protocol: ProtocolConfig = Field(default_factory=ProtocolConfig)
 
     @model_validator(mode="after")
     def _consistent(self) -> SearchConfig:
@@ -127,10 +138,13 @@ class SearchConfig(BaseModel):
 
 class SweepSpec(RunConfig):
     search: SearchConfig = Field(default_factory=SearchConfig)
+    # The command's --tracking-uri: where the sweep is recorded, not what it computes, so it is
+    # kept out of the spec's fields (and of spec_hash, the spec artifact and the overrides).
+    _tracking_uri_option: str | None = PrivateAttr(None)
 
     @property
     def tracking_uri(self) -> str:
-        return self.search.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or DEFAULT_TRACKING_URI
+        return resolve_tracking_uri(self._tracking_uri_option, self.search.tracking_uri)
 
     @property
     def storage_path(self) -> str:
@@ -187,6 +201,10 @@ def _check_space(spec: SweepSpec, source: str) -> None:
                 f"{source}: {path}: unknown hyperparameter {key!r} for model "
                 f"{base.model.name!r}; allowed: {', '.join(allowed)}"
             )
+    try:  # the file's own model block first, so its errors are reported under model.args
+        base.model.check()
+    except ValueError as exc:
+        raise ConfigError(f"{source}: model.args: {exc}") from None
     checks: list[tuple[str, dict[str, Any]]] = []
     for key, domain in spec.search.space.items():
         for i, value in enumerate(domain.values):
@@ -204,15 +222,30 @@ def _check_space(spec: SweepSpec, source: str) -> None:
             raise ConfigError(f"{source}: {path}: {exc}") from None
 
 
-def load_spec(path: str | Path) -> SweepSpec:
-    raw = read_yaml(path)
-    spec = validate_config(SweepSpec, raw, str(path))
+def load_spec(
+    path: str | Path, overrides: Overrides | None = None, tracking_uri: str | None = None
+) -> SweepSpec:
+    """Read, override (`--set`, `--data-dir`) and validate a spec. `tracking_uri` (the CLI's
+    --tracking-uri) must agree with search.tracking_uri when the spec names one."""
+    raw = read_config_mapping(path, overrides)
+    source = source_name(path, overrides)
+    spec = validate_config(SweepSpec, raw, source)
+    resolve_tracking_uri(tracking_uri, spec.search.tracking_uri, source)  # a conflict is bad input
+    spec._tracking_uri_option = tracking_uri
     if spec.data.data_dir is not None and not spec.data.data_dir.is_absolute():
         # Relative to where the sweep is started; trial configs saved with checkpoints are
         # read back from elsewhere.
         spec.data.data_dir = spec.data.data_dir.expanduser().resolve()
-    _check_space(spec, str(path))
+    _check_space(spec, source)
     return spec
+
+
+def effective_spec_text(path: str | Path, overrides: Overrides | None = None) -> str:
+    """The spec a sweep runs, as YAML: the file as written, or with the overrides applied (what
+    is logged as the parent run's spec artifact, so the artifact reproduces the sweep)."""
+    if not overrides:
+        return Path(path).read_text()
+    return yaml.safe_dump(read_config_mapping(path, overrides), sort_keys=False, allow_unicode=True)
 
 
 def grid_points(spec: SweepSpec) -> list[dict[str, Any]]:

@@ -7,9 +7,11 @@ the best mean dev accuracy over seeds, and evaluate test data for that configura
 from __future__ import annotations
 
 import io
+import json
 import platform
 import subprocess
 import sys
+import tempfile
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,13 +20,42 @@ import pandas as pd
 import ray
 import torch
 
+from nli_models.config import Overrides
 from nli_models.data import PreparedData, prepare_data
-from nli_models.training import make_trainer
-from results import run_schema as rs
+from nli_models.errors import InputError, mask_secrets
+from nli_models.training import check_fits_data, make_trainer, refit_and_test
 from orchestrator.progress import ProgressPrinter
-from orchestrator.ray_adapter import TrialOutcome, init_ray, run_tuner, shutdown_ray
-from orchestrator.spec import SweepSpec, apply_hyperparameters, config_key, load_spec, logged_params
-from orchestrator.tracking import SweepRecorder, Tracker, host_tags, spool_file
+from orchestrator.provenance import data_digest, data_record, environment_record
+from orchestrator.ray_adapter import (
+    TrialOutcome,
+    check_ray_address,
+    check_resources,
+    init_ray,
+    run_tuner,
+    shutdown_ray,
+)
+from orchestrator.spec import (
+    SweepSpec,
+    apply_hyperparameters,
+    config_key,
+    effective_spec_text,
+    load_spec,
+    logged_params,
+)
+from orchestrator.tracking import (
+    SweepRecorder,
+    Tracker,
+    dataset_input,
+    describe_best,
+    describe_sweep,
+    host_tags,
+    log_dataset,
+    log_provenance,
+    protocol_tags,
+    source_tags,
+    spool_file,
+)
+from results import run_schema as rs
 from results.selection import TrialRecord, seed_runs, select_configuration
 
 
@@ -38,6 +69,7 @@ class SweepSummary:
     parent_run_id: str
     trials: int
     failed: int
+    diverged: int  # trials stopped because their loss became NaN/inf (never selected)
     best_dev_accuracy: float | None
     test_accuracy: float | None
     interrupted: bool
@@ -63,7 +95,18 @@ def _version_tags() -> dict[str, str]:
     }
 
 
-def _open_parent(tracker: Tracker, spec: SweepSpec, spec_path: Path, resume: bool, new: bool):
+def _override_tags(overrides: Overrides | None) -> dict[str, str]:
+    return {rs.TAG_OVERRIDES: json.dumps(overrides.describe())} if overrides else {}
+
+
+def _open_parent(
+    tracker: Tracker,
+    spec: SweepSpec,
+    spec_path: Path,
+    resume: bool,
+    new: bool,
+    overrides: Overrides | None = None,
+):
     experiment_id = tracker.experiment_id(spec.name)
     previous = tracker.sweeps(experiment_id)
     if previous and not (resume or new):
@@ -94,9 +137,14 @@ def _open_parent(tracker: Tracker, spec: SweepSpec, spec_path: Path, resume: boo
         **_git_tags(),
         **_version_tags(),
         **host_tags(),
+        **_override_tags(overrides),
     }
     parent_run_id = tracker.start_sweep(experiment_id, f"sweep-{spec.name}", tags)
-    tracker.log_text(parent_run_id, Path(spec_path).read_text(), rs.ARTIFACT_SPEC)
+    # The spec with its overrides applied, with no password of a tracking URI in it (artifacts
+    # are readable by everyone who can read the experiment).
+    tracker.log_text(
+        parent_run_id, mask_secrets(effective_spec_text(spec_path, overrides)), rs.ARTIFACT_SPEC
+    )
     return experiment_id, parent_run_id
 
 
@@ -114,6 +162,13 @@ def _predictions_table(evaluation, labels: tuple[str, ...]) -> bytes:
     return buffer.getvalue()
 
 
+def _test_evaluation(spec, config, data, trainer, outcome: TrialOutcome):
+    """The protocol's test evaluation (search.protocol): the best-dev weights, or a refit."""
+    if spec.search.protocol.refit_on_train_dev:
+        return refit_and_test(config, data, int(outcome.metrics["best_epoch"]))[1]
+    return trainer.evaluate_best("test")
+
+
 def _evaluate_selected(
     tracker: Tracker,
     spec: SweepSpec,
@@ -127,7 +182,7 @@ def _evaluate_selected(
     trainer = make_trainer(config, data)
     with outcome.local_checkpoint() as directory:
         trainer.load_checkpoint(directory)
-    evaluation = trainer.evaluate_best("test")
+    evaluation = _test_evaluation(spec, config, data, trainer, outcome)
     dev = trainer.evaluate_best("dev")
     metrics = {rs.METRIC_TEST_ACCURACY: evaluation.accuracy}
     metrics.update({rs.CLASS_ACCURACY_PREFIX + k: v for k, v in evaluation.class_accuracy.items()})
@@ -148,7 +203,11 @@ def apply_paper_protocol(
     parent_run_id: str,
 ) -> tuple[float | None, float | None]:
     """Select on dev per model configuration; test only the selected configurations."""
-    finished = [o for o in outcomes if o.error is None and "best_dev_accuracy" in o.metrics]
+    finished = [
+        o for o in outcomes
+        if o.error is None and "best_dev_accuracy" in o.metrics
+        and rs.METRIC_DIVERGED_EPOCH not in o.metrics
+    ]
     groups: dict[str, list[TrialOutcome]] = defaultdict(list)
     for outcome in finished:
         groups[rs.model_config_label(full_params[outcome.trial_id])].append(outcome)
@@ -185,9 +244,9 @@ def apply_paper_protocol(
             best_dev, best_test = dev, test
             best_run = max(seeds, key=lambda o: o.metrics["best_dev_accuracy"])
     if best_dev is not None:
-        summary = {rs.METRIC_BEST_DEV_ACCURACY: best_dev}
+        summary = {rs.METRIC_SWEEP_BEST_DEV_ACCURACY: best_dev}
         if best_test is not None:
-            summary[rs.METRIC_TEST_ACCURACY] = best_test
+            summary[rs.METRIC_SWEEP_TEST_ACCURACY] = best_test
         tracker.log_metrics(parent_run_id, summary)
         if best_run is not None and best_run.trial_id in run_ids:
             tracker.set_tags(parent_run_id, {rs.TAG_BEST_RUN: run_ids[best_run.trial_id]})
@@ -202,40 +261,138 @@ def _close_runs(tracker: Tracker, experiment_id: str, parent_run_id: str, status
     tracker.terminate(parent_run_id, status)
 
 
+def _describe_for_researchers(
+    tracker: Tracker,
+    spec: SweepSpec,
+    spec_path: Path,
+    data: PreparedData,
+    experiment_id: str,
+    parent_run_id: str,
+    resume: bool,
+) -> tuple[str, dict[str, str], dict]:
+    """What the MLflow UI shows of the sweep: its summary and description, MLflow's source tags,
+    the data and environment records, the dataset input. Returns the trials view's deep link,
+    the source tags and the dataset input for the trial runs."""
+    link = describe_sweep(tracker, spec, spec_path, experiment_id, parent_run_id, resume)
+    sources = source_tags(spec_path, _git_tags()[rs.TAG_GIT_COMMIT])
+    record = data_record(spec.data, data)
+    dataset = dataset_input(record, data_digest(record))
+    if not resume:
+        tracker.set_tags(parent_run_id, sources)
+        device = spec.training.device
+        if device == "auto":
+            device = "cuda" if torch.cuda.is_available() and spec.search.resources.gpu else "cpu"
+        log_provenance(tracker, parent_run_id, record, environment_record(device))
+        log_dataset(tracker, parent_run_id, dataset)
+    print(
+        f"trials in the MLflow UI (`orchestrate ui`), best on dev first: {link}\n"
+        f"hyperparameters against dev accuracy: {link}&compareRunsMode=CHART",
+        file=sys.stderr,
+    )
+    return link, sources, dataset
+
+
+def _link_best(
+    tracker: Tracker,
+    spec: SweepSpec,
+    spec_path: Path,
+    experiment_id: str,
+    parent_run_id: str,
+    best_dev: float | None,
+    best_test: float | None,
+) -> None:
+    best_run = tracker.client.get_run(parent_run_id).data.tags.get(rs.TAG_BEST_RUN)
+    if best_run is None or best_dev is None:
+        return
+    name = tracker.client.get_run(best_run).info.run_name
+    test = "" if best_test is None else f", test {best_test:.2%}"
+    summary = f"{name}: dev {best_dev:.2%}{test}"
+    describe_best(tracker, spec, spec_path, experiment_id, parent_run_id, best_run, summary)
+
+
+def _log_analysis(tracker: Tracker, experiment_id: str, parent_run_id: str) -> None:
+    """Hyperparameter importance, parallel coordinates, EVP and the top learning curves of the
+    experiment's finished trials, logged to the parent under analysis/ (what `orchestrate
+    results --analysis` writes). An analysis that fails costs a warning, never the sweep."""
+    from results.analysis import analysis_files, importance_table, top_trials
+    from results.files import write_output
+    from results.tracking import load_trials, metric_histories
+
+    try:
+        experiment = tracker.client.get_experiment(experiment_id)
+        trials = load_trials(tracker.client, [experiment])
+        top = top_trials(trials, experiment.name)
+        histories = metric_histories(
+            tracker.client, [t.record.run_id for t in top], rs.METRIC_DEV_ACCURACY
+        )
+        with tempfile.TemporaryDirectory() as folder:
+            files = analysis_files(
+                trials, importance_table(trials), histories, experiment.name, Path(folder)
+            )
+            for path, content in files:
+                write_output(path, content)
+            tracker.client.log_artifacts(parent_run_id, folder, rs.ARTIFACT_ANALYSIS_DIR)
+    except Exception as exc:  # the sweep's results stand without the analysis
+        print(f"warning: the sweep analysis was not logged: {exc}", file=sys.stderr)
+
+
 def run_sweep(
     spec_path: str | Path,
     resume: bool = False,
     new: bool = False,
     verbose: int = 0,
     address: str | None = None,
+    overrides: Overrides | None = None,
+    tracking_uri: str | None = None,
 ) -> SweepSummary:
-    spec = load_spec(spec_path)
+    # Every check of the input runs before the first write (issue 14): addresses and stores
+    # answer within seconds, data and vectors are read, and the cluster can hold a trial.
+    spec = load_spec(spec_path, overrides, tracking_uri)
+    check_ray_address(address)
     tracker = Tracker(spec.tracking_uri)
     tracker.check_reachable()
-    experiment_id, parent_run_id = _open_parent(tracker, spec, Path(spec_path), resume, new)
+    if resume and tracker.find_experiment(spec.name) is None:
+        raise SweepExists(f"experiment {spec.name!r} holds no sweep to resume; drop --resume")
+    data = prepare_data(spec.data)
+    for configuration in spec.search.configurations or [{}]:
+        check_fits_data(apply_hyperparameters(spec.base_config(), configuration), data)
+    connected_here = init_ray(address, verbose=verbose > 0)
+    try:
+        check_resources(spec.search.resources.cpu, spec.search.resources.gpu)
+    except InputError:
+        if connected_here:
+            shutdown_ray()
+        raise
+    experiment_id, parent_run_id = _open_parent(
+        tracker, spec, Path(spec_path), resume, new, overrides
+    )
     print(
-        f"sweep {spec.name}: {spec.num_trials()} trials; MLflow {spec.tracking_uri} "
+        f"sweep {spec.name}: {spec.num_trials()} trials; MLflow {mask_secrets(spec.tracking_uri)} "
         f"experiment {experiment_id}, parent run {parent_run_id}",
         file=sys.stderr,
     )
-    data = prepare_data(spec.data)
     print(f"data: {data.describe()}", file=sys.stderr)
+    link, sources, dataset = _describe_for_researchers(
+        tracker, spec, Path(spec_path), data, experiment_id, parent_run_id, resume
+    )
     base_params = logged_params(spec.base_config())
     recorder = SweepRecorder(
         tracker,
         experiment_id,
         parent_run_id,
         base_params=base_params,
-        run_tags={rs.TAG_CORPUS: spec.data.corpus},
+        run_tags={rs.TAG_CORPUS: spec.data.corpus, **sources},
         spool_path=spool_file(spec.storage_path, parent_run_id),
+        protocol=protocol_tags(spec.base_config(), data, spec.search.protocol.refit_on_train_dev),
+        dataset=dataset,
     )
     finished_before = sum(
         run.info.status == "FINISHED" for run in tracker.trial_runs(experiment_id, parent_run_id)
     )
     progress = ProgressPrinter(
-        spec.num_trials(), spec.search.metric, spec.search.mode, already_done=finished_before
+        spec.num_trials(), spec.search.metric, spec.search.mode, already_done=finished_before,
+        epochs_per_trial=spec.training.epochs,
     )
-    connected_here = init_ray(address, verbose=verbose > 0)
     try:
         outcomes, complete = run_tuner(
             spec,
@@ -252,11 +409,19 @@ def run_sweep(
     planned = spec.search.time_budget_s is not None or len(outcomes) >= spec.num_trials()
     interrupted = not (complete and planned)
     failed = [o for o in outcomes if o.error is not None]
+    diverged = [o for o in outcomes if o.error is None and rs.METRIC_DIVERGED_EPOCH in o.metrics]
     best_dev = best_test = None
     if not interrupted:  # test data is touched once, for the final selection only
+        progress.phase(
+            "trials ended; selecting on dev and evaluating the selected configuration on test"
+        )
         best_dev, best_test = apply_paper_protocol(
             tracker, spec, data, outcomes, recorder.run_ids, full_params, parent_run_id
         )
+    if not interrupted:
+        _link_best(tracker, spec, Path(spec_path), experiment_id, parent_run_id, best_dev, best_test)
+        _log_analysis(tracker, experiment_id, parent_run_id)
+    print(f"trials in the MLflow UI, best on dev first: {link}", file=sys.stderr)
     state = "interrupted" if interrupted else "finished"
     tracker.set_tags(parent_run_id, {rs.TAG_SWEEP_STATE: state})
     _close_runs(tracker, experiment_id, parent_run_id, "KILLED" if state == "interrupted" else "FINISHED")
@@ -267,6 +432,7 @@ def run_sweep(
         parent_run_id=parent_run_id,
         trials=len(outcomes),
         failed=len(failed),
+        diverged=len(diverged),
         best_dev_accuracy=best_dev,
         test_accuracy=best_test,
         interrupted=state == "interrupted",

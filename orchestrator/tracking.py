@@ -10,6 +10,9 @@ stay queued and are retried; after `max_wait_s` they go to a local spool file (J
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import getpass
 import json
 import os
 import queue
@@ -21,15 +24,22 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from mlflow import MlflowClient
-from mlflow.entities import Metric, Param, RunTag
+from mlflow.entities import Dataset, DatasetInput, InputTag, Metric, Param, RunTag
+from mlflow.utils.mlflow_tags import MLFLOW_DATASET_CONTEXT
 
-from orchestrator.spec import config_key
+from nli_models.config import RunConfig
+from nli_models.data import PreparedData
+from nli_models.errors import InputError, mask_secrets
+from nli_models.training import protocol_fingerprint
+from orchestrator.spec import SweepSpec, apply_hyperparameters, config_key
 from results import run_schema as rs
+from results.render import format_hyperparameters
 
 EPOCH_METRICS = (
     rs.METRIC_TRAIN_LOSS,
@@ -55,6 +65,74 @@ PROBE_TIMEOUT_S = 10.0
 
 class TrackingUnavailable(RuntimeError):
     pass
+
+
+# Backends MLflow's tracking client can open (mlflow.store.db.db_types plus HTTP and files).
+DATABASE_SCHEMES = {"sqlite", "postgresql", "mysql", "mssql"}
+DATABASE_PORTS = {"postgresql": 5432, "mysql": 3306, "mssql": 1433}
+URI_SCHEMES = DATABASE_SCHEMES | {"http", "https", "file", "databricks"}
+
+
+def check_tracking_uri(uri: str) -> None:
+    """InputError for a tracking URI MLflow cannot open (a typo'd scheme), before any client."""
+    scheme = urllib.parse.urlsplit(uri).scheme.split("+")[0] if "://" in uri else ""
+    if scheme and scheme not in URI_SCHEMES:
+        raise InputError(
+            f"tracking URI {mask_secrets(uri)!r}: unknown scheme {scheme!r}; allowed: "
+            f"{', '.join(sorted(URI_SCHEMES))} (e.g. sqlite:///mlruns.db, http://127.0.0.1:5000, "
+            "postgresql://user@host/db) or a folder"
+        )
+
+
+def _probe_database(uri: str) -> str | None:
+    """Why a database server cannot be reached (None: a TCP connection opened). SQLAlchemy and
+    MLflow retry a refused connection for over a minute and a half."""
+    parts = urllib.parse.urlsplit(uri)
+    scheme = parts.scheme.split("+")[0]
+    if scheme not in DATABASE_PORTS or not parts.hostname:
+        return None  # sqlite, or a socket path in the query string
+    try:
+        port = parts.port or DATABASE_PORTS[scheme]
+        socket.create_connection((parts.hostname, port), timeout=PROBE_TIMEOUT_S).close()
+    except (OSError, ValueError) as exc:
+        return f"{parts.hostname}:{parts.port or DATABASE_PORTS[scheme]}: {exc}"
+    return None
+
+
+@contextlib.contextmanager
+def _store_creation_lock(uri: str):
+    """Held while MLflow opens (creates, migrates) a database store: sweeps starting together on a
+    new database would all run the schema migration and leave it broken for good. SQLite: a lock
+    file beside the database; PostgreSQL: a session-level advisory lock in the database itself
+    (sweeps on several machines). A store behind `orchestrate server` is created by the server."""
+    scheme = urllib.parse.urlsplit(uri).scheme.split("+")[0]
+    if scheme == "sqlite" and uri.startswith("sqlite:///"):
+        database = Path(uri.removeprefix("sqlite:///").split("?")[0])
+        database.parent.mkdir(parents=True, exist_ok=True)
+        with open(f"{database}.lock", "a") as handle:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(handle, fcntl.LOCK_UN)
+    elif scheme == "postgresql":
+        import sqlalchemy
+
+        engine = sqlalchemy.create_engine(uri, connect_args={"connect_timeout": int(PROBE_TIMEOUT_S)})
+        try:
+            with engine.connect() as connection:
+                connection.execute(sqlalchemy.text("SELECT pg_advisory_lock(:key)"), {"key": _PG_LOCK_KEY})
+                try:
+                    yield
+                finally:
+                    connection.execute(sqlalchemy.text("SELECT pg_advisory_unlock(:key)"), {"key": _PG_LOCK_KEY})
+        finally:
+            engine.dispose()
+    else:
+        yield
+
+
+_PG_LOCK_KEY = 0x6E6C6931  # "nli1": one advisory lock id for creating an MLflow store
 
 
 def default_max_wait_s() -> float:
@@ -121,8 +199,17 @@ class Tracker:
     """MlflowClient calls that a sweep makes, keyed by the names in run_schema."""
 
     def __init__(self, tracking_uri: str):
+        """Opens the store: a database store is opened (created and migrated when new, under a
+        lock) here, so a bad URI is InputError and an unreachable database TrackingUnavailable,
+        both within seconds."""
+        check_tracking_uri(tracking_uri)
         self.tracking_uri = tracking_uri
-        self.client = MlflowClient(tracking_uri=tracking_uri)
+        self._raise_unavailable(_probe_database(tracking_uri))
+        try:
+            with _store_creation_lock(tracking_uri):
+                self.client = MlflowClient(tracking_uri=tracking_uri)
+        except Exception as exc:  # MLflow and SQLAlchemy raise many types for a bad store
+            self._raise_unavailable(str(exc))
 
     def check_reachable(self) -> None:
         error = None
@@ -133,12 +220,21 @@ class Tracker:
                 self.client.search_experiments(max_results=1)
             except Exception as exc:  # any transport or store error means we cannot log
                 error = str(exc)
+        self._raise_unavailable(error)
+
+    def _raise_unavailable(self, error: str | None) -> None:
         if error is not None:
             raise TrackingUnavailable(
-                f"MLflow tracking store {self.tracking_uri} is unreachable: {error}. Start it "
-                "(e.g. `orchestrate server`) or point search.tracking_uri / MLFLOW_TRACKING_URI "
-                "at a reachable store."
+                f"MLflow tracking store {mask_secrets(self.tracking_uri)} is unreachable: "
+                f"{mask_secrets(error)}. Start it "
+                "(e.g. `orchestrate server`) or point --tracking-uri, search.tracking_uri or "
+                "MLFLOW_TRACKING_URI at a reachable store."
             )
+
+    def find_experiment(self, name: str) -> str | None:
+        """The experiment's id, or None; never creates one."""
+        experiment = self.client.get_experiment_by_name(name)
+        return experiment.experiment_id if experiment is not None else None
 
     def experiment_id(self, name: str) -> str:
         experiment = self.client.get_experiment_by_name(name)
@@ -211,10 +307,25 @@ class Tracker:
 
 @dataclass
 class _Op:
-    kind: str  # start | metrics | finish | artifacts
+    kind: str  # start | metrics | finish | tags | artifacts
     trial_id: str
     data: dict[str, Any] = field(default_factory=dict)
     time_ms: int = field(default_factory=_now_ms)
+
+
+ProtocolTags = Callable[[dict[str, Any]], dict[str, str]]
+
+
+def protocol_tags(base: RunConfig, data: PreparedData, refit_on_train_dev: bool) -> ProtocolTags:
+    """Trial params -> the nli.protocol.* tags of that trial's protocol fingerprint."""
+
+    def tags(params: dict[str, Any]) -> dict[str, str]:
+        fingerprint = protocol_fingerprint(
+            apply_hyperparameters(base, params), data, refit_on_train_dev
+        )
+        return {rs.TAG_PROTOCOL_PREFIX + k: str(v) for k, v in fingerprint.items()}
+
+    return tags
 
 
 class SweepRecorder:
@@ -229,8 +340,12 @@ class SweepRecorder:
         run_tags: dict[str, str],
         spool_path: Path,
         max_wait_s: float | None = None,
+        protocol: ProtocolTags | None = None,
+        dataset: dict[str, Any] | None = None,
     ):
         self.tracker = tracker
+        self.protocol = protocol
+        self.dataset = dataset  # see dataset_input
         self.experiment_id = experiment_id
         self.parent_run_id = parent_run_id
         self.base_params = base_params
@@ -249,14 +364,21 @@ class SweepRecorder:
     def trial_started(self, trial_id: str, params: dict[str, Any]) -> None:
         full = {**self.base_params, **params}
         self.params[trial_id] = full
-        self._queue.put(_Op("start", trial_id, {"params": full, "tags": self.run_tags}))
+        tags = {**self.run_tags, **(self.protocol(params) if self.protocol else {})}
+        self._queue.put(_Op("start", trial_id, {"params": full, "tags": tags,
+                                                **trial_start_extras(params, self.dataset)}))
 
     def trial_result(self, trial_id: str, metrics: dict[str, Any]) -> None:
+        if rs.METRIC_DIVERGED_EPOCH in metrics:
+            return  # not an epoch's metrics: trial_completed records the divergence
         step = int(metrics["epoch"])
         values = {k: float(metrics[k]) for k in EPOCH_METRICS if k in metrics}
         self._queue.put(_Op("metrics", trial_id, {"step": step, "values": values}))
 
     def trial_completed(self, trial_id: str, last: dict[str, Any], checkpoint_dir: str | None) -> None:
+        if rs.METRIC_DIVERGED_EPOCH in last:
+            self._diverged(trial_id, last)
+            return
         values = {name: float(last[key]) for key, name in FINAL_METRICS.items() if key in last}
         if "time_total_s" in last:
             values[rs.METRIC_TRIAL_TIME] = float(last["time_total_s"])
@@ -271,6 +393,29 @@ class SweepRecorder:
     def trial_errored(self, trial_id: str, params: dict[str, Any], error: str) -> None:
         tags = {rs.TAG_ERROR: error[-4000:]}
         self._queue.put(_Op("finish", trial_id, {"values": {}, "tags": tags, "status": "FAILED"}))
+
+    def trial_retried(self, trial_id: str, retries: int, cause: str, resumed_from_epoch: int) -> None:
+        tags = {
+            rs.TAG_RETRIES: str(retries),
+            rs.TAG_RETRY_CAUSE: cause[-4000:],
+            rs.TAG_RESUMED_FROM_EPOCH: str(resumed_from_epoch),
+        }
+        self._queue.put(_Op("tags", trial_id, {"tags": tags}))
+
+    def _diverged(self, trial_id: str, last: dict[str, Any]) -> None:
+        """FAILED with the epoch and step where the loss stopped being finite: `results` and the
+        selection read FINISHED runs only, so a diverged configuration is never selected."""
+        epoch, step = int(last[rs.METRIC_DIVERGED_EPOCH]), int(last[rs.METRIC_DIVERGED_STEP])
+        values = {rs.METRIC_DIVERGED_EPOCH: float(epoch), rs.METRIC_DIVERGED_STEP: float(step)}
+        values.update({rs.METRIC_THETA_M: float(last["theta_m"]), rs.METRIC_THETA_WM: float(last["theta_wm"])})
+        tags = {
+            rs.TAG_DIVERGED: "true",
+            rs.TAG_ERROR: (
+                f"diverged: the training loss became {last.get('diverged_loss', 'non-finite')} "
+                f"at epoch {epoch}, step {step}; lower the learning rate or clip gradients"
+            ),
+        }
+        self._queue.put(_Op("finish", trial_id, {"values": values, "tags": tags, "status": "FAILED"}))
 
     def sweep_ended(self) -> None:
         pass  # flush() is called by the sweep after Tune returns
@@ -383,7 +528,7 @@ def send_op(
             run = client.create_run(
                 experiment_id,
                 start_time=op.time_ms,
-                run_name=op.trial_id,
+                run_name=op.data.get("run_name") or op.trial_id,
                 tags={
                     **op.data.get("tags", {}),
                     rs.TAG_ROLE: rs.ROLE_TRIAL,
@@ -394,7 +539,9 @@ def send_op(
                 },
             )
             run_id = run.info.run_id
-            client.log_batch(run_id, params=[Param(k, str(v)) for k, v in sorted(params.items())])
+            client.log_batch(run_id, params=trial_param_entities(params, op.data.get("searched", list(params))))
+            if op.data.get("dataset"):
+                client.log_inputs(run_id, datasets=_dataset_entities(op.data["dataset"]))
         else:
             client.update_run(run_id, status="RUNNING")  # resumed or retried trial
             # A trial restarts from its last checkpoint Tune saved, which can be older than the
@@ -418,6 +565,8 @@ def send_op(
         tags = [RunTag(k, v) for k, v in op.data["tags"].items()]
         client.log_batch(run_id, metrics=metrics, tags=tags)
         client.set_terminated(run_id, status=op.data["status"], end_time=op.time_ms)
+    elif op.kind == "tags":
+        client.log_batch(run_id, tags=[RunTag(k, v) for k, v in op.data["tags"].items()])
     elif op.kind == "artifacts":
         if Path(op.data["path"]).exists():
             client.log_artifacts(run_id, op.data["path"], op.data["dest"])
@@ -450,3 +599,246 @@ def replay_spool(path: Path, tracking_uri: str, run_ids: dict[str, str] | None =
 def host_tags() -> dict[str, str]:
     return {rs.TAG_HOST: socket.gethostname()}
 
+
+
+# -- the MLflow UI as a researcher's comparison tool -------------------------------------------
+# Trials are named by what the search chose; constants are logged apart (const.<name>); every run
+# carries MLflow's own source/user/commit tags and the dataset it read; the parent run carries the
+# sweep's summary and description, and the experiment a shared runs view the sweep links to.
+
+
+def trial_start_extras(searched: dict[str, Any], dataset: dict[str, Any] | None) -> dict[str, Any]:
+    """What a trial's start operation carries besides its params: run name, which params were
+    searched, the dataset input."""
+    return {"run_name": trial_run_name(searched), "searched": sorted(searched), "dataset": dataset}
+
+
+def trial_run_name(searched: dict[str, Any]) -> str:
+    """'lr=3e-4 dropout=0.1 k=100 seed=1': a trial's searched values, its seed last."""
+    values = {k: v for k, v in searched.items() if k != rs.PARAM_SEED}
+    name = format_hyperparameters(values)
+    if rs.PARAM_SEED in searched:
+        name = f"{name} seed={searched[rs.PARAM_SEED]}".strip()
+    return name or "trial"
+
+
+def trial_param_entities(params: dict[str, Any], searched: list[str]) -> list[Param]:
+    """Searched params under their name, the sweep's constants as const.<name>."""
+    return [
+        Param(k if k in searched else rs.CONSTANT_PARAM_PREFIX + k, str(v))
+        for k, v in sorted(params.items())
+    ]
+
+
+def source_tags(spec_path: str | Path, git_commit: str) -> dict[str, str]:
+    """MLflow's own provenance tags, shown by its UI as the Source, User and Version columns."""
+    return {
+        rs.TAG_MLFLOW_GIT_COMMIT: git_commit,
+        rs.TAG_MLFLOW_USER: getpass.getuser(),
+        rs.TAG_MLFLOW_SOURCE_NAME: f"orchestrate sweep {Path(spec_path).name}",
+        rs.TAG_MLFLOW_SOURCE_TYPE: "LOCAL",
+    }
+
+
+def dataset_input(record: dict[str, Any], digest: str) -> dict[str, Any]:
+    """The dataset input every run of a sweep logs (plain JSON, so it can be spooled)."""
+    files = record.get("files") or {}
+    source = {split: f["path"] for split, f in files.items()} or {"generated": record["corpus"]}
+    return {
+        "name": record["corpus"],
+        "digest": digest,
+        "source_type": "local",
+        "source": json.dumps(source, sort_keys=True),
+        "schema": json.dumps({"premise": "text", "hypothesis": "text", "label": record["labels"]}),
+        "profile": json.dumps(
+            {
+                "splits": record["splits"],
+                "vocabulary_size": record["vocabulary_size"],
+                "vector_coverage": record["vector_coverage"],
+            }
+        ),
+    }
+
+
+def _dataset_entities(dataset: dict[str, Any]) -> list[DatasetInput]:
+    context = InputTag(MLFLOW_DATASET_CONTEXT, rs.DATASET_CONTEXT)
+    return [DatasetInput(Dataset(**dataset), tags=[context])]
+
+
+def sweep_params(spec: SweepSpec) -> dict[str, str]:
+    """The parent run's params: the sweep's summary (see run_schema.SWEEP_PARAMS)."""
+    search = spec.search
+    space = {name: {d.kind: d.values} for name, d in search.space.items()}
+    if search.configurations:
+        space["configurations"] = search.configurations
+    values = {
+        "model": spec.model.name,
+        "variant": spec.model.variant,
+        "corpus": spec.data.corpus,
+        "sampler": search.sampler,
+        "scheduler": search.scheduler.type,
+        "budget_trials": spec.num_trials(),
+        "time_budget_s": search.time_budget_s,
+        "grid_size": spec.grid_size(),
+        "seeds": ",".join(map(str, search.seeds)),
+        "metric": f"{search.metric} ({search.mode})",
+        "search_space": json.dumps(space, default=str)[:6000],  # MLflow's param value limit
+    }
+    return {name: str(values[name]) for name in rs.SWEEP_PARAMS}
+
+
+def runs_view_state(searched: list[str], metric_columns: list[str]) -> str:
+    """A runs view of MLflow 3.17's UI, stored as the experiment tag
+    mlflow.sharedViewState.<key> and opened by ?viewStateShareKey=<key>. The UI (useSharedView
+    State in its bundle) applies the search facets searchFilter/orderByKey/orderByAsc and the view
+    keys selectedColumns, runsHiddenMode, compareRunCharts, ... but drops runsExpanded, so the
+    trials are shown by filtering on the trial role (children whose parent is filtered out are
+    listed flat). The charts view (&compareRunsMode=CHART) opens on a parallel-coordinates chart
+    of the searched hyperparameters against best dev accuracy."""
+    section = "nli-hyperparameters"
+    parallel = {
+        "type": "PARALLEL",
+        "uuid": "nli-parallel-coordinates",
+        "displayName": "searched hyperparameters vs best dev accuracy",
+        "runsCountToCompare": 100,
+        "metricSectionId": section,
+        "deleted": False,
+        "isGenerated": False,
+        "selectedParams": [p for p in searched if p != rs.PARAM_SEED],
+        "selectedMetrics": [rs.METRIC_BEST_DEV_ACCURACY],
+        "showAllRuns": True,
+    }
+    return json.dumps(
+        {
+            "searchFilter": f"tags.`{rs.TAG_ROLE}` = '{rs.ROLE_TRIAL}'",
+            "orderByKey": f"metrics.`{rs.METRIC_BEST_DEV_ACCURACY}`",
+            "orderByAsc": False,
+            "lifecycleFilter": "Active",
+            "selectedColumns": [
+                *(f"metrics.`{m}`" for m in metric_columns),
+                *(f"params.`{p}`" for p in searched),
+                f"tags.`{rs.TAG_MODEL_CONFIG}`",
+            ],
+            "runsHiddenMode": "SHOW_ALL",
+            "compareRunCharts": [parallel],
+            "compareRunSections": [
+                {"uuid": section, "name": "Hyperparameters", "display": True,
+                 "isReordered": False, "deleted": False, "isGenerated": False}
+            ],
+        }
+    )
+
+
+def runs_view_link(base_url: str, experiment_id: str, charts: bool = False) -> str:
+    """The deep link to an experiment's trials in the view written by ``runs_view_state``: its
+    table, or with ``charts`` the parallel-coordinates chart."""
+    return (
+        f"{base_url.rstrip('/')}/#/experiments/{experiment_id}/runs?workflowType=machine_learning"
+        f"&viewStateShareKey={rs.RUNS_VIEW_KEY}" + ("&compareRunsMode=CHART" if charts else "")
+    )
+
+
+def ui_base_url(tracking_uri: str) -> str:
+    """Where the UI of a store is: the tracking server itself, else `orchestrate ui`'s address."""
+    if tracking_uri.startswith(("http://", "https://")):
+        return tracking_uri
+    return "http://127.0.0.1:5000"
+
+
+def _shortened(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def sweep_note(spec: SweepSpec, spec_path: str | Path, link: str, best: str | None = None) -> str:
+    """The parent run's description (markdown, mlflow.note.content)."""
+    params = sweep_params(spec)
+    lines = [
+        f"**{spec.name}**: {params['model']}/{params['variant']} on {params['corpus']}",
+        "",
+        f"- search: {params['sampler']} sampler, {params['scheduler']} scheduler, "
+        f"{params['grid_size']} configurations x seeds {params['seeds']} = "
+        f"{params['budget_trials']} trials",
+        f"- space: `{_shortened(params['search_space'], 1000)}`",  # tags hold 8000 characters
+        f"- selection: best mean {spec.search.metric} over seeds on dev within each model "
+        "configuration; test evaluated for the selected configuration only",
+        f"- spec: `{Path(spec_path).name}` (artifact {rs.ARTIFACT_SPEC})",
+        f"- [trials, best on dev first]({link})",
+    ]
+    if best:
+        lines.append(f"- best: {best}")
+    return "\n".join(lines) + "\n"
+
+
+def describe_sweep(
+    tracker: Tracker,
+    spec: SweepSpec,
+    spec_path: str | Path,
+    experiment_id: str,
+    parent_run_id: str,
+    resume: bool,
+) -> str:
+    """Summary params, description and source tags on the parent; the experiment opens on its
+    runs table and holds the shared trials view. Returns the deep link to that view."""
+    link = runs_view_link(ui_base_url(tracker.tracking_uri), experiment_id)
+    searched = sorted(
+        {*spec.search.space, *(k for c in spec.search.configurations for k in c), rs.PARAM_SEED}
+    )
+    metrics = [rs.METRIC_BEST_DEV_ACCURACY, rs.METRIC_TEST_ACCURACY, rs.METRIC_TRIAL_TIME]
+    client = tracker.client
+    client.set_experiment_tag(experiment_id, rs.EXPERIMENT_TAG_KIND, rs.EXPERIMENT_KIND_ML)
+    client.set_experiment_tag(
+        experiment_id,
+        rs.EXPERIMENT_TAG_SHARED_VIEW_PREFIX + rs.RUNS_VIEW_KEY,
+        runs_view_state(searched, metrics),
+    )
+    if not resume:  # params are immutable: a resumed sweep keeps the ones it started with
+        client.log_batch(
+            parent_run_id, params=[Param(k, v) for k, v in sweep_params(spec).items()]
+        )
+    tracker.set_tags(parent_run_id, {rs.TAG_MLFLOW_NOTE: sweep_note(spec, spec_path, link)})
+    return link
+
+
+def describe_best(
+    tracker: Tracker,
+    spec: SweepSpec,
+    spec_path: str | Path,
+    experiment_id: str,
+    parent_run_id: str,
+    best_run_id: str,
+    summary: str,
+) -> None:
+    """Add the best trial, as a link to its run page, to the parent's description."""
+    base = ui_base_url(tracker.tracking_uri).rstrip("/")
+    run_link = f"{base}/#/experiments/{experiment_id}/runs/{best_run_id}"
+    link = runs_view_link(base, experiment_id)
+    note = sweep_note(spec, spec_path, link, best=f"[{summary}]({run_link})")
+    tracker.set_tags(parent_run_id, {rs.TAG_MLFLOW_NOTE: note})
+
+
+def log_provenance(
+    tracker: Tracker, run_id: str, data: dict[str, Any], environment: dict[str, Any]
+) -> None:
+    tracker.log_text(run_id, json.dumps(data, indent=2), rs.ARTIFACT_DATA_RECORD)
+    tracker.log_text(run_id, json.dumps(environment, indent=2), rs.ARTIFACT_ENVIRONMENT)
+
+
+def log_dataset(tracker: Tracker, run_id: str, dataset: dict[str, Any]) -> None:
+    tracker.client.log_inputs(run_id, datasets=_dataset_entities(dataset))
+
+
+def sweep_view_links(tracking_uri: str, base_url: str) -> dict[str, tuple[str, str]]:
+    """experiment name -> (trials table link, chart link) for every experiment holding the view
+    a sweep writes; an SQLite file that does not exist yet is not created."""
+    if tracking_uri.startswith("sqlite:///"):
+        if not Path(tracking_uri.removeprefix("sqlite:///").split("?")[0]).exists():
+            return {}
+    key = rs.EXPERIMENT_TAG_SHARED_VIEW_PREFIX + rs.RUNS_VIEW_KEY
+    experiments = MlflowClient(tracking_uri).search_experiments(filter_string=f"tags.`{key}` != ''")
+    return {
+        e.name: (
+            runs_view_link(base_url, e.experiment_id),
+            runs_view_link(base_url, e.experiment_id, charts=True),
+        )
+        for e in sorted(experiments, key=lambda e: e.name)
+    }

@@ -9,13 +9,16 @@ starts, so a wrong URI or a stopped database is one clear line instead of a trac
 from __future__ import annotations
 
 import os
+import secrets
 import shutil
 import sys
 import time
 import urllib.error
 import urllib.request
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
+
+from nli_models.errors import mask_secrets
 
 DATABASE_SCHEMES = ("postgresql", "mysql", "mssql", "sqlite")
 DRIVER_HINTS = {
@@ -32,13 +35,42 @@ class ServerInputError(ServerError):
     exit_code = 2
 
 
-def mask_uri(uri: str) -> str:
-    """The URI with its password replaced by ***, for messages."""
-    parts = urlsplit(uri)
-    if parts.password is None:
-        return uri
-    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
-    return urlunsplit(parts._replace(netloc=netloc))
+mask_uri = mask_secrets  # one masking rule for every message (nli_models.errors)
+
+USERNAME_ENV, PASSWORD_ENV = "MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD"
+
+
+def basic_auth_settings(backend_store_uri: str, folder: Path) -> dict[str, str]:
+    """Environment of `mlflow server --app-name basic-auth`: the admin is the user named by
+    MLFLOW_TRACKING_USERNAME / MLFLOW_TRACKING_PASSWORD (the variables MLflow clients, and so
+    sweeps, send as credentials); users live in the backend database (own tables and migration
+    table); users other than the admin may read every experiment and change only their own."""
+    username, password = os.environ.get(USERNAME_ENV), os.environ.get(PASSWORD_ENV)
+    if not username or not password:
+        raise ServerInputError(
+            f"--basic-auth: set {USERNAME_ENV} and {PASSWORD_ENV} (the admin's credentials; "
+            "sweeps log with the same variables) in the environment, not on the command line"
+        )
+    if len(password) < 12:
+        raise ServerInputError(f"--basic-auth: {PASSWORD_ENV} must be at least 12 characters "
+                               "(MLflow's rule for the admin password)")
+    config = folder / "basic_auth.ini"
+    config.write_text(
+        "[mlflow]\n"
+        "default_permission = READ\n"
+        # configparser interpolates '%' (URL-encoded passwords): written as '%%'.
+        f"database_uri = {backend_store_uri.replace('%', '%%')}\n"
+        "authorization_function = mlflow.server.auth:authenticate_request_basic_auth\n"
+    )
+    config.chmod(0o600)  # the database URI may hold the database's password
+    return {
+        "MLFLOW_AUTH_CONFIG_PATH": str(config),
+        "MLFLOW_AUTH_ADMIN_USERNAME": username,
+        "MLFLOW_AUTH_ADMIN_PASSWORD": password,
+        # CSRF protection of the auth app needs a key that all workers share.
+        "MLFLOW_FLASK_SERVER_SECRET_KEY": os.environ.get("MLFLOW_FLASK_SERVER_SECRET_KEY")
+        or secrets.token_hex(32),
+    }
 
 
 def check_backend(uri: str, timeout_s: int = 10) -> None:
@@ -97,6 +129,7 @@ def server_command(
     port: int = 5000,
     workers: int = 1,
     allowed_hosts: str | None = None,
+    auth: dict[str, str] | None = None,
 ) -> tuple[list[str], dict[str, str]]:
     """argv and environment of the lean `mlflow server`."""
     argv = [
@@ -111,8 +144,11 @@ def server_command(
     ]
     if allowed_hosts:
         argv += ["--allowed-hosts", allowed_hosts]
+    if auth is not None:
+        argv += ["--app-name", "basic-auth"]
     env = {
         **os.environ,
+        **(auth or {}),
         "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false",
         "MLFLOW_DISABLE_TELEMETRY": os.environ.get("MLFLOW_DISABLE_TELEMETRY", "true"),
     }

@@ -12,28 +12,24 @@ import tempfile
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
-import pyarrow as pa
-from mlflow import MlflowClient
-from mlflow.exceptions import MlflowException
 
-from results.compare import PairedComparison, compare_predictions, describe_comparison, resolve_row
+# Light imports only (`orchestrate --help` loads neither MLflow nor pandas); the commands import
+# the rest when they run.
+from nli_models.errors import InputError
+from nli_models.outputs import check_output_path
 from results.errors import ResultsError, ResultsWarning
-from results.evp import evp_table, plot_evp
-from results.files import write_output
-from results.published import PAPERS, comparison_table
-from results.render import SUFFIXES, render, results_view
-from results.table import build_table
-from results.tracking import (
-    download_predictions,
-    fetch_test_metrics,
-    load_trials,
-    open_client,
-    resolve_experiments,
-)
+from results.formats import SUFFIXES
+from results.published import PAPERS
+from results.tracking_uri import TRACKING_URI_HELP, resolve_tracking_uri
 
-DEFAULT_TRACKING_URI = "sqlite:///mlruns.db"
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from mlflow import MlflowClient
+
+    from results.compare import PairedComparison
 
 
 def _suffix(expected: str):
@@ -51,17 +47,13 @@ class _Outputs:
 
     files: list[tuple[Path, pa.Table | str | bytes]] = field(default_factory=list)
     stdout: list[str] = field(default_factory=list)
+    # (run id, folder whose files are logged, artifact path): logged after the files are written
+    artifacts: list[tuple[str, Path, str]] = field(default_factory=list)
 
 
 @click.command("results")
 @click.argument("experiments", nargs=-1)
-@click.option(
-    "--tracking-uri",
-    envvar="MLFLOW_TRACKING_URI",
-    default=DEFAULT_TRACKING_URI,
-    show_default=True,
-    help="MLflow tracking URI (SQLite file, HTTP server, ...); MLFLOW_TRACKING_URI if set.",
-)
+@click.option("--tracking-uri", default=None, help=TRACKING_URI_HELP)
 @click.option(
     "--out",
     required=True,
@@ -78,15 +70,18 @@ class _Outputs:
 @click.option(
     "--paper",
     type=click.Choice(list(PAPERS)),
-    help="Compare with the paper's published rows; writes OUT's stem + .PAPER.parquet "
-    "(and .PAPER.md/.csv/.tex with --format, also printed).",
+    help="Compare with the paper's published rows: prints a paper-style table (our row beside "
+    "the paper's, known reproductions, and every way our protocol differs from the paper's) and "
+    "writes it to OUT's stem + .PAPER-table.parquet (.md/.csv/.tex with --format); every "
+    "published value and ours, one per line, go to OUT's stem + .PAPER.parquet.",
 )
 @click.option(
     "--evp",
     type=click.Path(dir_okay=False, path_type=Path),
     callback=_suffix(".png"),
     help="Plot expected validation performance (Dodge et al. 2019) per model configuration "
-    "to this PNG; its table goes beside it with suffix .parquet.",
+    "over trials to this PNG, with .pdf and .svg beside it, and over wall-clock hours to "
+    "STEM.hours.png/.pdf/.svg; its table goes beside it with suffix .parquet.",
 )
 @click.option(
     "--mcnemar",
@@ -96,14 +91,34 @@ class _Outputs:
     help="McNemar test of two rows on their selected runs' test predictions, printed to "
     "stdout. A row is its model configuration, or EXPERIMENT:MODEL_CONFIG when ambiguous.",
 )
+@click.option(
+    "--per-seed",
+    is_flag=True,
+    help="Also write OUT's stem + .seeds.parquet (one row per seed of each selected "
+    "configuration) and show those rows under their configuration with --format md/latex.",
+)
+@click.option(
+    "--analysis",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Write each experiment's hyperparameter importance (Optuna fANOVA, PED-ANOVA), "
+    "parallel coordinates and top-5 learning curves to ANALYSIS/EXPERIMENT/, and log them to "
+    "the sweep's parent run under analysis/.",
+)
+@click.option("--caption", default=None, help="LaTeX caption (--format latex); default: describes the table.")
+@click.option("--label", default=None, help="LaTeX label (--format latex); default: tab:OUT's stem.")
 def results_command(
     experiments: tuple[str, ...],
-    tracking_uri: str,
+    tracking_uri: str | None,
     out: Path,
     fmt: str | None,
     paper: str | None,
     evp: Path | None,
     mcnemar_rows: tuple[str, str] | None,
+    per_seed: bool,
+    caption: str | None,
+    label: str | None,
+    analysis: Path | None,
 ) -> None:
     """Build the results table of EXPERIMENT... (default: every experiment with trial runs).
 
@@ -115,14 +130,32 @@ def results_command(
     configuration's runs. The Parquet schema is documented in its field metadata and in
     results.table.
     """
+    from mlflow.exceptions import MlflowException
+
+    tracking_uri = resolve_tracking_uri(tracking_uri)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", ResultsWarning)
         try:
-            outputs = _compute(experiments, tracking_uri, out, fmt, paper, evp, mcnemar_rows)
-        except ResultsError as exc:
+            check_output_path(out, "--out")  # before the store is read: fails in a second
+            if evp is not None:
+                check_output_path(evp, "--evp")
+            outputs = _compute(
+                experiments, tracking_uri, out, fmt, paper, evp, mcnemar_rows,
+                _TableOptions(per_seed, caption, label, analysis),
+            )
+            for path, _ in outputs.files:  # every file checked before the first is written
+                check_output_path(path, _option_of(path, evp))
+        except (ResultsError, InputError) as exc:
             raise click.UsageError(str(exc)) from exc
         except MlflowException as exc:
             raise click.ClickException(f"reading the tracking store failed: {exc}") from exc
+    from results.tracking import open_client
+
+    _echo_warnings(caught)
+    _write(outputs, open_client(tracking_uri))
+
+
+def _echo_warnings(caught: list[warnings.WarningMessage]) -> None:
     for warning in caught:
         if issubclass(warning.category, ResultsWarning):
             click.echo(f"warning: {warning.message}", err=True)
@@ -130,7 +163,6 @@ def results_command(
             warnings.showwarning(
                 warning.message, warning.category, warning.filename, warning.lineno
             )
-    _write(outputs)
 
 
 def _compute(
@@ -141,28 +173,145 @@ def _compute(
     paper: str | None,
     evp: Path | None,
     mcnemar_rows: tuple[str, str] | None,
+    options: _TableOptions,
 ) -> _Outputs:
+    from results.evp import evp_table, plot_evp
+    from results.figures import figure_files
+    from results.paper_table import describe_paper_table, paper_table
+    from results.published import comparison_table
+    from results.table import build_table, seed_table
+    from results.tracking import fetch_test_metrics, load_trials, open_client, resolve_experiments
+
     client = open_client(tracking_uri)
     chosen = resolve_experiments(client, experiments)
     trials = load_trials(client, chosen)
-    table = build_table(
-        trials, lambda run_id: fetch_test_metrics(client, run_id), [e.name for e in chosen]
-    )
+    fetch = lambda run_id: fetch_test_metrics(client, run_id)  # noqa: E731
+    table = build_table(trials, fetch, [e.name for e in chosen])
     outputs = _Outputs(files=[(out, table)])
+    seeds = seed_table(trials, table, fetch) if options.per_seed else None
+    if seeds is not None:
+        outputs.files.append((out.with_suffix(".seeds.parquet"), seeds))
     if fmt:
-        _add_rendering(outputs, out, render(results_view(table), fmt), fmt)
+        _add_rendering(outputs, out, _render_table(client, table, seeds, out, fmt, options), fmt)
     if paper:
-        comparison = comparison_table(table.to_pandas(), paper)
-        path = out.with_suffix(f".{paper}.parquet")
-        outputs.files.append((path, comparison))
+        frame = table.to_pandas()
+        outputs.files.append((out.with_suffix(f".{paper}.parquet"), comparison_table(frame, paper)))
+        wide = paper_table(frame, paper)
+        wide_path = out.with_suffix(f".{paper}-table.parquet")
+        outputs.files.append((wide_path, wide))
+        text = describe_paper_table(wide, fmt or "md")
         if fmt:
-            _add_rendering(outputs, path, render(comparison.to_pandas(), fmt), fmt)
+            _add_rendering(outputs, wide_path, text, fmt)
+        else:
+            outputs.stdout.append(text)
     if evp:
         curves = evp_table(trials)
-        outputs.files += [(evp, plot_evp(curves)), (evp.with_suffix(".parquet"), curves)]
+        outputs.files += figure_files(plot_evp(curves, "trials"), evp)
+        outputs.files += figure_files(plot_evp(curves, "hours"), evp.with_suffix(".hours.png"))
+        outputs.files.append((_evp_table(evp), curves))
     if mcnemar_rows:
+        from results.compare import describe_comparison
+
         outputs.stdout.append(describe_comparison(_mcnemar(client, table, *mcnemar_rows)))
+    if options.analysis:
+        _add_analysis(outputs, client, trials, options.analysis)
     return outputs
+
+
+def _add_analysis(
+    outputs: _Outputs, client: MlflowClient, trials: list, folder: Path
+) -> None:
+    """Per experiment: importance, parallel coordinates and top-k learning curves under
+    FOLDER/EXPERIMENT/, also logged to the parent run of the experiment's best trial."""
+    from results.analysis import analysis_files, importance_table, top_trials
+    from results.run_schema import ARTIFACT_ANALYSIS_DIR, METRIC_DEV_ACCURACY
+    from results.tracking import metric_histories
+
+    importance = importance_table(trials)
+    for experiment in sorted({t.experiment for t in trials}):
+        top = top_trials(trials, experiment)
+        histories = metric_histories(client, [t.record.run_id for t in top], METRIC_DEV_ACCURACY)
+        target = folder / experiment
+        outputs.files += analysis_files(trials, importance, histories, experiment, target)
+        parent = next((t.parent_run_id for t in top if t.parent_run_id), None)
+        if parent:
+            outputs.artifacts.append((parent, target, ARTIFACT_ANALYSIS_DIR))
+
+
+@dataclass(frozen=True)
+class _TableOptions:
+    per_seed: bool = False
+    caption: str | None = None
+    label: str | None = None
+    analysis: Path | None = None
+
+
+def _render_table(
+    client: MlflowClient,
+    table: pa.Table,
+    seeds: pa.Table | None,
+    out: Path,
+    fmt: str,
+    options: _TableOptions,
+) -> str:
+    """Compact view with baseline (and seed) rows for md/LaTeX, the wide numeric view for CSV."""
+    from results.render import render, results_view, wide_view
+
+    if fmt == "csv":
+        return render(wide_view(table), fmt)
+    frame = results_view(table, seeds, _majority_baselines(client, table))
+    if fmt != "latex":
+        return render(frame, fmt)
+    corpora = ", ".join(sorted({c for c in table.column("corpus").to_pylist() if c})) or "?"
+    return render(
+        frame,
+        fmt,
+        caption=options.caption or default_caption(corpora, options.per_seed),
+        label=options.label or f"tab:{out.stem}",
+    )
+
+
+def default_caption(corpora: str, per_seed: bool) -> str:
+    return (
+        f"Accuracy (%) on {corpora}: for each model, the hyperparameters selected on dev (best "
+        "mean dev accuracy over seeds), running train accuracy over the best dev epoch, dev and test "
+        "accuracy as mean ± sample std over seeds and the 95% Student-t interval of the test "
+        "mean; |θ|M counts trainable parameters without word embeddings; the majority-class row "
+        "predicts the test set's most frequent class"
+        + (", and each seed's own row follows its model" if per_seed else "")
+        + "."
+    )
+
+
+def _majority_baselines(client: MlflowClient, table: pa.Table) -> dict[str, tuple[str, float]]:
+    """corpus -> (majority class, its test share), from one selected run's predictions per
+    corpus; corpora whose runs logged no predictions get no baseline row."""
+    from results.predictions import majority_class, read_predictions
+    from results.tracking import download_predictions
+
+    baselines: dict[str, tuple[str, float]] = {}
+    rows = [r for r in table.to_pylist() if r["test_accuracy"] is not None and r["corpus"]]
+    for row in rows:
+        if row["corpus"] in baselines:
+            continue
+        with tempfile.TemporaryDirectory() as scratch:
+            try:
+                path = download_predictions(client, row["selected_run_id"], Path(scratch))
+            except ResultsError:
+                continue
+            baselines[row["corpus"]] = majority_class(read_predictions(path))
+    return baselines
+
+
+def _evp_table(evp: Path | None) -> Path | None:
+    return evp.with_suffix(".parquet") if evp is not None else None
+
+
+def _option_of(path: Path, evp: Path | None) -> str:
+    """The option that named an output file (for the error message if it cannot be written)."""
+    if evp is not None and path.parent == evp.parent and path.name.startswith(evp.stem + "."):
+        return "--evp"
+    return "--out"
 
 
 def _add_rendering(outputs: _Outputs, parquet_path: Path, text: str, fmt: str) -> None:
@@ -171,6 +320,9 @@ def _add_rendering(outputs: _Outputs, parquet_path: Path, text: str, fmt: str) -
 
 
 def _mcnemar(client: MlflowClient, table: pa.Table, first: str, second: str) -> PairedComparison:
+    from results.compare import compare_predictions, resolve_row
+    from results.tracking import download_predictions
+
     rows = table.to_pandas()
     a, b = resolve_row(rows, first), resolve_row(rows, second)
     with tempfile.TemporaryDirectory() as scratch:
@@ -181,31 +333,74 @@ def _mcnemar(client: MlflowClient, table: pa.Table, first: str, second: str) -> 
         return compare_predictions(first, paths[0], second, paths[1])
 
 
-def _write(outputs: _Outputs) -> None:
+def _write(outputs: _Outputs, client: MlflowClient | None = None) -> None:
+    from results.files import write_output
+
     for path, content in outputs.files:
         write_output(path, content)
         click.echo(f"wrote {path}", err=True)
+    for run_id, folder, artifact_path in outputs.artifacts:
+        client.log_artifacts(run_id, str(folder), artifact_path)
+        click.echo(f"logged {folder} to run {run_id} under {artifact_path}/", err=True)
     click.echo("\n".join(outputs.stdout), nl=False)
 
 
 @click.command("attention")
 @click.argument("run_id")
 @click.option("--pairs", type=click.IntRange(1, 500), default=5, show_default=True,
-              help="how many pairs of the split, in file order")
+              help="the first PAIRS pairs of the split, in file order (unless --pair-ids)")
+@click.option("--pair-ids", default=None, metavar="I,J,...",
+              help="these pairs of the split (0-based indices in file order), e.g. 3,17")
 @click.option("--split", default="dev", show_default=True)
 @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path),
               default=Path("results/plots/attention"), show_default=True)
-@click.option("--tracking-uri", envvar="MLFLOW_TRACKING_URI", default=DEFAULT_TRACKING_URI,
-              show_default=True)
-def attention_command(run_id: str, pairs: int, split: str, out_dir: Path, tracking_uri: str) -> None:
-    """Attention heatmaps of a trial run's best-on-dev checkpoint for PAIRS pairs, written as
-    PNGs and logged to the run under attention/."""
-    from results.attention import attention_heatmaps
+@click.option("--tracking-uri", default=None, help=TRACKING_URI_HELP)
+def attention_command(
+    run_id: str, pairs: int, pair_ids: str | None, split: str, out_dir: Path,
+    tracking_uri: str | None,
+) -> None:
+    """Attention heatmaps of a trial run's best-on-dev checkpoint, one figure per pair (PNG,
+    PDF and SVG), logged to the run under attention/."""
+    from mlflow.exceptions import MlflowException
+
+    from results.attention import attention_heatmaps, parse_pair_ids
+    from results.tracking import open_client
 
     try:
-        client = open_client(tracking_uri)
-        written = attention_heatmaps(client, run_id, pairs, out_dir / run_id, split)
+        check_output_path(out_dir / run_id, "--out", folder=True)
+        chosen = parse_pair_ids(pair_ids) if pair_ids else list(range(pairs))
+        client = open_client(resolve_tracking_uri(tracking_uri))
+        written = attention_heatmaps(client, run_id, chosen, out_dir / run_id, split)
     except (ResultsError, MlflowException) as exc:
         raise click.UsageError(str(exc)) from None
     for path in written:
         click.echo(str(path))
+
+
+@click.command("report")
+@click.argument("experiments", nargs=-1, required=True)
+@click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False, path_type=Path),
+              help="Folder for EXPERIMENT.html, EXPERIMENT.md and EXPERIMENT_files/.")
+@click.option("--tracking-uri", default=None, help=TRACKING_URI_HELP)
+def report_command(experiments: tuple[str, ...], out_dir: Path, tracking_uri: str | None) -> None:
+    """A reproducibility report per EXPERIMENT: one self-contained HTML page (and Markdown) with
+    provenance, data, the search, the selection protocol, results with confidence intervals,
+    EVP, importance, learning curves, per-class accuracy, confusion matrices, McNemar and the
+    ACL Rolling Review checklist answered from the record."""
+    from mlflow.exceptions import MlflowException
+
+    from results.report import report_files
+    from results.tracking import open_client, resolve_experiments
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", ResultsWarning)
+        try:
+            client = open_client(resolve_tracking_uri(tracking_uri))
+            chosen = resolve_experiments(client, experiments)
+            files = [f for e in chosen for f in report_files(client, e, out_dir)]
+        except ResultsError as exc:
+            raise click.UsageError(str(exc)) from None
+        except MlflowException as exc:
+            raise click.ClickException(f"reading the tracking store failed: {exc}") from exc
+    _echo_warnings(caught)
+    _write(_Outputs(files=files))

@@ -16,30 +16,40 @@ Columns of the EVP table:
 
 from __future__ import annotations
 
-import io
 import math
 from collections import defaultdict
 from collections.abc import Sequence
 
 import pyarrow as pa
 from matplotlib import ticker
-from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+from matplotlib.patches import Patch
 
+from results.figures import new_figure
+from results.run_schema import METRIC_TRIAL_TIME
 from results.schema import Column, arrow_table, describe
 from results.selection import eligible
 from results.tracking import TrialRun
 
 COLUMNS: tuple[Column, ...] = (
     Column("experiment", pa.string(), "MLflow experiment"),
+    Column("corpus", pa.string(), "nli.corpus of the configuration's trials (null if untagged)"),
     Column("model_config", pa.string(), "nli.model_config tag"),
     Column("n", pa.int64(), "number of trials drawn, 1..n_draws"),
     Column("expected_best_dev_accuracy", pa.float64(), "E[max of n draws of best_dev_accuracy]"),
     Column("std", pa.float64(), "standard deviation of that maximum"),
     Column("n_draws", pa.int64(), "N: FINISHED trial runs of the model configuration"),
+    Column(
+        "budget_hours",
+        pa.float64(),
+        "wall-clock budget of n trials: n x the mean trial_time_s of the draws, in hours "
+        "(Dodge et al. 2019, Fig. 1's x-axis in time); null when no draw logged its time",
+    ),
 )
 
 __doc__ += describe(COLUMNS)
+
+BUDGETS = ("trials", "hours")  # the x-axis of an EVP plot
 
 
 def expected_max_curve(values: Sequence[float]) -> list[tuple[float, float]]:
@@ -56,49 +66,83 @@ def expected_max_curve(values: Sequence[float]) -> list[tuple[float, float]]:
 
 
 def evp_table(trials: Sequence[TrialRun]) -> pa.Table:
-    draws: dict[tuple[str, str], list[float]] = defaultdict(list)
+    draws: dict[tuple[str, str], list[TrialRun]] = defaultdict(list)
     for trial in trials:
         if eligible(trial.record):
-            draws[trial.experiment, trial.record.model_config].append(
-                trial.record.best_dev_accuracy
-            )
-    rows = [
-        {
-            "experiment": experiment,
-            "model_config": model_config,
-            "n": n,
-            "expected_best_dev_accuracy": mean,
-            "std": std,
-            "n_draws": len(values),
-        }
-        for (experiment, model_config), values in sorted(draws.items())
-        for n, (mean, std) in enumerate(expected_max_curve(values), start=1)
-    ]
+            draws[trial.experiment, trial.record.model_config].append(trial)
+    rows = []
+    for (experiment, model_config), group in sorted(draws.items()):
+        times = [t.metrics[METRIC_TRIAL_TIME] for t in group if METRIC_TRIAL_TIME in t.metrics]
+        hours_per_trial = math.fsum(times) / len(times) / 3600 if times else None
+        curve = expected_max_curve([t.record.best_dev_accuracy for t in group])
+        rows += [
+            {
+                "experiment": experiment,
+                "corpus": next((t.corpus for t in group if t.corpus), None),
+                "model_config": model_config,
+                "n": n,
+                "expected_best_dev_accuracy": mean,
+                "std": std,
+                "n_draws": len(group),
+                "budget_hours": None if hours_per_trial is None else n * hours_per_trial,
+            }
+            for n, (mean, std) in enumerate(curve, start=1)
+        ]
     return arrow_table(rows, COLUMNS, "evp")
 
 
-def plot_evp(table: pa.Table) -> bytes:
-    """PNG of one curve per model configuration with a ±1 std band."""
+def budget_ticks(low: float, high: float, integers: bool) -> list[float]:
+    """Tick positions on a log axis from ``low`` to ``high``, every one to be labelled: the 1-2-5
+    sequence (1, 2, 3, 4, ... for at most 10 trials) and both ends."""
+    if integers and high <= 10:
+        return list(range(max(int(low), 1), int(high) + 1))
+    ticks = [
+        m * 10.0**e
+        for e in range(math.floor(math.log10(low)) - 1, math.ceil(math.log10(high)) + 1)
+        for m in (1, 2, 5)
+        if low <= m * 10.0**e <= high
+    ]
+    ends = [low, high]
+    # An end beside a 1-2-5 tick (within 15% on the log axis) would overprint its label.
+    return sorted(set(ticks) | {e for e in ends if all(abs(math.log(e / t)) > 0.15 for t in ticks)})
+
+
+def _tick_label(value: float) -> str:
+    return str(int(value)) if value == int(value) else f"{value:.3g}"  # 20, 0.147: no 2x10^1
+
+
+def plot_evp(table: pa.Table, budget: str = "trials") -> Figure:
+    """One curve per model configuration over the budget in trials or wall-clock hours, with a
+    ±1 std band; dev accuracy in percent, as in the tables."""
     frame = table.to_pandas()
+    x_column = "n" if budget == "trials" else "budget_hours"
+    frame = frame[frame[x_column].notna()]
     several_experiments = frame["experiment"].nunique() > 1
-    # A bare Figure on the Agg canvas: no pyplot global state and no display backend, which the
-    # machines running sweeps do not have.
-    figure = Figure(figsize=(8, 5), layout="constrained")
-    FigureCanvasAgg(figure)
+    figure = new_figure(8, 5.5)
     axes = figure.subplots()
     for (experiment, model_config), curve in frame.groupby(["experiment", "model_config"]):
         label = f"{experiment}: {model_config}" if several_experiments else model_config
-        mean, std = curve["expected_best_dev_accuracy"], curve["std"]
-        axes.plot(curve["n"], mean, marker=".", label=label)
-        axes.fill_between(curve["n"], mean - std, mean + std, alpha=0.2)
+        mean, std = curve["expected_best_dev_accuracy"] * 100, curve["std"] * 100
+        (line,) = axes.plot(curve[x_column], mean, marker=".", label=label)
+        axes.fill_between(curve[x_column], mean - std, mean + std, alpha=0.2, color=line.get_color())
     axes.set_xscale("log")  # as in Dodge et al.: budgets span orders of magnitude
-    axes.xaxis.set_major_locator(ticker.LogLocator(subs=(1, 2, 5)))
-    axes.xaxis.set_major_formatter(ticker.FuncFormatter(lambda x, _: f"{x:g}"))  # 20, not 2x10^1
-    axes.xaxis.set_minor_formatter(ticker.NullFormatter())
-    axes.set_xlabel("hyperparameter trials n")
+    if len(frame):
+        ticks = budget_ticks(frame[x_column].min(), frame[x_column].max(), budget == "trials")
+        axes.xaxis.set_major_locator(ticker.FixedLocator(ticks))
+        axes.xaxis.set_major_formatter(ticker.FixedFormatter([_tick_label(t) for t in ticks]))
+        axes.xaxis.set_minor_locator(ticker.NullLocator())
+    axes.yaxis.set_major_formatter(ticker.PercentFormatter(decimals=1))
+    axes.grid(alpha=0.3)
+    axes.set_xlabel(
+        "hyperparameter trials n" if budget == "trials" else "wall-clock budget (hours of training)"
+    )
     axes.set_ylabel("expected best dev accuracy")
-    axes.set_title("Expected validation performance (Dodge et al., 2019)")
-    figure.legend(loc="outside lower center", fontsize="small")  # labels are long
-    buffer = io.BytesIO()
-    figure.savefig(buffer, format="png", dpi=120)
-    return buffer.getvalue()
+    corpora = ", ".join(sorted(c for c in frame["corpus"].dropna().unique())) or "corpus unknown"
+    most = frame[x_column].max() if len(frame) else 0
+    spent = f"up to {int(most)} trials" if budget == "trials" else f"up to {most:.3g} h"
+    axes.set_title(f"Expected validation performance on {corpora}, budget {spent}\n"
+                   "(Dodge et al., 2019)", fontsize="medium")
+    handles, _ = axes.get_legend_handles_labels()
+    band = Patch(color="grey", alpha=0.3, label="shaded: ±1 std of the expected maximum")
+    figure.legend(handles=[*handles, band], loc="outside lower center", fontsize="small")
+    return figure

@@ -42,3 +42,17 @@ def _normalise(value: object) -> str:
     if isinstance(parsed, int | float):
         return repr(float(parsed))
     return str(parsed)
+
+
+def short_value(value: object) -> str:
+    """A hyperparameter value as a run name or table cell shows it: 0.0003 -> '3e-4',
+    0.1 -> '0.1', 100 -> '100', 1e-05 -> '1e-5'."""
+    parsed = parse_param(value) if isinstance(value, str) else value
+    if isinstance(parsed, bool) or not isinstance(parsed, int | float):
+        return str(parsed)
+    if isinstance(parsed, int):
+        return str(parsed)
+    if parsed != 0 and not 1e-2 <= abs(parsed) < 1e4:
+        mantissa, exponent = f"{parsed:.2e}".split("e")
+        return f"{mantissa.rstrip('0').rstrip('.')}e{int(exponent)}"
+    return f"{parsed:.4g}"

@@ -31,3 +31,12 @@ def read_predictions(path: str | Path) -> pd.DataFrame:
     if not frame.index.is_unique:
         raise ResultsError(f"{path}: duplicate example indices")
     return frame
+
+
+def majority_class(frame: pd.DataFrame) -> tuple[str, float]:
+    """The most frequent gold class of a predictions file and its share of the examples: the
+    accuracy of always predicting it (the majority-class baseline, taken on the test split
+    itself because the run records hold no training label counts; ties: the first name)."""
+    counts = frame["label_name"].value_counts()
+    top = sorted(counts[counts == counts.max()].index)[0]
+    return str(top), float(counts[top] / len(frame))

@@ -23,6 +23,11 @@ Matching: a published row's ``match`` names params; one of our rows matches when
 params, as logged for its selected configuration, equals the published value (numbers
 numerically, booleans case-insensitively; see ``results.params.same_value``) and its corpus (tag
 nli.corpus) is the published row's dataset.
+
+Protocols: ``PROTOCOLS`` holds what each paper states about how it trained (training file and
+size, vectors, optimiser, budget, initialisation, batch size, layerwise training, refit), in the
+fields of a run's protocol fingerprint; ``protocol_differences`` lists where a run departs from
+it. ``REPRODUCTIONS`` holds known public reproductions of a row (results.paper_table shows both).
 """
 
 from __future__ import annotations
@@ -31,15 +36,21 @@ import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import pandas as pd
 import pyarrow as pa
 
-from results.run_schema import CLASS_ACCURACY_PREFIX, DEV_CLASS_ACCURACY_PREFIX
 from results.params import same_value
+from results.run_schema import CLASS_ACCURACY_PREFIX, DEV_CLASS_ACCURACY_PREFIX
 from results.schema import Column, arrow_table, describe
 
+if TYPE_CHECKING:
+    import pandas as pd  # imported where used: `orchestrate --help` must not load pandas
+
 ACCURACY = ("train_accuracy", "dev_accuracy", "test_accuracy")
+# Our train accuracy is a running average over training batches (run_schema), the papers' an
+# evaluation: compared all the same, with the difference listed.
+OUR_COLUMN = {"train_accuracy": "train_accuracy_running"}
 PARAMETER_COUNTS = ("theta_wm", "theta_m")
 
 
@@ -118,7 +129,14 @@ def _yin(table, label, variant, num_blocks, accuracy, note) -> PublishedRow:
     return PublishedRow(table, label, "sick", match, {"test_accuracy": accuracy}, note)
 
 
-_FEATURES = "with 24 linguistic features and an SVM/LR on the similarity scores"
+_FEATURES = (
+    "uses 24 linguistic features, a NONOVER copy of the network and an SVM/LR on the scores "
+    "(§5.4): not like-for-like with the neural network alone; compare with footnote 9"
+)
+_NO_FEATURES = (
+    "the like-for-like target: no linguistic features (the NONOVER copy and SVM/LR of §5.4 "
+    "are not said to be dropped)"
+)
 
 # fmt: off
 YIN2016 = tuple(_yin(*row) for row in (
@@ -131,7 +149,7 @@ YIN2016 = tuple(_yin(*row) for row in (
     ("Table 6", "ABCNN-2 two-conv", "abcnn2", 2, 85.8, _FEATURES),
     ("Table 6", "ABCNN-3 one-conv", "abcnn3", 1, 86.0, _FEATURES),
     ("Table 6", "ABCNN-3 two-conv", "abcnn3", 2, 86.2, _FEATURES),
-    ("Table 6, footnote 9", "ABCNN-3 two-conv, no linguistic features", "abcnn3", 2, 84.6, ""),
+    ("Table 6, footnote 9", "ABCNN-3 two-conv, no linguistic features", "abcnn3", 2, 84.6, _NO_FEATURES),
 ))
 # fmt: on
 
@@ -155,6 +173,126 @@ GAJBHIYE2018 = tuple(_cam(*row) for row in (
     ("Table IV", "Inter-attention-only (SNLI)", "inter_only", "snli", {"test_accuracy": 85.04}),
 ))
 # fmt: on
+
+# -- the papers' protocols ------------------------------------------------------------------
+# What each paper trained on and how, in the terms of a run's protocol fingerprint
+# (run_schema.PROTOCOL_FIELDS); only what the paper states is listed, and only that is compared.
+# Vector files are compared without their extension (glove.840B.300d.zip = glove.840B.300d.txt).
+_SNLI_TRAIN = {"corpus": "snli", "train_file": "snli_1.0_train.jsonl", "train_size": 549_367}
+PROTOCOLS: dict[tuple[str, str], Mapping[str, object]] = {
+    ("rocktaschel2016", "snli"): {  # §3: word2vec fixed, OOV tuned; ADAM
+        **_SNLI_TRAIN,
+        "vectors": "GoogleNews-vectors-negative300",
+        "vectors_dim": 300,
+        "vectors_policy": "train_oov",
+        "optimizer": "adam",
+    },
+    ("parikh2016", "snli"): {  # §5.1
+        **_SNLI_TRAIN,
+        "vectors": "glove.840B.300d",
+        "vectors_dim": 300,
+        "vectors_policy": "hashed_oov",
+        "optimizer": "adagrad",
+        "max_steps": 50_000_000,
+        "batch_size": 4,
+        "init": "gaussian_0.01",
+    },
+    ("yin2016", "sick"): {  # §5.1, §5.1.2, §5.4
+        "corpus": "sick",
+        "train_file": "SICK.txt",
+        "train_size": 4_439,
+        "vectors": "GoogleNews-vectors-negative300",
+        "vectors_dim": 300,
+        "vectors_policy": "single_unk",
+        "optimizer": "adagrad",
+        "layerwise": True,
+        "refit_on_train_dev": True,
+    },
+    ("gajbhiye2018", "snli"): {  # §IV, Table I
+        **_SNLI_TRAIN,
+        "vectors": "glove.840B.300d",
+        "vectors_dim": 300,
+        "vectors_policy": "train_oov",
+        "optimizer": "adam",
+        "lr": 0.001,
+    },
+    ("gajbhiye2018", "scitail"): {
+        "corpus": "scitail",
+        "train_file": "scitail_1.0_train.tsv",
+        "train_size": 23_596,
+        "vectors": "glove.840B.300d",
+        "vectors_dim": 300,
+        "vectors_policy": "train_oov",
+        "optimizer": "adam",
+        "lr": 0.001,
+    },
+}
+
+# Known public reproductions of a published row (accuracy on the same test set), keyed by
+# (paper, model params that identify the row); papers listed in NO_REPRODUCTION have none known.
+REPRODUCTIONS: tuple[tuple[str, Mapping[str, object], str], ...] = (
+    ("parikh2016", {"variant": "vanilla"}, "GluonNLP 85.0"),
+    ("parikh2016", {"variant": "intra"}, "GluonNLP 85.5"),
+    (
+        "rocktaschel2016",
+        {"variant": "word_by_word", "two_way": False},
+        "junfenglx/reasoning_attention (Lasagne) 82.3",
+    ),
+)
+NO_REPRODUCTION = {
+    "gajbhiye2018": "none known",
+    "yin2016": "none known on SICK",
+}
+
+
+def reproductions(paper: str, published: PublishedRow) -> str:
+    found = [
+        text
+        for key, match, text in REPRODUCTIONS
+        if key == paper and all(published.match.get(k) == v for k, v in match.items())
+    ]
+    return "; ".join(found) or NO_REPRODUCTION.get(paper, "none listed")
+
+
+def protocol_differences(
+    paper: str, dataset: str, fingerprint: Mapping[str, str] | None
+) -> list[str]:
+    """Every way a run's protocol fingerprint (tag values, as text) differs from what the paper
+    states; a run without a fingerprint differs in being unknown."""
+    if fingerprint is None:
+        return ["protocol not recorded (the run predates protocol fingerprints)"]
+    differences = []
+    for field, theirs in PROTOCOLS.get((paper, dataset), {}).items():
+        ours = fingerprint.get(field)
+        if not _same_protocol_value(field, ours, theirs):
+            differences.append(f"{field} {_show(ours)} (paper {_show(theirs)})")
+    return differences
+
+
+def _same_protocol_value(field: str, ours: str | None, theirs: object) -> bool:
+    if ours is None:
+        return False
+    if field == "vectors":
+        return _stem(ours) == theirs
+    return same_value(theirs, ours)
+
+
+def _stem(name: str) -> str:
+    for suffix in (".zip", ".txt", ".vec", ".bin"):
+        name = name.removesuffix(suffix)
+    return name
+
+
+def _show(value: object) -> str:
+    if isinstance(value, str):
+        try:
+            value = int(value)
+        except ValueError:
+            return value
+    if isinstance(value, bool):
+        return str(value).lower()
+    return f"{value:,}" if isinstance(value, int) else str(value)
+
 
 PAPERS: dict[str, tuple[PublishedRow, ...]] = {
     "rocktaschel2016": ROCKTASCHEL2016,
@@ -204,11 +342,11 @@ def comparison_table(results: pd.DataFrame, paper: str) -> pa.Table:
         matching = [
             row
             for row, params in ours
-            if _matches(published.match, params) and _same_corpus(row, published.dataset)
+            if matches_row(published.match, params) and same_corpus(row, published.dataset)
         ]
         for metric, value in published.values.items():
             for row in matching or [None]:
-                mine = None if row is None else _our_value(row, metric)
+                mine = None if row is None else our_value(row, metric)
                 rows.append(
                     {
                         "paper": paper,
@@ -227,19 +365,23 @@ def comparison_table(results: pd.DataFrame, paper: str) -> pa.Table:
     return arrow_table(rows, COLUMNS, "comparison", paper=paper)
 
 
-def _same_corpus(row: pd.Series, dataset: str) -> bool:
+def same_corpus(row: pd.Series, dataset: str) -> bool:
+    import pandas as pd
+
     corpus = row.get("corpus")
     return corpus is None or pd.isna(corpus) or corpus == dataset  # untagged rows still match
 
 
-def _matches(match: Mapping[str, object], params: Mapping[str, object]) -> bool:
+def matches_row(match: Mapping[str, object], params: Mapping[str, object]) -> bool:
     return all(key in params and same_value(value, params[key]) for key, value in match.items())
 
 
-def _our_value(row: pd.Series, metric: str) -> float | None:
+def our_value(row: pd.Series, metric: str) -> float | None:
     """Our value of ``metric`` in the published unit (percent for accuracies); None if unknown."""
+    import pandas as pd
+
     if metric in ACCURACY:
-        value = 100 * row[metric]
+        value = 100 * row[OUR_COLUMN.get(metric, metric)]
     elif metric in PARAMETER_COUNTS:
         value = row[metric]
     else:

@@ -21,8 +21,38 @@ TAG_GIT_DIRTY = "nli.git_dirty"
 TAG_HOST = "nli.host"
 TAG_BEST_RUN = "nli.best_run_id"  # child run of the selected configuration's best seed
 TAG_SWEEP_STATE = "nli.sweep_state"  # running | finished | interrupted
+# JSON list of the CLI's `--set key=value` / `--data-dir` overrides (absent without any); the spec
+# artifact and nli.spec_hash are of the spec with them applied.
+TAG_OVERRIDES = "nli.overrides"
 
 TAG_CORPUS = "nli.corpus"  # data.corpus of the sweep, on the parent and every trial run
+
+# A run's protocol fingerprint (nli_models.training.fingerprint), one tag per field on every
+# trial run: nli.protocol.<field>, the value as text ("None" when unset).
+TAG_PROTOCOL_PREFIX = "nli.protocol."
+PROTOCOL_FIELDS = (
+    "corpus",
+    "train_file",
+    "train_size",
+    "train_subsampled_from",
+    "dev_file",
+    "dev_holdout",
+    "dev_size",
+    "test_size",
+    "vectors",
+    "vectors_dim",
+    "vectors_policy",
+    "extend_vocab",
+    "epochs",
+    "max_steps",
+    "patience",
+    "layerwise",
+    "refit_on_train_dev",
+    "init",
+    "optimizer",
+    "lr",
+    "batch_size",
+)
 
 # Trial (child) tags.
 TAG_TRIAL_ID = "nli.trial_id"
@@ -31,6 +61,14 @@ TAG_CONFIG_KEY = "nli.config_key"  # hash of the trial's hyperparameters except 
 TAG_EARLY_STOPPED = "nli.early_stopped"  # "true" when a scheduler (ASHA, median) stopped it
 TAG_SELECTED = "nli.selected"  # "true" on every seed of the configuration chosen on dev
 TAG_ERROR = "nli.error"
+# A trial whose training loss became NaN/inf: stopped at once, status FAILED, never selected.
+TAG_DIVERGED = "nli.diverged"  # "true"; nli.error says at which epoch and step
+METRIC_DIVERGED_EPOCH = "diverged_epoch"
+METRIC_DIVERGED_STEP = "diverged_step"  # 1-based batch within the epoch
+# A trial Tune retried from its last checkpoint (a crash, a killed worker): one update per retry.
+TAG_RETRIES = "nli.retries"  # how many times it was retried
+TAG_RETRY_CAUSE = "nli.retry_cause"  # the error of the latest failure (its last lines)
+TAG_RESUMED_FROM_EPOCH = "nli.resumed_from_epoch"  # the epoch of the checkpoint it restarted from
 
 # Hyperparameters logged as params with these names for every model.
 PARAM_MODEL = "model"
@@ -41,14 +79,17 @@ COMMON_PARAMS = ("model", "variant", "lr", "dropout", "l2", "hidden_size", "batc
 
 # Per-epoch metrics (step = epoch). Accuracies are fractions in [0, 1].
 METRIC_TRAIN_LOSS = "train_loss"
-METRIC_TRAIN_ACCURACY = "train_accuracy"
+# The train accuracy is a running average over the epoch's batches as they are trained on (weights
+# changing, dropout on), not an evaluation of the train set: named so, unlike the papers' train
+# accuracy (a "not comparable" difference in the paper comparison).
+METRIC_TRAIN_ACCURACY = "train_accuracy_running"
 METRIC_DEV_LOSS = "dev_loss"
 METRIC_DEV_ACCURACY = "dev_accuracy"
 METRIC_EPOCH_TIME = "epoch_time_s"
 
 # Final trial metrics.
 METRIC_BEST_DEV_ACCURACY = "best_dev_accuracy"
-METRIC_BEST_TRAIN_ACCURACY = "best_train_accuracy"  # train accuracy at the best-on-dev epoch
+METRIC_BEST_TRAIN_ACCURACY = "best_train_accuracy_running"  # running train accuracy, best-dev epoch
 METRIC_BEST_EPOCH = "best_epoch"
 METRIC_EPOCHS_TRAINED = "epochs_trained"
 METRIC_THETA_M = "theta_m"
@@ -74,3 +115,41 @@ def model_config_label(params: dict) -> str:
     head = f"{params['model']}/{params.get('variant', '-')}"
     arch = " ".join(f"{k}={params[k]}" for k in ARCHITECTURE_PARAMS if k in params)
     return f"{head} {arch}".strip()
+
+
+# -- What a researcher reads in the MLflow UI (orchestrator.tracking writes, results reads) -----
+# Params of a trial that the search did not vary are logged as const.<name>, the searched ones
+# (and the seed) under their plain name; readers strip the prefix (old stores have none).
+CONSTANT_PARAM_PREFIX = "const."
+# Sweep (parent) summary metrics, named apart from the trials' curves. Stores written before
+# they existed hold the plain names: read LEGACY_SWEEP_METRICS[name] when name is absent.
+METRIC_SWEEP_BEST_DEV_ACCURACY = "sweep.best_dev_accuracy"
+METRIC_SWEEP_TEST_ACCURACY = "sweep.test_accuracy"
+LEGACY_SWEEP_METRICS = {
+    METRIC_SWEEP_BEST_DEV_ACCURACY: METRIC_BEST_DEV_ACCURACY,
+    METRIC_SWEEP_TEST_ACCURACY: METRIC_TEST_ACCURACY,
+}
+# Sweep (parent) params: the sweep's summary, searchable and shown as columns.
+SWEEP_PARAMS = (
+    "model", "variant", "corpus", "sampler", "scheduler", "budget_trials", "time_budget_s",
+    "grid_size", "seeds", "metric", "search_space",
+)
+# MLflow's own tags, which its UI shows (Source, User, Version columns; the run description).
+TAG_MLFLOW_GIT_COMMIT = "mlflow.source.git.commit"
+TAG_MLFLOW_USER = "mlflow.user"
+TAG_MLFLOW_SOURCE_NAME = "mlflow.source.name"
+TAG_MLFLOW_SOURCE_TYPE = "mlflow.source.type"
+TAG_MLFLOW_NOTE = "mlflow.note.content"
+TAG_MLFLOW_RUN_NAME = "mlflow.runName"
+# Experiment tags: the UI opens an experiment of this kind on its runs table (not GenAI's
+# overview), and reads a shared runs view (columns, filter, order) from the second.
+EXPERIMENT_TAG_KIND = "mlflow.experimentKind"
+EXPERIMENT_KIND_ML = "custom_model_development"
+EXPERIMENT_TAG_SHARED_VIEW_PREFIX = "mlflow.sharedViewState."
+RUNS_VIEW_KEY = "nli-trials"  # the view `sweep` and `ui` link to
+# Provenance the sweep writes on its parent run (JSON): data files and their SHA-256, split
+# sizes, vocabulary and vector coverage; package versions, hardware and device.
+ARTIFACT_DATA_RECORD = "provenance/data.json"
+ARTIFACT_ENVIRONMENT = "provenance/environment.json"
+DATASET_CONTEXT = "train"  # mlflow.data.context of the dataset input on every run
+ARTIFACT_ANALYSIS_DIR = "analysis"  # on a parent run: importance, parallel coordinates, curves

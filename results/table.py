@@ -26,6 +26,8 @@ from collections.abc import Callable, Mapping, Sequence
 
 import pyarrow as pa
 
+from results.errors import ResultsWarning
+from results.params import as_int, parse_param
 from results.run_schema import (
     CLASS_ACCURACY_PREFIX,
     DEV_CLASS_ACCURACY_PREFIX,
@@ -38,8 +40,6 @@ from results.run_schema import (
     PARAM_SEED,
     PARAM_VARIANT,
 )
-from results.errors import ResultsWarning
-from results.params import as_int, parse_param
 from results.schema import Column, arrow_table, describe
 from results.selection import seed_runs, select_configuration
 from results.stats import Summary, summarise
@@ -73,6 +73,12 @@ COLUMNS: tuple[Column, ...] = (
     Column("experiment", pa.string(), "MLflow experiment (one per sweep spec name)"),
     Column("corpus", pa.string(), "nli.corpus tag: the corpus the row was trained on (snli, sick, ...)"),
     Column(
+        "protocol",
+        pa.string(),
+        "JSON object of the selected run's protocol fingerprint (nli.protocol.* tags: training "
+        "file and size, vectors, budget, init, optimizer, batch size); null for runs without it",
+    ),
+    Column(
         "model_config",
         pa.string(),
         "nli.model_config tag: the architecture a paper-table row describes",
@@ -86,6 +92,12 @@ COLUMNS: tuple[Column, ...] = (
         "hyperparameters",
         pa.string(),
         "JSON object of the selected configuration's params except seed, values typed",
+    ),
+    Column(
+        "searched_hyperparameters",
+        pa.string(),
+        "JSON object of the selected configuration's values of the params that differ between the "
+        "row's trials (the searched ones), in name order; {} when nothing varied",
     ),
     Column("config_key", pa.string(), "nli.config_key of the selected configuration"),
     Column(
@@ -103,9 +115,10 @@ COLUMNS: tuple[Column, ...] = (
     Column("n_configs", pa.int64(), "distinct hyperparameter configurations (config_key) searched"),
     Column("n_seeds", pa.int64(), "FINISHED seed-runs of the selected configuration"),
     Column(
-        "train_accuracy",
+        "train_accuracy_running",
         pa.float64(),
-        "mean best_train_accuracy (train accuracy at the best dev epoch) over seeds",
+        "mean best_train_accuracy_running over seeds: the running accuracy over the training "
+        "batches of the best dev epoch, not an evaluation of the train set",
     ),
     *_summary_columns("dev_accuracy", "best_dev_accuracy"),
     *_summary_columns("test_accuracy", "test_accuracy (seeds that logged it)"),
@@ -175,9 +188,11 @@ def _row(
         )
     tests = [test_metrics(t.record.run_id) for t in seeds]
     params = {k: parse_param(v) for k, v in sorted(best.record.params.items()) if k != PARAM_SEED}
+    searched = searched_params([t.record.params for t in group])
     return {
         "experiment": experiment,
         "corpus": best.corpus,
+        "protocol": json.dumps(dict(best.protocol)) if best.protocol else None,
         "model_config": model_config,
         "model": best.record.params.get(PARAM_MODEL),
         "variant": best.record.params.get(PARAM_VARIANT),
@@ -185,6 +200,7 @@ def _row(
         "theta_wm": as_int(best.metrics.get(METRIC_THETA_WM)),
         "theta_m": best.record.theta_m,
         "hyperparameters": json.dumps(params),
+        "searched_hyperparameters": json.dumps({k: params[k] for k in searched if k in params}),
         "config_key": config_key,
         "selected_run_id": best.record.run_id,
         "parent_run_id": best.parent_run_id,
@@ -192,7 +208,7 @@ def _row(
         "n_trials": len(group),
         "n_configs": len({t.record.config_key for t in group}),
         "n_seeds": len(seeds),
-        "train_accuracy": _mean(t.metrics.get(METRIC_BEST_TRAIN_ACCURACY) for t in seeds),
+        "train_accuracy_running": _mean(t.metrics.get(METRIC_BEST_TRAIN_ACCURACY) for t in seeds),
         **_summary_fields("dev_accuracy", summarise([t.record.best_dev_accuracy for t in seeds])),
         **_summary_fields(
             "test_accuracy", summarise(_present(m.get(METRIC_TEST_ACCURACY) for m in tests))
@@ -202,6 +218,55 @@ def _row(
         "epochs_trained": _mean(t.metrics.get(METRIC_EPOCHS_TRAINED) for t in seeds),
         "total_trial_time_s": _sum(t.metrics.get(METRIC_TRIAL_TIME) for t in group),
     }
+
+
+def searched_params(configurations: Sequence[Mapping[str, str]]) -> list[str]:
+    """Names of the params (seed aside) whose value differs between configurations: what the
+    search varied, read from the runs themselves (the spec's space may hold single values)."""
+    names = {name for params in configurations for name in params} - {PARAM_SEED}
+    return sorted(n for n in names if len({params.get(n) for params in configurations}) > 1)
+
+
+SEED_COLUMNS: tuple[Column, ...] = (
+    Column("experiment", pa.string(), "MLflow experiment"),
+    Column("model_config", pa.string(), "nli.model_config of the row"),
+    Column("seed", pa.int64(), "param seed"),
+    Column("run_id", pa.string(), "the seed's trial run"),
+    Column(
+        "train_accuracy_running",
+        pa.float64(),
+        "best_train_accuracy_running of the seed's run (running accuracy over its best-dev epoch)",
+    ),
+    Column("dev_accuracy", pa.float64(), "best_dev_accuracy of the seed's run"),
+    Column("test_accuracy", pa.float64(), "test_accuracy of the seed's run; null if not logged"),
+)
+
+
+def seed_table(trials: Sequence[TrialRun], table: pa.Table, test_metrics: TestMetrics) -> pa.Table:
+    """One row per FINISHED seed-run of each row's selected configuration (``--per-seed``)."""
+    selected = {
+        (row["experiment"], row["model_config"]): row["config_key"] for row in table.to_pylist()
+    }
+    groups: dict[tuple[str, str], list[TrialRun]] = defaultdict(list)
+    for trial in trials:
+        groups[trial.experiment, trial.record.model_config].append(trial)
+    rows = []
+    for key, config_key in sorted(selected.items()):
+        counted = {r.run_id for r in seed_runs([t.record for t in groups[key]])}
+        seeds = [t for t in groups[key] if t.record.run_id in counted and t.record.config_key == config_key]
+        for trial in sorted(seeds, key=lambda t: (t.record.seed is None, t.record.seed)):
+            rows.append(
+                {
+                    "experiment": key[0],
+                    "model_config": key[1],
+                    "seed": trial.record.seed,
+                    "run_id": trial.record.run_id,
+                    "train_accuracy_running": trial.metrics.get(METRIC_BEST_TRAIN_ACCURACY),
+                    "dev_accuracy": trial.record.best_dev_accuracy,
+                    "test_accuracy": test_metrics(trial.record.run_id).get(METRIC_TEST_ACCURACY),
+                }
+            )
+    return arrow_table(rows, SEED_COLUMNS, "seeds")
 
 
 def _summary_fields(metric: str, summary: Summary) -> dict:

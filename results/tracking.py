@@ -12,16 +12,19 @@ import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from unittest.mock import patch
 from urllib.parse import urlparse
 
 from mlflow import MlflowClient
 from mlflow.entities import Experiment, Run
 from mlflow.exceptions import MlflowException
 
+from results.errors import ResultsError, ResultsWarning
+from results.params import as_int
 from results.run_schema import (
     ARTIFACT_TEST_PREDICTIONS,
     CLASS_ACCURACY_PREFIX,
+    CONSTANT_PARAM_PREFIX,
+    LEGACY_SWEEP_METRICS,
     METRIC_BEST_DEV_ACCURACY,
     METRIC_EPOCHS_TRAINED,
     METRIC_TEST_ACCURACY,
@@ -32,11 +35,10 @@ from results.run_schema import (
     TAG_CORPUS,
     TAG_MODEL_CONFIG,
     TAG_PARENT_RUN,
+    TAG_PROTOCOL_PREFIX,
     TAG_ROLE,
     TAG_SELECTED,
 )
-from results.errors import ResultsError, ResultsWarning
-from results.params import as_int
 from results.selection import TrialRecord
 
 TRIAL_FILTER = f"tags.`{TAG_ROLE}` = '{ROLE_TRIAL}'"
@@ -52,6 +54,8 @@ class TrialRun:
     tagged_selected: bool  # nli.selected == "true", as the sweep wrote it
     metrics: Mapping[str, float]  # latest value of every metric except the test ones
     corpus: str | None = None  # nli.corpus: the sweep's data.corpus
+    protocol: Mapping[str, str] | None = None  # nli.protocol.* tags; None for older runs
+    run_name: str | None = None  # e.g. "lr=3e-4 dropout=0.1 seed=1"
 
 
 def open_client(tracking_uri: str) -> MlflowClient:
@@ -127,7 +131,8 @@ def _trial_runs(client: MlflowClient, experiment_id: str) -> Iterator[Run]:
 
 
 def _trial(run: Run, experiment: str) -> TrialRun | None:
-    tags, params = run.data.tags, run.data.params
+    tags = run.data.tags
+    params = {k.removeprefix(CONSTANT_PARAM_PREFIX): v for k, v in run.data.params.items()}
     if TAG_CONFIG_KEY not in tags or TAG_MODEL_CONFIG not in tags:
         warnings.warn(
             f"{experiment}: trial run {run.info.run_id} lacks the {TAG_CONFIG_KEY} or "
@@ -155,6 +160,13 @@ def _trial(run: Run, experiment: str) -> TrialRun | None:
         tagged_selected=tags.get(TAG_SELECTED, "").lower() == "true",
         metrics=metrics,
         corpus=tags.get(TAG_CORPUS),
+        protocol={
+            k.removeprefix(TAG_PROTOCOL_PREFIX): v
+            for k, v in tags.items()
+            if k.startswith(TAG_PROTOCOL_PREFIX)
+        }
+        or None,
+        run_name=run.info.run_name,
     )
 
 
@@ -169,13 +181,31 @@ def fetch_test_metrics(client: MlflowClient, run_id: str) -> dict[str, float]:
 
 
 def download_predictions(client: MlflowClient, run_id: str, directory: Path) -> Path:
+    # One small file per row: MLflow's progress bars would only clutter stderr (MLflow reads the
+    # variable on every download; a reading process has no use for them).
+    os.environ["MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"] = "false"
     try:
-        # One small file per row: MLflow's progress bars would only clutter stderr.
-        with patch.dict(os.environ, {"MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false"}):
-            return Path(
-                client.download_artifacts(run_id, ARTIFACT_TEST_PREDICTIONS, str(directory))
-            )
+        return Path(client.download_artifacts(run_id, ARTIFACT_TEST_PREDICTIONS, str(directory)))
     except (MlflowException, OSError) as exc:
         raise ResultsError(
             f"run {run_id} has no {ARTIFACT_TEST_PREDICTIONS} artifact: {exc}"
         ) from exc
+
+
+def metric_histories(
+    client: MlflowClient, run_ids: Sequence[str], metric: str
+) -> dict[str, list[tuple[int, float]]]:
+    """run id -> [(step, value)] of one metric, by step (per-epoch curves use step = epoch)."""
+    return {
+        run_id: sorted((m.step, m.value) for m in client.get_metric_history(run_id, metric))
+        for run_id in run_ids
+    }
+
+
+def sweep_metric(run: Run, name: str) -> float | None:
+    """A sweep (parent) run's summary metric, e.g. sweep.best_dev_accuracy; stores written before
+    the sweep.* names hold it under the plain trial name (run_schema.LEGACY_SWEEP_METRICS)."""
+    metrics = run.data.metrics
+    if name in metrics:
+        return metrics[name]
+    return metrics.get(LEGACY_SWEEP_METRICS.get(name, name))

@@ -145,7 +145,7 @@ def assert_complete(client, name: str, trials: int, epochs: int):
     parent, children = sweep_runs(client, name, trials)
     assert parent.info.status == "FINISHED"
     assert parent.data.tags["nli.sweep_state"] == "finished"
-    assert "best_dev_accuracy" in parent.data.metrics
+    assert "sweep.best_dev_accuracy" in parent.data.metrics
     for child in children:
         assert child.info.status == "FINISHED", (child.info.run_id, child.info.status)
         assert child.data.tags["mlflow.parentRunId"] == parent.info.run_id
@@ -191,7 +191,7 @@ def test_quickstart_submitted_to_two_node_cluster_logs_every_trial(ray_cluster, 
     logs = wait_succeeded(ray_cluster, job_id)
     assert f"sweep finished: {trials} trials (0 failed)" in logs
     parent, children = assert_complete(tracking.client(), "cluster-quickstart", trials, epochs)
-    assert "test_accuracy" in parent.data.metrics  # the selected configuration was tested
+    assert "sweep.test_accuracy" in parent.data.metrics  # the selected configuration was tested
     names = sorted(loaded.search.space)
     expected = sorted(tuple(str(point[k]) for k in names) for point in grid_points(loaded))
     assert sorted(tuple(c.data.params[k] for k in names) for c in children) == expected

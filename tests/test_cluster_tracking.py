@@ -14,7 +14,6 @@ from pathlib import Path
 import pytest
 import yaml
 
-from results import run_schema as rs
 from orchestrator.tracking import (
     SweepRecorder,
     Tracker,
@@ -22,6 +21,7 @@ from orchestrator.tracking import (
     default_max_wait_s,
     spool_file,
 )
+from results import run_schema as rs
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -11,6 +11,7 @@ from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from nli_models.data import DownloadError, download_corpus, read_snli
+from nli_models.errors import InputError
 
 
 class CountingHandler(SimpleHTTPRequestHandler):
@@ -110,3 +111,22 @@ def test_archive_without_expected_files_and_unknown_corpus(server, tmp_path):
         download_corpus("sick", data_dir=tmp_path / "d", url=f"{base}/missing.zip", progress=False)
     with pytest.raises(ValueError, match="downloadable corpora: snli, multinli, sick, scitail"):
         download_corpus("rte", data_dir=tmp_path)
+
+
+def test_zip_bomb_member_is_refused_before_extraction(server, tmp_path):
+    base, www = server
+    with zipfile.ZipFile(www / "snli_1.0.zip", "w", compression=zipfile.ZIP_DEFLATED) as archive:
+        archive.writestr("snli_1.0/snli_1.0_train.jsonl", b"\0" * (20 * 1024**2))  # ~1000x
+    data_dir = tmp_path / "cache"
+    with pytest.raises(DownloadError, match=r"snli_1\.0_train\.jsonl would unpack \d+x .*limit 100x"):
+        download_corpus("snli", data_dir=data_dir, url=f"{base}/snli_1.0.zip", progress=False)
+    assert not (data_dir / "snli_1.0").exists()
+
+
+def test_data_dir_under_a_file_is_refused_before_downloading(server, tmp_path):
+    base, www = server
+    make_snli_zip(www / "snli_1.0.zip")
+    (tmp_path / "afile").write_text("x")
+    with pytest.raises(InputError, match=r"--data-dir .*afile is a file"):
+        download_corpus("snli", data_dir=tmp_path / "afile" / "cache", url=f"{base}/snli_1.0.zip")
+    assert CountingHandler.requests == []

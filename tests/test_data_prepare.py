@@ -5,6 +5,7 @@ import pickle
 from pathlib import Path
 
 import pytest
+import torch
 from pydantic import ValidationError
 
 import nli_models.data.prepare as prepare_module
@@ -151,14 +152,43 @@ def test_extend_vocab_adds_eval_words_that_have_vectors(snli_dir, tmp_path):
     glove = tmp_path / "glove.txt"
     glove.write_text("zebra 1 1\ncat 0 1\n")
     base = {"corpus": "snli", "data_dir": str(snli_dir), "lowercase": True}
-    without = prepare_data({**base, "vectors": {"source": str(glove)}}, cache_dir=tmp_path / "c")
-    assert "zebra" not in without.vocab
-    extended = prepare_data(
-        {**base, "vectors": {"source": str(glove), "extend_vocab": True}}, cache_dir=tmp_path / "c"
+    without = prepare_data(
+        {**base, "vectors": {"source": str(glove), "extend_vocab": False}}, cache_dir=tmp_path / "c"
     )
-    assert "zebra" in extended.vocab and "cat" in extended.vocab
+    assert "zebra" not in without.vocab
+    extended = prepare_data({**base, "vectors": {"source": str(glove)}}, cache_dir=tmp_path / "c")
+    assert "zebra" in extended.vocab and "cat" in extended.vocab  # on by default
     assert "sits" not in extended.vocab  # dev word without a vector stays <unk>
     assert extended.embedding_init[0][extended.vocab.index("zebra")].tolist() == [1.0, 1.0]
+    zebra = extended.vocab.index("zebra")
+    assert not extended.embedding_init[1][zebra]  # a pretrained row: fixed under train_oov
+
+
+def test_hashed_oov_extends_with_every_eval_word_into_its_bucket(snli_dir, tmp_path):
+    from nli_models.data.vectors import stable_bucket
+
+    glove = tmp_path / "glove.txt"
+    glove.write_text("zebra 1 1\ncat 0 1\n")
+    base = {"corpus": "snli", "data_dir": str(snli_dir), "lowercase": True}
+    hashed = prepare_data(
+        {**base, "vectors": {"source": str(glove), "oov": "hashed_oov", "hash_buckets": 2}},
+        cache_dir=tmp_path / "c",
+    )
+    assert "zebra" in hashed.vocab and "sits" in hashed.vocab  # with a vector, and without
+    weight, trainable = hashed.embedding_init
+    assert not trainable.any()
+    sits = hashed.vocab.index("sits")
+    # every OOV word of one bucket shares that bucket's vector
+    same_bucket = [
+        w
+        for w in hashed.vocab.itos[2:]
+        if stable_bucket(w, 2) == stable_bucket("sits", 2) and w not in ("zebra", "cat")
+    ]
+    assert len(same_bucket) >= 2
+    for word in same_bucket:
+        assert torch.equal(weight[hashed.vocab.index(word)], weight[sits])
+    other = next(w for w in hashed.vocab.itos[2:] if stable_bucket(w, 2) != stable_bucket("sits", 2))
+    assert not torch.equal(weight[hashed.vocab.index(other)], weight[sits])
 
 
 def test_generic_tsv_corpus_and_toy(tmp_path):

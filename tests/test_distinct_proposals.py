@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import optuna
 import pytest
 from ray import tune
 from ray.tune.search import Repeater, Searcher
-from ray.tune.search.optuna import OptunaSearch
 
-from orchestrator.ray_adapter import DistinctProposals
+from orchestrator.ray_adapter import DistinctProposals, optuna_search
 
 METRIC = "dev_accuracy"
 
@@ -95,8 +93,7 @@ def test_state_round_trip_keeps_the_record():
 SPACE = {"lr": tune.choice([1, 2, 3]), "dropout": tune.choice([0.0, 0.1, 0.2])}
 
 
-def _optuna_search(seed: int) -> OptunaSearch:
-    return OptunaSearch(sampler=optuna.samplers.TPESampler(seed=seed))
+SAMPLERS = ("random", "tpe", "cmaes")  # every Optuna sampler a spec may name
 
 
 def _run(searcher: Searcher, n: int) -> list[tuple]:
@@ -109,19 +106,23 @@ def _run(searcher: Searcher, n: int) -> list[tuple]:
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
-def test_tpe_on_a_small_space_runs_every_point_once(seed):
-    """The fault this fixes: TPE repeats points of a 9-point space within 9 samples."""
-    bare = _optuna_search(seed)
+@pytest.mark.parametrize("sampler", SAMPLERS)
+def test_every_sampler_on_a_small_space_runs_every_point_once(sampler, seed):
+    """The fault this fixes: the samplers repeat points of a 9-point space within 9 samples."""
+    bare = optuna_search(sampler, seed)
     assert bare.set_search_properties(METRIC, "max", SPACE)
     assert len(set(_run(bare, 9))) < 9
-    wrapped = DistinctProposals(_optuna_search(seed), max_tries=50)
+    wrapped = DistinctProposals(optuna_search(sampler, seed), max_tries=50)
     assert wrapped.set_search_properties(METRIC, "max", SPACE)  # as Tune passes them
     assert (wrapped.metric, wrapped.mode) == (METRIC, "max")
     assert len(set(_run(wrapped, 9))) == 9
 
 
-def test_inside_repeater_each_configuration_runs_once_per_seed():
-    searcher = Repeater(DistinctProposals(_optuna_search(0), max_tries=50), repeat=2, set_index=True)
+@pytest.mark.parametrize("sampler", SAMPLERS)
+def test_inside_repeater_each_configuration_runs_once_per_seed(sampler):
+    searcher = Repeater(
+        DistinctProposals(optuna_search(sampler, 0), max_tries=50), repeat=2, set_index=True
+    )
     assert searcher.set_search_properties(METRIC, "max", SPACE)
     proposed = []
     for i in range(18):

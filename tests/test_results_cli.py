@@ -77,6 +77,7 @@ def log_config(client, experiment_id, parent_id, params, seeds, selected, scratc
             rs.TAG_MODEL_CONFIG: rs.model_config_label(full),
             rs.TAG_CONFIG_KEY: config_key(full),
             rs.TAG_EARLY_STOPPED: str(s.early_stopped).lower(),
+            rs.TAG_CORPUS: "snli",
         }
         if selected:
             tags[rs.TAG_SELECTED] = "true"
@@ -279,7 +280,7 @@ def test_one_row_per_model_configuration_with_the_dev_selected_configuration(sto
     assert (wbw["n_trials"], wbw["n_configs"], wbw["n_seeds"]) == (8, 3, 3)
     assert wbw["epochs_trained"] == 10
     assert wbw["total_trial_time_s"] == 5 * 100 + 30 + 5 + 7  # every trial, failed ones too
-    assert wbw["train_accuracy"] == pytest.approx(0.87)
+    assert wbw["train_accuracy_running"] == pytest.approx(0.87)
 
 
 def test_mean_std_and_student_t_interval_over_seeds(rows):
@@ -352,10 +353,39 @@ def test_parquet_schema_is_typed_and_documented(full_run):
 def test_markdown_goes_to_stdout_and_beside_the_table(full_run):
     out, result = full_run
     markdown = out.with_suffix(".md").read_text()
-    assert markdown.startswith("| experiment | model config | k |")
-    wbw_line = next(line for line in markdown.splitlines() if "word_by_word" in line)
-    assert "| 82.00 | 2.00 |" in wbw_line  # test accuracy and its std, in percent
+    lines = markdown.splitlines()
+    assert lines[0] == (
+        "| corpus | model | selected hyperparameters | \\|θ\\|M | train (running) | dev | test | test 95% CI "
+        "| seeds | trials |"
+    )
+    # The majority-class baseline: 14 of the 40 test examples are entailment.
+    assert lines[2] == "| snli | majority class (entailment) |  |  |  |  | 35.00 |  |  |  |"
+    wbw_line = next(line for line in lines if "word_by_word" in line)
+    # lr is the only param that varies between the row's trials; counts and percent as in papers
+    assert "| lr=1e-3 | 252K | 87.00 | 82.00 ± 2.00 | 82.00 ± 2.00 | [77.03, 86.97] | 3 | 8 |" in wbw_line
     assert markdown in result.stdout
+
+
+def test_searched_hyperparameters_are_the_ones_that_varied(rows):
+    wbw = rows[rs.model_config_label(WBW)]
+    assert json.loads(wbw["searched_hyperparameters"]) == {"lr": 0.001}
+
+
+def test_per_seed_rows_in_a_parquet_and_under_their_model(store, tmp_path):
+    out = tmp_path / "snli.parquet"
+    result = invoke(store, "snli-rocktaschel", "--out", out, "--format", "latex", "--per-seed",
+                    "--label", "tab:main")
+    assert result.exit_code == 0, result.output
+    seeds = pd.read_parquet(out.with_suffix(".seeds.parquet"))
+    wbw = seeds[seeds["model_config"] == rs.model_config_label(WBW)]
+    assert wbw["seed"].tolist() == [1, 2, 3]
+    assert wbw["dev_accuracy"].tolist() == pytest.approx([0.80, 0.82, 0.84])
+    assert wbw["test_accuracy"].tolist() == pytest.approx([0.80, 0.82, 0.84])
+    latex = out.with_suffix(".tex").read_text()
+    assert r"\label{tab:main}" in latex and r"\caption{Accuracy (\%) on snli" in latex
+    body = latex.split(r"\midrule")[1]
+    wbw_at = body.index(r"rocktaschel/word\_by\_word")
+    assert body.index("seed 1", wbw_at) < body.index("seed 2", wbw_at) < body.index("seed 3", wbw_at)
 
 
 @pytest.mark.parametrize(("fmt", "suffix"), [("csv", ".csv"), ("latex", ".tex")])
@@ -369,7 +399,8 @@ def test_csv_and_latex_renderings(store, tmp_path, fmt, suffix):
         frame = pd.read_csv(out.with_suffix(".csv"))
         assert frame.set_index("model config").loc[rs.model_config_label(WBW), "test"] == 82.0
     else:
-        assert text.startswith(r"\begin{tabular}") and r"rocktaschel/word\_by\_word" in text
+        assert text.startswith(r"\begin{table}") and r"rocktaschel/word\_by\_word" in text
+        assert r"\toprule" in text and r"\label{tab:snli}" in text
 
 
 def test_paper_comparison_keeps_rows_we_did_not_run(full_run):
@@ -392,7 +423,10 @@ def test_paper_comparison_keeps_rows_we_did_not_run(full_run):
 
 def test_expected_validation_performance_plot_and_table(full_run):
     plot = full_run[0].parent / "evp.png"
-    assert plot.read_bytes().startswith(b"\x89PNG")
+    for stem in ("evp", "evp.hours"):  # over trials and over wall-clock hours
+        assert (plot.parent / f"{stem}.png").read_bytes().startswith(b"\x89PNG")
+        assert (plot.parent / f"{stem}.pdf").read_bytes().startswith(b"%PDF")
+        assert b"<svg" in (plot.parent / f"{stem}.svg").read_bytes()[:2000]
     curves = pd.read_parquet(plot.with_suffix(".parquet"))
     wbw = curves[curves["model_config"] == rs.model_config_label(WBW)]
     # FINISHED draws only: 0.80, 0.82, 0.84, 0.79, 0.81, 0.83 (the KILLED 0.99 is no draw)
@@ -400,6 +434,9 @@ def test_expected_validation_performance_plot_and_table(full_run):
     assert wbw["expected_best_dev_accuracy"].iloc[0] == pytest.approx(0.815)
     assert wbw["expected_best_dev_accuracy"].is_monotonic_increasing
     assert wbw["expected_best_dev_accuracy"].iloc[-1] < 0.84
+    assert (wbw["corpus"] == "snli").all()
+    # n x the draws' mean trial time: five of 100 s and the early-stopped one of 30 s
+    assert wbw["budget_hours"].tolist() == pytest.approx([n * 530 / 6 / 3600 for n in range(1, 7)])
 
 
 def test_mcnemar_on_the_selected_runs_predictions(full_run):
@@ -443,3 +480,21 @@ def test_mcnemar_needs_the_predictions_artifact(store, tmp_path):
     )
     assert result.exit_code == 2 and rs.ARTIFACT_TEST_PREDICTIONS in result.output
     assert list(tmp_path.iterdir()) == []
+
+
+def test_analysis_importance_parallel_coordinates_and_curves_written_and_logged(store, tmp_path):
+    out = tmp_path / "snli.parquet"
+    folder = tmp_path / "analysis"
+    result = invoke(store, "snli-rocktaschel", "--out", out, "--analysis", folder)
+    assert result.exit_code == 0, result.output
+    importance = pd.read_parquet(folder / "snli-rocktaschel" / "importance.parquet")
+    # lr and the variant are what differs between the experiment's finished trials
+    assert set(importance["param"]) == {"lr", "variant"}
+    assert set(importance["evaluator"]) == {"fanova", "ped_anova"}
+    for _, group in importance.groupby("evaluator"):
+        assert group["importance"].sum() == pytest.approx(1.0)
+    for stem in ("importance", "parallel_coordinates", "evp", "learning_curves"):
+        for fmt in ("png", "pdf", "svg"):
+            assert (folder / "snli-rocktaschel" / f"{stem}.{fmt}").stat().st_size > 1000
+    logged = MlflowClient(store.uri).list_artifacts(store.parents["rock"], rs.ARTIFACT_ANALYSIS_DIR)
+    assert f"{rs.ARTIFACT_ANALYSIS_DIR}/parallel_coordinates.png" in [a.path for a in logged]

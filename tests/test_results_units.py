@@ -185,7 +185,7 @@ def test_render_formats_escape_and_blank_nulls():
     ]
     assert render(frame, "csv").splitlines() == ["model config,test", "a|b,82.00", "x_y & z,"]
     latex = render(frame, "latex")
-    assert latex.startswith("\\begin{tabular}{lr}\n\\hline\nmodel config & test \\\\")
+    assert latex.startswith("\\begin{tabular}{lr}\n\\toprule\nmodel config & test \\\\")
     assert r"x\_y \& z &  \\" in latex and latex.rstrip().endswith(r"\end{tabular}")
 
 
@@ -194,7 +194,7 @@ def test_paper_rows_match_only_rows_trained_on_the_papers_corpus():
     frame = pd.DataFrame(
         [
             {"experiment": e, "model_config": "wbw", "corpus": corpus,
-             "hyperparameters": json.dumps(params), "test_accuracy": acc, "train_accuracy": 0.9,
+             "hyperparameters": json.dumps(params), "test_accuracy": acc, "train_accuracy_running": 0.9,
              "dev_accuracy": 0.8, "theta_m": 252_103, "theta_wm": 3_900_000,
              "test_accuracy_per_class": None, "dev_accuracy_per_class": None}
             for e, corpus, acc in (("on-snli", "snli", 0.83), ("on-sick", "sick", 0.5))
@@ -204,3 +204,40 @@ def test_paper_rows_match_only_rows_trained_on_the_papers_corpus():
     wbw = table[(table["row"] == "Word-by-word attention, k=100") & (table["metric"] == "test_accuracy")]
     assert list(wbw["experiment"]) == ["on-snli"]
     assert wbw["ours"].iloc[0] == pytest.approx(83.0)
+
+
+def test_evp_budget_ticks_label_every_trial_count_and_the_ends():
+    from results.evp import budget_ticks
+
+    assert budget_ticks(1, 6, integers=True) == [1, 2, 3, 4, 5, 6]  # was: only 1 and 2
+    assert budget_ticks(1, 40, integers=True) == [1, 2, 5, 10, 20, 40]
+    assert budget_ticks(0.025, 0.147, integers=False) == pytest.approx([0.025, 0.05, 0.1, 0.147])
+
+
+def test_latex_is_a_booktabs_float_with_caption_and_label():
+    frame = pd.DataFrame({"model": ["wbw"], "|θ|M": ["252K"], "dev": ["82.00 ± 1.00"]})
+    latex = render(frame, "latex", caption="Accuracy (%) on snli", label="tab:snli")
+    assert latex.splitlines()[:5] == [
+        r"\begin{table}[t]",
+        r"\centering",
+        r"\caption{Accuracy (\%) on snli}",
+        r"\label{tab:snli}",
+        r"\begin{tabular}{lrr}",
+    ]
+    assert r"\toprule" in latex and r"\midrule" in latex and r"\bottomrule" in latex
+    assert "\\hline" not in latex
+    assert r"$|\theta|$M" in latex and r"82.00 $\pm$ 1.00" in latex
+    assert latex.rstrip().endswith(r"\end{table}")
+
+
+def test_counts_and_hyperparameters_are_written_as_papers_write_them():
+    from results.params import short_value
+    from results.render import format_count, format_hyperparameters
+
+    assert [format_count(n) for n in (252_103, 3_900_000, 999, 111_000, 12_345_678, None)] == [
+        "252K", "3.9M", "999", "111K", "12M", "",
+    ]
+    assert [short_value(v) for v in (0.0003, "0.0003", 0.1, 100, "1e-05", 1.0, "adam", True)] == [
+        "3e-4", "3e-4", "0.1", "100", "1e-5", "1", "adam", "True",
+    ]
+    assert format_hyperparameters({"lr": 3e-4, "dropout": 0.1, "k": 100}) == "lr=3e-4 dropout=0.1 k=100"

@@ -16,7 +16,7 @@ EXPECTED_TRIALS = {
     "snli_conditional": 108,  # three Table 1 rows x the §3 grid
     "snli_two_way": 72,
     "snli_decomposable": 6,  # vanilla and intra x batch size {4, 16, 32}
-    "sick_abcnn": 108,  # ABCNN-1/2/3 x 1/2 blocks x Table 2 values
+    "sick_abcnn": 72,  # BCNN, ABCNN-1/2/3 x 1/2 blocks x Table 2 lr and ℓ2 (w = 3)
     "snli_cam": 18,  # 3 variants x batch size 3 x ℓ2 2
     "scitail_cam": 18,
 }

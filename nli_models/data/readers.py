@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from nli_models.data.records import NLIExample, NLISplit
+from nli_models.errors import InputError
 
 NLI_LABELS = ("entailment", "neutral", "contradiction")
 SCITAIL_LABELS = ("entails", "neutral")
@@ -53,7 +54,7 @@ def numbered_lines(path: str | Path) -> Iterator[tuple[str, str]]:
             try:
                 line = raw.decode("utf-8")
             except UnicodeDecodeError as error:
-                raise ValueError(f"{location}: not valid UTF-8 ({error.reason})") from None
+                raise InputError(f"{location}: not valid UTF-8 ({error.reason})") from None
             if number == 1:
                 line = line.removeprefix("\ufeff")
             line = line.rstrip("\r\n")
@@ -66,9 +67,9 @@ def jsonl_rows(path: str | Path) -> Iterator[tuple[str, Row]]:
         try:
             row = json.loads(line)
         except json.JSONDecodeError as error:
-            raise ValueError(f"{location}: malformed JSON ({error.msg})") from None
+            raise InputError(f"{location}: malformed JSON ({error.msg})") from None
         if not isinstance(row, dict):
-            raise ValueError(f"{location}: expected a JSON object, got {type(row).__name__}")
+            raise InputError(f"{location}: expected a JSON object, got {type(row).__name__}")
         yield location, row
 
 
@@ -86,7 +87,7 @@ def tsv_rows(path: str | Path, header: bool) -> Iterator[tuple[str, Row]]:
         if names is None:
             yield location, dict(enumerate(fields))
         elif len(fields) != len(names):
-            raise ValueError(
+            raise InputError(
                 f"{location}: malformed line: {len(fields)} tab-separated fields, the header has "
                 f"{len(names)} ({', '.join(names)})"
             )
@@ -97,14 +98,14 @@ def tsv_rows(path: str | Path, header: bool) -> Iterator[tuple[str, Row]]:
 def _field(row: Row, key: str | int, location: str) -> str:
     if key not in row:
         if isinstance(key, int):
-            raise ValueError(
+            raise InputError(
                 f"{location}: malformed line: {len(row)} tab-separated field(s), "
                 f"no column {key} (0-based)"
             )
-        raise ValueError(f"{location}: malformed line: no field {key!r}")
+        raise InputError(f"{location}: malformed line: no field {key!r}")
     value = row[key]
     if not isinstance(value, str):
-        raise ValueError(f"{location}: field {key!r} should be a string, got {value!r}")
+        raise InputError(f"{location}: field {key!r} should be a string, got {value!r}")
     return value
 
 
@@ -132,7 +133,7 @@ def _build_split(
             continue
         label = label_map.get(raw_label, raw_label)
         if label not in labels:
-            raise ValueError(
+            raise InputError(
                 f"{location}: unknown label {raw_label!r}; allowed labels: {', '.join(labels)}"
                 + (f" (or mapped: {', '.join(sorted(label_map))})" if label_map else "")
             )
@@ -189,7 +190,7 @@ def _require_header(path: str | Path, names: Iterable[str | int], explain: str =
     header = [] if first is None else first[1].split("\t")
     missing = [name for name in names if name not in header]
     if missing:
-        raise ValueError(
+        raise InputError(
             f"{path}: header has no column {', '.join(map(repr, missing))} "
             f"(header: {', '.join(header) or 'empty file'}){explain}"
         )
@@ -219,14 +220,14 @@ def read_sick(path: str | Path, name: str = "train") -> NLISplit:
     """SICK.txt (tab-separated, header, CRLF tolerated): the pairs whose SemEval_set is
     TRAIN / TRIAL / TEST for ``name`` train / dev / test. Labels are lowercased."""
     if name not in SICK_SETS:
-        raise ValueError(f"SICK has no split {name!r}; splits: {', '.join(SICK_SETS)}")
+        raise InputError(f"SICK has no split {name!r}; splits: {', '.join(SICK_SETS)}")
     _require_header(path, (*_SICK_COLUMNS.keys(), "SemEval_set"))
     wanted = SICK_SETS[name]
 
     def keep(location: str, row: Row) -> bool:
         semeval_set = row["SemEval_set"].strip()
         if semeval_set not in SICK_SETS.values():
-            raise ValueError(
+            raise InputError(
                 f"{location}: unknown SemEval_set {semeval_set!r}; allowed: "
                 f"{', '.join(SICK_SETS.values())}"
             )

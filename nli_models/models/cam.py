@@ -7,15 +7,20 @@ inter-attention (eq. 6-8) aligns the two; f = r~ ⊙ r (eq. 9-10) is average- an
 ``intra_only`` skips eq. 6-10 (the intra representations are pooled directly), ``inter_only``
 skips eq. 3-5 (inter-attention runs on the BiLSTM outputs).
 
-``intra_output`` settles an ambiguity of §III. Eq. 5 gives one vector r per sentence, and the
-text says r "is repeated for the maximum sentence length" to form r_p and r_h ("repeat", the
-default, literal reading). Then every e_ij of eq. 6 is the same number, inter-attention is
-uniform and the full model only sees r_p ⊙ r_h, which is hard to square with the +5.9 points of the full
-model over intra_only on SNLI (Table IV). "scale" keeps one vector per word, r_i = α_i ȳ_i (each
-BiLSTM output weighted by its intra-attention weight), so eq. 6-10 align words again.
+``intra_output`` settles an ambiguity of §III; docs/fidelity.md gives the reasoning.
+- "scale" (the default) is a RECONSTRUCTION, not the paper's words: one vector per word,
+  r_i = α_i ȳ_i (each BiLSTM output weighted by its intra-attention weight), so eq. 6-10 align
+  words as their indices i, j and the sums over 1..n / 1..m say they should.
+- "repeat" is the LITERAL reading: eq. 5 gives one vector r per sentence, "repeated for the
+  maximum sentence length" to form r_p and r_h. Then every e_ij of eq. 6 is the same number,
+  inter-attention is uniform (each row 1/m), and the full model's classifier sees only
+  r_p ⊙ r_h: less than intra_only sees, which cannot give Table IV's full > intra-only
+  (+5.9 points on SNLI).
 
-Dropout: on the BiLSTM input (the SNLI setup) and on the MLP's inputs (the SciTail setup's
-"each feed forward connection").
+Dropout (§IV), where ``dropout_at`` says:
+- "bilstm_input" (the SNLI setup: 0.4 "only to the input of BiLSTM layer");
+- "feed_forward" (the SciTail setup: 0.3 "to each feed forward connection"), read as the two
+  connections of the MLP classifier (its input and its hidden layer), not the BiLSTM input.
 """
 
 from __future__ import annotations
@@ -37,7 +42,8 @@ from nli_models.models.layers import (
 )
 from nli_models.registry import PaperConfig, register_model
 
-INTRA_OUTPUTS = ("repeat", "scale")
+INTRA_OUTPUTS = ("scale", "repeat")
+DROPOUT_PLACES = ("bilstm_input", "feed_forward")
 
 
 def _paper_config(variant: str, table_row: str, corpus: str) -> PaperConfig:
@@ -52,6 +58,7 @@ def _paper_config(variant: str, table_row: str, corpus: str) -> PaperConfig:
             "variant": variant,
             "hidden_size": 300 if snli else 100,
             "dropout": 0.4 if snli else 0.3,
+            "dropout_at": "bilstm_input" if snli else "feed_forward",
         },
         paper="gajbhiye2018",
         table_row=f"{table_row} ({corpus})",
@@ -82,31 +89,39 @@ class CombinedAttentionModel(nn.Module):
         variant: str = "full",
         hidden_size: int = 300,
         dropout: float = 0.0,
-        intra_output: str = "repeat",
+        dropout_at: str = "bilstm_input",
+        intra_output: str | None = None,
     ):
         super().__init__()
         check_choice("variant", variant, self.VARIANTS)
         check_positive("num_classes", num_classes)
         check_positive("hidden_size", hidden_size)
         check_dropout(dropout)
-        check_choice("intra_output", intra_output, INTRA_OUTPUTS)
-        if variant == "inter_only" and intra_output != "repeat":
-            raise ValueError(
-                "intra_output only applies to variants with intra-attention ('full', "
-                f"'intra_only'); variant 'inter_only' got intra_output={intra_output!r}"
-            )
+        check_choice("dropout_at", dropout_at, DROPOUT_PLACES)
+        if variant == "inter_only":
+            if intra_output is not None:
+                raise ValueError(
+                    "intra_output only applies to variants with intra-attention ('full', "
+                    f"'intra_only'); variant 'inter_only' got intra_output={intra_output!r}"
+                )
+        else:
+            intra_output = intra_output or "scale"
+            check_choice("intra_output", intra_output, INTRA_OUTPUTS)
         self.variant = variant
         self.intra_output = intra_output
         self.word_embeddings = WordEmbeddings(vocab_size, embedding_dim)
-        self.dropout = Dropout(dropout)
+        input_rate, feed_forward_rate = (
+            (dropout, 0.0) if dropout_at == "bilstm_input" else (0.0, dropout)
+        )
+        self.dropout = Dropout(input_rate)
         self.encoder = nn.LSTM(embedding_dim, hidden_size, batch_first=True, bidirectional=True)
         width = 2 * hidden_size  # ā_i, b̄_j are 2d-dimensional
         self.intra_attention = AdditiveAttention(width) if variant != "inter_only" else None
         self.classifier = nn.Sequential(
-            Dropout(dropout),
+            Dropout(feed_forward_rate),
             nn.Linear(4 * width, hidden_size),  # eq. 13: [v_p,avg; v_p,max; v_h,avg; v_h,max]
             nn.Tanh(),
-            Dropout(dropout),
+            Dropout(feed_forward_rate),
             nn.Linear(hidden_size, num_classes),
         )
 
@@ -152,8 +167,8 @@ class CombinedAttentionModel(nn.Module):
     def _intra(self, y: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Eq. 3-5 with R_avg the masked average of Y -> (r_p or r_h [B, L, 2d], α [B, 1, L])."""
         r, alpha = self.intra_attention(y, mask, masked_mean(y, mask))
-        if self.intra_output == "repeat":
+        if self.intra_output == "repeat":  # the literal reading: uniform inter-attention
             sequence = r.unsqueeze(1).expand_as(y)
-        else:
+        else:  # "scale", the reconstruction: r_i = α_i ȳ_i, one vector per word
             sequence = alpha.unsqueeze(-1) * y
         return sequence, alpha.unsqueeze(1)

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from pathlib import Path
+
+import torch
 
 from nli_models.config import RunConfig
 from nli_models.data import PreparedData, prepare_data
@@ -21,9 +24,38 @@ def _format_epoch(result: EpochResult, epochs: int) -> str:
     marker = " *" if result.is_best else ""
     return (
         f"epoch {result.epoch:>3}/{epochs}  train loss {result.train_loss:.4f} "
-        f"acc {result.train_accuracy:.4f}  dev loss {result.dev_loss:.4f} "
+        f"running acc {result.train_accuracy:.4f}  dev loss {result.dev_loss:.4f} "
         f"acc {result.dev_accuracy:.4f}  ({result.epoch_time_s:.1f}s){marker}"
     )
+
+
+def usable_cpus() -> int:
+    """CPUs this process may run on (its affinity mask: taskset, cgroups cpusets, SLURM)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
+def choose_num_threads(configured: int | None, cpus: int) -> tuple[int, str]:
+    """torch's thread count for `orchestrate train` and why: the config's training.num_threads,
+    else one per usable CPU (as a sweep trial gets one per `resources.cpu`). Never torch's own
+    default, which counts every core of the machine, not the ones this process may use."""
+    if configured:
+        return configured, "training.num_threads"
+    return max(1, cpus), f"the CPUs this process may use: {cpus}"
+
+
+def apply_num_threads(config: RunConfig) -> tuple[RunConfig, str]:
+    """Set the thread count; the returned config carries it so that Trainer.fit keeps it, and
+    the line says what torch now uses and why. OMP_WAIT_POLICY is part of it because it decides
+    how threads behave on a busy machine (orchestrator.environment sets PASSIVE before torch
+    loads)."""
+    threads, why = choose_num_threads(config.training.num_threads, usable_cpus())
+    torch.set_num_threads(threads)
+    policy = os.environ.get("OMP_WAIT_POLICY", "OpenMP default")
+    training = config.training.model_copy(update={"num_threads": threads})
+    line = f"threads: {torch.get_num_threads()} ({why}; OMP_WAIT_POLICY {policy})"
+    return config.model_copy(update={"training": training}), line
 
 
 def train_and_test(
@@ -36,6 +68,7 @@ def train_and_test(
     """Train one configuration; the test split (if any) is evaluated once, on the best-on-dev
     weights. Returns the trainer and the test evaluation."""
     resolve_device(config.training.device)  # a missing GPU fails before minutes of data prep
+    config, threads = apply_num_threads(config)
     data = data or prepare_data(config.data)
     echo(f"data: {data.describe()}")
     trainer = make_trainer(config, data)
@@ -43,14 +76,19 @@ def train_and_test(
         f"model {config.model.name}/{config.model.variant or '-'}: |θ|M = {trainer.theta_m:,}, "
         f"|θ|W+M = {trainer.theta_wm:,} on {trainer.device}"
     )
+    echo(threads)
     if resume:
         if not (Path(checkpoint_dir) / CHECKPOINT_FILE).exists():
             raise FileNotFoundError(f"no checkpoint to resume in {checkpoint_dir}")
         trainer.load_checkpoint(checkpoint_dir)
         echo(f"resumed after epoch {trainer.state.epoch}")
 
+    # Layerwise training runs the epoch budget once per block.
+    phases = trainer.model.num_blocks if config.training.layerwise else 1
+
     def on_epoch(trainer: Trainer, result: EpochResult) -> None:
-        echo(_format_epoch(result, config.training.epochs))
+        phase = f" [block {trainer.state.phase}/{phases}]" if phases > 1 else ""
+        echo(_format_epoch(result, config.training.epochs * phases) + phase)
         if checkpoint_dir is not None:
             trainer.save_checkpoint(checkpoint_dir)
 

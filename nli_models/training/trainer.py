@@ -2,11 +2,23 @@
 
 The sweep attaches to it through the per-epoch callback; everything needed to resume exactly
 (model, optimizer, epoch, RNG state, best-so-far) goes into one checkpoint file.
+
+Budget: ``training.epochs`` and, optionally, ``training.max_steps`` (optimizer steps, one per
+batch, counted over the whole run), whichever is reached first. The dev set is evaluated, the
+best-on-dev weights kept and the callback (checkpoint) run after every epoch, and after the
+partial epoch in which max_steps is reached, which counts as an epoch of its own in the history.
+
+Layerwise training (``training.layerwise``, Yin et al. §5.1.2) runs one phase per block of a
+model with ``train_blocks_up_to``: phase k trains block k with blocks 1..k-1 frozen. Each phase has
+the epoch budget and patience of a whole run and its own best-on-dev tracking; the next phase
+starts from the previous phase's best-on-dev weights. Epoch numbers run on across phases.
 """
 
 from __future__ import annotations
 
 import copy
+import math
+import pickle
 import random
 import time
 from collections.abc import Callable
@@ -19,6 +31,7 @@ from torch import nn
 
 from nli_models.config import RunConfig, TrainingConfig
 from nli_models.data import PreparedData, iterate_batches
+from nli_models.errors import InputError, InputFileMissing
 from nli_models.registry import build_model, count_parameters
 from nli_models.training.metrics import Evaluation, evaluate
 
@@ -47,9 +60,24 @@ class TrainState:
     best_epoch: int = 0
     epochs_without_improvement: int = 0
     history: list[EpochResult] = field(default_factory=list)
+    steps: int = 0  # optimizer steps taken (checkpoints older than this field load as 0)
+    phase: int = 1  # layerwise training: the block being trained
+    phase_start_epoch: int = 0
 
 
 EpochCallback = Callable[["Trainer", EpochResult], None]
+
+
+class CheckpointRefused(InputError):
+    """A checkpoint file holds something other than tensors and plain values, or is corrupt."""
+
+
+class TrainingDiverged(RuntimeError):
+    """The training loss became NaN or infinite: the trial stops and is never selected."""
+
+    def __init__(self, epoch: int, step: int, loss: float):
+        super().__init__(f"training loss became {loss} at epoch {epoch}, step {step}")
+        self.epoch, self.step, self.loss = epoch, step, loss
 
 
 class DeviceUnavailable(ValueError):
@@ -81,15 +109,22 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def build_for_data(config: RunConfig, data: PreparedData) -> nn.Module:
-    """Build the configured model for prepared data; loads pretrained vectors when present."""
-    embedding_dim = data.embedding_dim or config.model.args.get("embedding_dim", 300)
+def check_fits_data(config: RunConfig, data: PreparedData) -> None:
+    """InputError when the model's embedding_dim contradicts the word vectors' dimension (a sweep
+    checks this before its first trial, so that no trial fails on it)."""
     configured = config.model.args.get("embedding_dim")
     if data.embedding_dim and configured is not None and configured != data.embedding_dim:
-        raise ValueError(
+        raise InputError(
             f"model.args.embedding_dim={configured} but the word vectors "
-            f"({config.data.vectors.source}) have dimension {data.embedding_dim}"
+            f"({config.data.vectors.source}) have dimension {data.embedding_dim}; "
+            f"set model.args.embedding_dim: {data.embedding_dim} or leave it out"
         )
+
+
+def build_for_data(config: RunConfig, data: PreparedData) -> nn.Module:
+    """Build the configured model for prepared data; loads pretrained vectors when present."""
+    check_fits_data(config, data)
+    embedding_dim = data.embedding_dim or config.model.args.get("embedding_dim", 300)
     kwargs = config.model.build_kwargs(len(data.vocab), len(data.labels), embedding_dim)
     model = build_model(config.model.name, **kwargs)
     if data.embedding_init is not None:
@@ -134,6 +169,11 @@ class Trainer:
             torch.bfloat16 if config.precision == "bf16" and self.device.type == "cuda" else None
         )
         self.theta_m, self.theta_wm = count_parameters(model)
+        if config.layerwise and not hasattr(model, "train_blocks_up_to"):
+            raise ValueError(
+                f"training.layerwise needs a model built of blocks (abcnn); "
+                f"{type(model).__name__} has none"
+            )
 
     # -- training -------------------------------------------------------------------------
     def _batches(self, split: str, shuffle: bool, epoch: int = 0):
@@ -152,23 +192,33 @@ class Trainer:
         total_loss = torch.zeros((), device=self.device)
         correct = torch.zeros((), device=self.device, dtype=torch.long)
         seen = 0
-        for batch in self._batches("train", shuffle=True, epoch=epoch):
+        # On a CPU the check costs nothing and stops at the first bad step; on a GPU a check per
+        # step would synchronise every batch, so it happens once per epoch (below).
+        check_each_step = self.device.type == "cpu"
+        for step, batch in enumerate(self._batches("train", shuffle=True, epoch=epoch), start=1):
+            if self.steps_exhausted():
+                break
             batch = batch.to(self.device, non_blocking=True)
             with torch.autocast(
                 self.device.type, dtype=self.autocast_dtype, enabled=self.autocast_dtype is not None
             ):
                 logits = self.model(*batch.inputs())
             loss = nn.functional.cross_entropy(logits.float(), batch.label)
+            if check_each_step and not math.isfinite(float(loss.detach())):
+                raise TrainingDiverged(epoch, step, float(loss.detach()))
             self.optimizer.zero_grad(set_to_none=True)
             loss.backward()
             if self.config.grad_clip is not None:
                 nn.utils.clip_grad_norm_(self.model.parameters(), self.config.grad_clip)
             self.optimizer.step()
+            self.state.steps += 1
             # Accumulate on the device: a .item() per step would synchronise a GPU every batch.
             total_loss += loss.detach() * len(batch)
             correct += (logits.detach().argmax(dim=1) == batch.label).sum()
             seen += len(batch)
         seen = max(seen, 1)
+        if not math.isfinite(float(total_loss)):
+            raise TrainingDiverged(epoch, step, float(total_loss))
         return float(total_loss) / seen, float(correct) / seen
 
     def evaluate(self, split: str) -> Evaluation:
@@ -181,12 +231,21 @@ class Trainer:
         )
 
     def fit(self, callback: EpochCallback | None = None) -> TrainState:
-        """Train from the current state up to config.epochs (or early stopping)."""
+        """Train from the current state to the end of the budget (epochs, max_steps, patience;
+        with layerwise, of every phase)."""
         if self.config.num_threads:
             torch.set_num_threads(self.config.num_threads)
         if self.state.epoch == 0:
             seed_everything(self.config.seed)
-        while self.state.epoch < self.config.epochs and not self.should_stop():
+        while True:
+            self._fit_phase(callback)
+            if not self._next_phase():
+                return self.state
+
+    def _fit_phase(self, callback: EpochCallback | None) -> None:
+        if self.config.layerwise:
+            self.model.train_blocks_up_to(self.state.phase)
+        while not self.phase_done():
             epoch = self.state.epoch + 1
             started = time.perf_counter()
             train_loss, train_accuracy = self.train_epoch(epoch)
@@ -215,7 +274,34 @@ class Trainer:
             self.state.history.append(result)
             if callback is not None:
                 callback(self, result)
-        return self.state
+
+    def phase_done(self) -> bool:
+        epochs = self.state.epoch - self.state.phase_start_epoch
+        return epochs >= self.config.epochs or self.should_stop() or self.steps_exhausted()
+
+    def _next_phase(self) -> bool:
+        """Layerwise: move to the next block from this phase's best-on-dev weights."""
+        if not self.config.layerwise or self.steps_exhausted():
+            return False
+        if self.state.phase >= self.model.num_blocks:
+            return False
+        if self.best_model_state is not None:
+            self.model.load_state_dict(self.best_model_state)
+        self.state.phase += 1
+        self.state.phase_start_epoch = self.state.epoch
+        self.state.best_dev_accuracy = -1.0
+        self.state.epochs_without_improvement = 0
+        self.best_model_state = None
+        return True
+
+    def finished(self) -> bool:
+        """Training ended by itself: budget, patience, and (layerwise) the last phase."""
+        last_phase = not self.config.layerwise or self.state.phase >= self.model.num_blocks
+        return self.steps_exhausted() or (last_phase and self.phase_done())
+
+    def steps_exhausted(self) -> bool:
+        limit = self.config.max_steps
+        return limit is not None and self.state.steps >= limit
 
     def should_stop(self) -> bool:
         patience = self.config.patience
@@ -237,6 +323,9 @@ class Trainer:
     def save_checkpoint(self, directory: str | Path) -> Path:
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
+        # Tensors and plain Python values only, so that it loads with weights_only=True.
+        numpy_rng = np.random.get_state(legacy=False)
+        numpy_rng["state"]["key"] = numpy_rng["state"]["key"].tolist()
         payload = {
             "model": self.model.state_dict(),
             "optimizer": self.optimizer.state_dict(),
@@ -244,7 +333,7 @@ class Trainer:
             "best_model": self.best_model_state,
             "rng": {
                 "python": random.getstate(),
-                "numpy": np.random.get_state(),
+                "numpy": numpy_rng,
                 "torch": torch.get_rng_state(),
                 "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
             },
@@ -256,8 +345,7 @@ class Trainer:
         return path
 
     def load_checkpoint(self, directory: str | Path) -> None:
-        path = Path(directory) / CHECKPOINT_FILE
-        payload = torch.load(path, map_location=self.device, weights_only=False)
+        payload = read_checkpoint(Path(directory) / CHECKPOINT_FILE, self.device)
         self.model.load_state_dict(payload["model"])
         self.optimizer.load_state_dict(payload["optimizer"])
         state = payload["state"]
@@ -266,10 +354,32 @@ class Trainer:
         self.best_model_state = payload["best_model"]
         rng = payload["rng"]
         random.setstate(rng["python"])
-        np.random.set_state(rng["numpy"])
+        numpy_rng = copy.deepcopy(rng["numpy"])
+        numpy_rng["state"]["key"] = np.array(numpy_rng["state"]["key"], dtype=np.uint32)
+        np.random.set_state(numpy_rng)
         torch.set_rng_state(rng["torch"].cpu())
         if rng["cuda"] is not None and torch.cuda.is_available():
             torch.cuda.set_rng_state_all(rng["cuda"])
+
+
+def read_checkpoint(path: str | Path, map_location: torch.device | str = "cpu") -> dict:
+    """A checkpoint's tensors and plain values. weights_only=True: unpickling may build only
+    tensors and plain types, so a checkpoint that someone else logged to the tracking server
+    cannot run code here; anything else is refused with InputError naming the file."""
+    try:
+        payload = torch.load(path, map_location=map_location, weights_only=True)
+    except FileNotFoundError:
+        raise InputFileMissing(f"{path}: no such checkpoint file") from None
+    except (pickle.UnpicklingError, RuntimeError, EOFError, ValueError) as exc:
+        first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise CheckpointRefused(
+            f"{path}: refused to load: not a checkpoint of plain tensors and values "
+            f"({first_line}); only checkpoints written by this version of nli-orchestrator load"
+        ) from None
+    if not isinstance(payload, dict) or not {"model", "optimizer", "state", "rng"} <= set(payload):
+        raise CheckpointRefused(f"{path}: not a training checkpoint (expected model, optimizer, "
+                                "state and rng entries)")
+    return payload
 
 
 def make_trainer(config: RunConfig, data: PreparedData) -> Trainer:

@@ -1,0 +1,61 @@
+"""The protocol "refit the selected configuration on train + dev, then test once".
+
+Yin et al. (§5.4) select hyperparameters on dev, then train the final system on train and dev
+(4,934 SICK pairs) and report test. ``refit_and_test`` does that for one configuration: a fresh
+model (same seed) trained on train + dev for a given number of epochs, with no early stopping,
+and the test split evaluated once on the final weights. Dev is part of the training data, so
+nothing is selected on it; the vocabulary stays the one prepared from train (plus vectors).
+With layerwise training each phase gets ceil(epochs / blocks) epochs (the selected run's epoch
+count spans its phases).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import numpy as np
+
+from nli_models.config import RunConfig
+from nli_models.data import EncodedSplit, PreparedData
+from nli_models.training.metrics import Evaluation
+from nli_models.training.trainer import Trainer, make_trainer
+
+
+def concatenate(name: str, first: EncodedSplit, second: EncodedSplit) -> EncodedSplit:
+    def ids_and_offsets(kind: str) -> tuple[np.ndarray, np.ndarray]:
+        ids = np.concatenate([getattr(first, f"{kind}_ids"), getattr(second, f"{kind}_ids")])
+        a, b = getattr(first, f"{kind}_offsets"), getattr(second, f"{kind}_offsets")
+        return ids, np.concatenate([a, b[1:] + a[-1]])
+
+    premise_ids, premise_offsets = ids_and_offsets("premise")
+    hypothesis_ids, hypothesis_offsets = ids_and_offsets("hypothesis")
+    labels = np.concatenate([first.labels, second.labels])
+    return EncodedSplit(
+        name, premise_ids, premise_offsets, hypothesis_ids, hypothesis_offsets, labels
+    )
+
+
+def train_plus_dev(data: PreparedData) -> PreparedData:
+    """The same prepared data with train + dev as the training split."""
+    if "dev" not in data.splits or "test" not in data.splits:
+        raise ValueError("refit on train + dev needs dev and test splits")
+    splits = dict(data.splits)
+    splits["train"] = concatenate("train", data.splits["train"], data.splits["dev"])
+    return replace(data, splits=splits)
+
+
+def refit_and_test(
+    config: RunConfig, data: PreparedData, epochs: int
+) -> tuple[Trainer, Evaluation]:
+    """Train ``config`` on train + dev for ``epochs`` epochs; test once on the final weights."""
+    if epochs < 1:
+        raise ValueError(f"refit needs at least one epoch, got {epochs}")
+    training = config.training
+    if training.layerwise:
+        blocks = int(config.model.args.get("num_blocks", 1))
+        epochs = math.ceil(epochs / blocks)
+    training = training.model_copy(update={"epochs": epochs, "patience": None, "max_steps": None})
+    trainer = make_trainer(config.model_copy(update={"training": training}), train_plus_dev(data))
+    trainer.fit()
+    return trainer, trainer.evaluate("test")

@@ -1,0 +1,86 @@
+"""What a reviewer needs to trust a sweep, recorded once on its parent run: the data it read
+(files with SHA-256 and size, split sizes, vocabulary, vector coverage) and the environment
+(package versions, hardware, device). `orchestrate report` renders both; nothing here talks to
+MLflow (orchestrator.tracking logs the records)."""
+
+from __future__ import annotations
+
+import getpass
+import hashlib
+import importlib.metadata
+import os
+import platform
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from nli_models.data import PreparedData
+from nli_models.data.config import DataConfig
+from nli_models.data.prepare import resolve_files
+
+PACKAGES = ("nli-orchestrator", "torch", "ray", "mlflow", "optuna", "numpy", "pandas", "pyarrow")
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def data_record(config: DataConfig, data: PreparedData) -> dict[str, Any]:
+    """Files (path, SHA-256, bytes), split sizes, classes, vocabulary, vectors of a sweep's data."""
+    files = {
+        split: {"path": str(path), "sha256": _sha256(path), "bytes": path.stat().st_size}
+        for split, path in sorted(resolve_files(config).items())
+    }
+    vectors = config.vectors
+    return {
+        "corpus": data.corpus,
+        "files": files,
+        "splits": {name: len(split) for name, split in data.splits.items()},
+        "split_provenance": {name: {k: str(v) for k, v in info.items()} for name, info in data.info.items()},
+        "labels": list(data.labels),
+        "vocabulary_size": len(data.vocab),
+        "vectors": None if vectors is None else vectors.model_dump(mode="json"),
+        "embedding_dim": data.embedding_dim,
+        "vector_coverage": data.vector_coverage,
+        "config": config.model_dump(mode="json"),
+    }
+
+
+def data_digest(record: dict[str, Any]) -> str:
+    """A short digest of the data a sweep read: its files' SHA-256 (or, for generated data, its
+    configuration) and split sizes."""
+    basis = {k: record[k] for k in ("files", "splits", "config")}
+    return hashlib.sha256(repr(sorted(basis.items())).encode()).hexdigest()[:16]
+
+
+def environment_record(device: str) -> dict[str, Any]:
+    """Package versions, Python, OS, CPU, memory and the accelerator a sweep ran with."""
+    versions = {}
+    for package in PACKAGES:
+        try:
+            versions[package] = importlib.metadata.version(package)
+        except importlib.metadata.PackageNotFoundError:
+            versions[package] = None
+    cuda = torch.cuda.is_available()
+    memory = None
+    if hasattr(os, "sysconf") and "SC_PHYS_PAGES" in os.sysconf_names:
+        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    return {
+        "python": platform.python_version(),
+        "packages": versions,
+        "os": platform.platform(),
+        "machine": platform.machine(),
+        "processor": platform.processor() or None,
+        "cpu_count": os.cpu_count(),
+        "memory_bytes": memory,
+        "device": device,
+        "cuda_available": cuda,
+        "gpus": [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())] if cuda else [],
+        "cuda_version": torch.version.cuda,
+        "user": getpass.getuser(),
+    }

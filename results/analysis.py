@@ -1,0 +1,259 @@
+"""Per-sweep analysis: which hyperparameters mattered, how dev accuracy varies over them, and how
+the best trials learned.
+
+* Hyperparameter importance: Optuna's fANOVA and PED-ANOVA evaluators
+  (``optuna.importance``) over an in-memory study rebuilt from the experiment's FINISHED trial
+  runs (params as logged, best_dev_accuracy as the objective). Only the params that differ
+  between the trials count (the searched ones); the seed never does.
+* Parallel coordinates: one line per finished trial across the searched hyperparameters and
+  best dev accuracy, coloured by it.
+* Learning curves: dev accuracy per epoch of the top-k trials by best dev accuracy.
+* Expected validation performance over trials (``results.evp``).
+
+`orchestrate results --analysis DIR` writes them per experiment under DIR/EXPERIMENT/ and logs
+them to the parent run of the experiment's best trial under analysis/; `orchestrate report`
+embeds them.
+
+Columns of the importance table:
+
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import numpy as np
+import optuna
+import pyarrow as pa
+import pyarrow.compute  # noqa: F401  (pa.compute)
+from matplotlib import colormaps
+from matplotlib.cm import ScalarMappable
+from matplotlib.colors import Normalize
+from matplotlib.figure import Figure
+
+from results.evp import evp_table, plot_evp
+from results.figures import figure_files, new_figure
+from results.params import parse_param, short_value
+from results.schema import Column, arrow_table, describe
+from results.selection import eligible
+from results.table import searched_params
+from results.tracking import TrialRun
+
+COLUMNS: tuple[Column, ...] = (
+    Column("experiment", pa.string(), "MLflow experiment"),
+    Column("param", pa.string(), "a searched hyperparameter (its value differs between trials)"),
+    Column("evaluator", pa.string(), "Optuna importance evaluator: fanova or ped_anova"),
+    Column("importance", pa.float64(), "normalised importance (the params of one evaluator sum to 1)"),
+    Column("n_trials", pa.int64(), "FINISHED trials the study was rebuilt from"),
+)
+
+__doc__ += describe(COLUMNS)
+
+EVALUATORS = {
+    "fanova": lambda: optuna.importance.FanovaImportanceEvaluator(seed=0),
+    "ped_anova": lambda: optuna.importance.PedAnovaImportanceEvaluator(),
+}
+TOP_K = 5
+
+
+def finished(trials: Sequence[TrialRun]) -> list[TrialRun]:
+    return [t for t in trials if eligible(t.record)]
+
+
+def _values(trials: Sequence[TrialRun], name: str) -> list[object]:
+    return [parse_param(t.record.params[name]) if name in t.record.params else None for t in trials]
+
+
+def _is_numeric(values: Sequence[object]) -> bool:
+    return all(isinstance(v, int | float) and not isinstance(v, bool) for v in values)
+
+
+def _log_scale(values: Sequence[float]) -> bool:
+    """Spans two orders of magnitude or more, all positive: learning rates, ℓ2."""
+    low, high = min(values), max(values)
+    return low > 0 and high / low >= 100
+
+
+def _distribution(values: Sequence[object]):
+    if _is_numeric(values):
+        low, high = float(min(values)), float(max(values))
+        return optuna.distributions.FloatDistribution(low, high, log=_log_scale(values))
+    return optuna.distributions.CategoricalDistribution(sorted({str(v) for v in values}))
+
+
+def importance_table(trials: Sequence[TrialRun]) -> pa.Table:
+    """Importance of each searched hyperparameter per experiment (empty where fewer than two
+    finished trials or nothing varied)."""
+    optuna.logging.set_verbosity(optuna.logging.WARNING)  # no "A new study created" lines
+    rows = []
+    for experiment in sorted({t.experiment for t in trials}):
+        done = finished([t for t in trials if t.experiment == experiment])
+        names = searched_params([t.record.params for t in done])
+        if len(done) < 2 or not names:
+            continue
+        study = optuna.create_study(direction="maximize")
+        distributions = {name: _distribution(_values(done, name)) for name in names}
+        for trial in done:
+            params = {}
+            for name, distribution in distributions.items():
+                value = parse_param(trial.record.params.get(name, "None"))
+                numeric = isinstance(distribution, optuna.distributions.FloatDistribution)
+                params[name] = float(value) if numeric else str(value)
+            study.add_trial(
+                optuna.trial.create_trial(
+                    params=params, distributions=distributions, value=trial.record.best_dev_accuracy
+                )
+            )
+        for evaluator, make in EVALUATORS.items():
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # Optuna's ExperimentalWarning for PED-ANOVA
+                importances = optuna.importance.get_param_importances(study, evaluator=make())
+            rows += [
+                {
+                    "experiment": experiment,
+                    "param": name,
+                    "evaluator": evaluator,
+                    "importance": float(value),
+                    "n_trials": len(done),
+                }
+                for name, value in importances.items()
+            ]
+    return arrow_table(rows, COLUMNS, "importance")
+
+
+def plot_importance(table: pa.Table, experiment: str) -> Figure | None:
+    """Importance bars of one experiment's hyperparameters per evaluator; None without any."""
+    frame = table.to_pandas()
+    frame = frame[frame["experiment"] == experiment]
+    if frame.empty:
+        return None
+    figure = new_figure(7, 0.5 * max(frame["param"].nunique(), 2) + 2.2)
+    axes = figure.subplots()
+    params = sorted(frame["param"].unique())
+    height = 0.8 / max(frame["evaluator"].nunique(), 1)
+    for i, (evaluator, group) in enumerate(frame.groupby("evaluator")):
+        values = group.set_index("param")["importance"].reindex(params).fillna(0)
+        axes.barh(np.arange(len(params)) + i * height, values, height=height, label=evaluator)
+    axes.set_yticks(np.arange(len(params)) + height * (frame["evaluator"].nunique() - 1) / 2, params)
+    axes.set_xlabel("importance for best dev accuracy (normalised)")
+    axes.set_xlim(0, 1)
+    axes.legend(title="Optuna evaluator", fontsize="small")
+    axes.set_title(
+        f"{experiment}: hyperparameter importance over {frame['n_trials'].iloc[0]} trials",
+        fontsize="medium",
+    )
+    return figure
+
+
+def plot_parallel_coordinates(trials: Sequence[TrialRun], experiment: str) -> Figure | None:
+    """Searched hyperparameters and best dev accuracy of every finished trial; None if nothing
+    was searched."""
+    done = finished([t for t in trials if t.experiment == experiment])
+    names = searched_params([t.record.params for t in done])
+    if not done or not names:
+        return None
+    accuracy = np.array([t.record.best_dev_accuracy * 100 for t in done])
+    columns, labels = [], []
+    for name in names:
+        values = _values(done, name)
+        if _is_numeric(values):
+            raw = np.array(values, dtype=float)
+            scaled = np.log10(raw) if _log_scale(values) else raw
+            span = scaled.max() - scaled.min() or 1.0
+            columns.append((scaled - scaled.min()) / span)
+            ticks = sorted(set(values))
+            if len(ticks) > 6:
+                ticks = [min(values), max(values)]
+            positions = [
+                ((math.log10(v) if _log_scale(values) else v) - scaled.min()) / span for v in ticks
+            ]
+            labels.append((positions, [short_value(v) for v in ticks]))
+        else:
+            categories = sorted({str(v) for v in values})
+            index = {c: i / max(len(categories) - 1, 1) for i, c in enumerate(categories)}
+            columns.append(np.array([index[str(v)] for v in values]))
+            labels.append((list(index.values()), categories))
+    low, high = accuracy.min(), accuracy.max()
+    columns.append((accuracy - low) / ((high - low) or 1.0))
+    labels.append(([0.0, 1.0] if high > low else [0.0], [f"{low:.1f}%", f"{high:.1f}%"][: 2 if high > low else 1]))
+    axis_names = [*names, "best dev accuracy"]
+    figure = new_figure(max(6, 1.8 * len(axis_names)), 5)
+    axes = figure.subplots()
+    colour = colormaps["viridis"]
+    norm = Normalize(low, high if high > low else low + 1e-9)
+    data = np.stack(columns, axis=1)
+    for row, value in sorted(zip(data, accuracy, strict=True), key=lambda p: p[1]):
+        axes.plot(range(len(axis_names)), row, color=colour(norm(value)), alpha=0.8, linewidth=1.5)
+    for x, (positions, texts) in enumerate(labels):
+        axes.axvline(x, color="black", linewidth=0.8)
+        for position, text in zip(positions, texts, strict=True):
+            axes.annotate(text, (x, position), xytext=(4, 0), textcoords="offset points",
+                          fontsize="small", va="center")
+    axes.set_xticks(range(len(axis_names)), axis_names)
+    axes.set_yticks([])
+    axes.set_xlim(-0.2, len(axis_names) - 0.5)
+    axes.set_ylim(-0.05, 1.05)
+    for side in ("top", "right", "left"):
+        axes.spines[side].set_visible(False)
+    figure.colorbar(ScalarMappable(norm, colour), ax=axes, label="best dev accuracy (%)")
+    axes.set_title(f"{experiment}: {len(done)} finished trials", fontsize="medium")
+    return figure
+
+
+def top_trials(trials: Sequence[TrialRun], experiment: str, k: int = TOP_K) -> list[TrialRun]:
+    done = finished([t for t in trials if t.experiment == experiment])
+    return sorted(done, key=lambda t: (-t.record.best_dev_accuracy, t.record.run_id))[:k]
+
+
+def plot_learning_curves(
+    top: Sequence[TrialRun], histories: Mapping[str, list[tuple[int, float]]], title: str
+) -> Figure:
+    """Dev accuracy per epoch of ``top`` (their run ids key ``histories``)."""
+    figure = new_figure(8, 5)
+    axes = figure.subplots()
+    for rank, trial in enumerate(top, start=1):
+        curve = histories.get(trial.record.run_id) or []
+        if curve:
+            steps, values = zip(*curve, strict=True)
+            label = f"#{rank} {trial.run_name or trial.record.run_id[:8]}"
+            axes.plot(steps, [v * 100 for v in values], marker=".", label=label)
+    axes.set_xlabel("epoch")
+    axes.set_ylabel("dev accuracy (%)")
+    axes.grid(alpha=0.3)
+    axes.xaxis.get_major_locator().set_params(integer=True)
+    axes.set_title(title, fontsize="medium")
+    figure.legend(loc="outside lower center", fontsize="small")
+    return figure
+
+
+def analysis_files(
+    trials: Sequence[TrialRun],
+    importance: pa.Table,
+    histories: Mapping[str, list[tuple[int, float]]],
+    experiment: str,
+    folder: Path,
+) -> list[tuple[Path, pa.Table | bytes]]:
+    """One experiment's analysis as files under ``folder``: importance.parquet and the
+    importance, parallel-coordinates, EVP and top-k learning-curve figures (PNG, PDF, SVG)."""
+    mine = importance.filter(pa.compute.equal(importance.column("experiment"), experiment))
+    files: list[tuple[Path, pa.Table | bytes]] = [(folder / "importance.parquet", mine)]
+    top = top_trials(trials, experiment)
+    figures = {
+        "importance": plot_importance(importance, experiment),
+        "parallel_coordinates": plot_parallel_coordinates(trials, experiment),
+        "evp": plot_evp(evp_table([t for t in trials if t.experiment == experiment]), "trials")
+        if finished([t for t in trials if t.experiment == experiment])
+        else None,
+        "learning_curves": plot_learning_curves(
+            top, histories, f"{experiment}: dev accuracy of the top {len(top)} trials"
+        )
+        if top
+        else None,
+    }
+    for name, figure in figures.items():
+        if figure is not None:
+            files += figure_files(figure, folder / f"{name}.png")
+    return files

@@ -1,0 +1,346 @@
+"""The command line a user meets first: `--set` / `--data-dir` overrides (validated like the
+file, recorded with the sweep), `validate --estimate`, the thread count of `orchestrate train`,
+one tracking-URI rule, `ui` on a busy port, `--version`, and a `--help` that loads no heavy
+library. Commands run as real `orchestrate` processes with this worktree on PYTHONPATH."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+import time
+from importlib.metadata import version
+from pathlib import Path
+
+import pytest
+import yaml
+from sweep_helpers import BASE_SPEC, ORCHESTRATE, REPO_ROOT, merge
+
+from nli_models.config import ConfigError, Overrides, load_run_config
+from nli_models.errors import InputError
+from nli_models.training.recipe import choose_num_threads
+from orchestrator.estimate import concurrent_trials
+from orchestrator.ray_jobs import JobInputError, build_submission
+from orchestrator.spec import load_spec
+from results.tracking_uri import DEFAULT_TRACKING_URI, resolve_tracking_uri
+
+HEAVY = ("torch", "ray", "mlflow", "pandas", "optuna")
+TINY_TRAIN = {
+    "name": "tiny",
+    "model": {"name": "decomposable", "variant": "vanilla",
+              "args": {"embedding_dim": 8, "projection_dim": 8, "hidden_size": 8}},
+    "data": {"corpus": "toy", "toy": {"size": 150, "seed": 0}},
+    "training": {"epochs": 1, "batch_size": 16},
+}
+PAIRS = [
+    ("a man is sleeping", "a person is sleeping", "entailment"),
+    ("a woman runs in a park", "a man runs in a park", "contradiction"),
+    ("a dog barks", "a dog barks at a cat", "neutral"),
+]
+
+
+def orchestrate(*args: str, cwd: Path, env: dict | None = None, prefix: tuple[str, ...] = (),
+                timeout: float = 600) -> subprocess.CompletedProcess:
+    """The real `orchestrate` of this worktree (PYTHONPATH), in `cwd`, no store from outside."""
+    environment = {k: v for k, v in os.environ.items()
+                   if k not in ("MLFLOW_TRACKING_URI", "OMP_WAIT_POLICY", "RAY_ADDRESS")}
+    environment["PYTHONPATH"] = str(REPO_ROOT)
+    environment["NLI_DATA_DIR"] = str(cwd / "data-cache")
+    environment.update(env or {})
+    return subprocess.run([*prefix, ORCHESTRATE, *args], cwd=cwd, env=environment,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def write_yaml(path: Path, content: dict) -> Path:
+    path.write_text(yaml.safe_dump(content, sort_keys=False))
+    return path
+
+
+def jsonl_corpus(folder: Path) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    lines = [json.dumps({"premise": p, "hypothesis": h, "label": label}) for p, h, label in PAIRS]
+    for split, copies in (("train", 8), ("dev", 2), ("test", 2)):
+        (folder / f"{split}.jsonl").write_text("\n".join(lines * copies) + "\n")
+
+
+def jsonl_spec(folder: Path) -> Path:
+    """A sweep spec over a JSONL corpus whose data_dir is left to --data-dir."""
+    spec = merge(BASE_SPEC, {"data": {"corpus": "jsonl", "files": {
+        "train": "train.jsonl", "dev": "dev.jsonl", "test": "test.jsonl"}}})
+    spec["data"].pop("toy")
+    spec["training"]["epochs"] = 1
+    spec["search"]["space"] = {"lr": {"grid": [0.01]}}
+    return write_yaml(folder / "jsonl.yaml", spec)
+
+
+# -- A. overrides ---------------------------------------------------------------------------
+def test_override_values_are_yaml_scalars_and_lists():
+    overrides = Overrides(("training.lr=0.01", "search.space.lr.grid=[1e-3,3e-3]",
+                           "training.patience=null", "model.variant=intra"), data_dir="/d")
+    assert overrides.pairs() == [
+        ("training.lr", 0.01), ("search.space.lr.grid", [0.001, 0.003]),
+        ("training.patience", None), ("model.variant", "intra"), ("data.data_dir", "/d"),
+    ]
+    raw = overrides.apply({"training": {"lr": 1.0}, "model": {"name": "m"}})
+    assert raw["training"] == {"lr": 0.01, "patience": None}
+    assert raw["search"] == {"space": {"lr": {"grid": [0.001, 0.003]}}}
+    assert raw["model"] == {"name": "m", "variant": "intra"} and raw["data"]["data_dir"] == "/d"
+    for bad in ("training.lr", "=3", "training..lr=1", "training.lr=[1,"):
+        with pytest.raises(ConfigError, match="--set"):
+            Overrides((bad,)).pairs()
+    with pytest.raises(ConfigError, match="name is 'tiny', not a mapping"):
+        Overrides(("name.x=1",)).apply({"name": "tiny"})
+
+
+def test_overrides_are_validated_like_the_file(tmp_path):
+    config = write_yaml(tmp_path / "run.yaml", TINY_TRAIN)
+    assert load_run_config(config, Overrides(("training.lr=0.5",))).training.lr == 0.5
+    with pytest.raises(ConfigError) as info:
+        load_run_config(config, Overrides(("training.lr=-1", "training.lrr=2")))
+    message = str(info.value)
+    assert "training.lr: Input should be greater than 0 (got -1)" in message
+    assert "training.lrr: unknown key" in message
+    assert "with overrides training.lr=-1, training.lrr=2" in message
+
+
+def test_validate_applies_set_and_names_the_bad_key(tmp_path):
+    spec = REPO_ROOT / "search_spaces" / "quickstart.yaml"
+    ok = orchestrate("validate", str(spec), "--no-data", "--set", "search.space.lr.grid=[1e-3,3e-3,1e-2]",
+                     "--set", "training.epochs=2", cwd=tmp_path)
+    assert ok.returncode == 0, ok.stderr
+    assert "lr[3] x dropout[2] x hidden_size[2] = 12 configurations" in ok.stdout
+    assert "epochs per trial: 2" in ok.stdout
+    assert "overrides: search.space.lr.grid=[0.001, 0.003, 0.01], training.epochs=2" in ok.stdout
+    bad = orchestrate("validate", str(spec), "--no-data", "--set", "search.space.lr.grid=[1e-3,-1]",
+                      cwd=tmp_path)
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr
+    assert "search.space.lr.grid[1]" in bad.stderr and "greater than 0" in bad.stderr
+    malformed = orchestrate("validate", str(spec), "--no-data", "--set", "training.lr", cwd=tmp_path)
+    assert malformed.returncode == 2 and "expected dotted.key=value" in malformed.stderr
+
+
+def test_data_dir_points_validate_and_train_at_the_corpus(tmp_path):
+    corpus = tmp_path / "corpus"
+    jsonl_corpus(corpus)
+    spec = jsonl_spec(tmp_path)
+    missing = orchestrate("validate", str(spec), cwd=tmp_path)
+    assert missing.returncode == 2 and "--data-dir" in missing.stderr  # the error's own advice
+    found = orchestrate("validate", str(spec), "--data-dir", str(corpus), cwd=tmp_path)
+    assert found.returncode == 0, found.stderr
+    assert "train 24, dev 6, test 6 pairs" in found.stdout
+    trained = orchestrate("train", str(spec), "--data-dir", str(corpus), "--set", "training.epochs=1",
+                          "--set", "training.num_threads=1", cwd=tmp_path)
+    assert trained.returncode == 0, trained.stderr
+    assert trained.stdout.startswith(
+        f"overrides: training.epochs=1, training.num_threads=1, data.data_dir={corpus}\n")
+    assert re.search(r"^epoch\s+1/1 ", trained.stdout, re.M) and "test accuracy" in trained.stdout
+
+
+def test_sweep_records_the_effective_spec_and_its_overrides(tmp_path):
+    """A real sweep with --set, --data-dir and --tracking-uri: the parent run's spec artifact and
+    hash are of the spec as run, the overrides are a tag, and the store is the one named."""
+    from mlflow import MlflowClient
+
+    corpus = tmp_path / "corpus"
+    jsonl_corpus(corpus)
+    spec = jsonl_spec(tmp_path)
+    store = f"sqlite:///{tmp_path / 'elsewhere.db'}"
+    sets = ("search.space.lr.grid=[3e-3]", "training.batch_size=8")
+    args = [arg for text in sets for arg in ("--set", text)]
+    result = orchestrate("sweep", str(spec), *args, "--data-dir", str(corpus),
+                         "--tracking-uri", store, cwd=tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert not (tmp_path / "mlruns.db").exists()  # the default store was not touched
+    client = MlflowClient(tracking_uri=store)
+    runs = client.search_runs([client.get_experiment_by_name("tiny").experiment_id])
+    parent = next(r for r in runs if r.data.tags.get("nli.role") == "sweep")
+    trials = [r for r in runs if r.data.tags.get("nli.role") == "trial"]
+    assert [(t.data.params["lr"], t.data.params["batch_size"]) for t in trials] == [("0.003", "8")]
+    assert json.loads(parent.data.tags["nli.overrides"]) == [
+        "search.space.lr.grid=[0.003]", "training.batch_size=8", f"data.data_dir={corpus}"]
+    artifact = Path(client.download_artifacts(parent.info.run_id, "spec.yaml", str(tmp_path)))
+    logged = yaml.safe_load(artifact.read_text())
+    assert logged["search"]["space"]["lr"]["grid"] == [0.003]
+    assert logged["training"]["batch_size"] == 8 and logged["data"]["data_dir"] == str(corpus)
+    effective = load_spec(artifact)  # the artifact alone reproduces the sweep
+    assert parent.data.tags["nli.spec_hash"] == effective.spec_hash()
+    assert effective.spec_hash() != load_spec(spec).spec_hash()
+
+
+def test_bad_override_or_conflicting_tracking_uri_writes_nothing(tmp_path):
+    spec = write_yaml(tmp_path / "spec.yaml", merge(BASE_SPEC, {"search": {
+        "tracking_uri": f"sqlite:///{tmp_path / 'spec.db'}", "storage_path": str(tmp_path / "rr")}}))
+    bad = orchestrate("sweep", str(spec), "--set", "training.batch_size=0", cwd=tmp_path)
+    assert bad.returncode == 2 and "training.batch_size" in bad.stderr
+    other = f"sqlite:///{tmp_path / 'other.db'}"
+    conflict = orchestrate("sweep", str(spec), "--tracking-uri", other, cwd=tmp_path)
+    assert conflict.returncode == 2 and "Traceback" not in conflict.stderr
+    assert f"--tracking-uri {other} contradicts search.tracking_uri" in conflict.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["spec.yaml"]  # no store, no results
+
+
+def test_submit_checks_overrides_here_and_passes_them_to_the_job(tmp_path):
+    spec = write_yaml(tmp_path / "sweep.yaml", merge(BASE_SPEC, {"search": {
+        "tracking_uri": "http://h:5000", "storage_path": "s3://bucket/rr"}}))
+    submission = build_submission(
+        spec, cwd=tmp_path, overrides=Overrides(("training.lr=0.01", "search.seeds=[1, 2]"),
+                                                data_dir="/mnt/shared/data"))
+    assert submission.entrypoint == (
+        "orchestrate sweep sweep.yaml --set training.lr=0.01 --set 'search.seeds=[1, 2]' "
+        "--data-dir /mnt/shared/data")
+    with pytest.raises(JobInputError, match="training.lr"):
+        build_submission(spec, cwd=tmp_path, overrides=Overrides(("training.lr=-1",)))
+    refused = orchestrate("submit", str(spec), "--set", "search.seeds=[1, 1]",
+                          "--address", "http://127.0.0.1:9", cwd=tmp_path)
+    assert refused.returncode == 2 and "seeds must be distinct" in refused.stderr
+
+
+def test_estimate_trains_a_probe_and_states_its_arithmetic(tmp_path):
+    spec = REPO_ROOT / "search_spaces" / "quickstart.yaml"
+    result = orchestrate("validate", str(spec), "--estimate", "--set", "training.epochs=3", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    found = re.search(r"^estimate: .* = (\d+) trials x (\d+) epochs x ([\d.]+) s per epoch "
+                      r"/ (\d+) concurrent trials$", result.stdout, re.M)
+    assert found, result.stdout
+    trials, epochs, epoch_s, slots = int(found[1]), int(found[2]), float(found[3]), int(found[4])
+    loaded = load_spec(spec)
+    assert (trials, epochs) == (loaded.num_trials(), 3)
+    cpus = len(os.sched_getaffinity(0))
+    assert slots == concurrent_trials(loaded, cpus, 0) and 0 < epoch_s < 600
+    probe = re.search(r"probe: first configuration (\{.*\}), 1 torch thread", result.stdout)
+    assert probe and "'lr': 0.001, 'dropout': 0.0, 'hidden_size': 50, 'seed': 1" in probe[1]
+    assert "assumes: every trial runs all its epochs" in result.stdout
+
+
+def test_concurrent_trials_follow_resources_and_limits():
+    def spec(**search):
+        return load_spec_from(merge(BASE_SPEC, {"search": search}))
+
+    assert concurrent_trials(spec(max_concurrent_trials=None), cpus=8, gpus=0) == 4  # 4 trials
+    assert concurrent_trials(spec(max_concurrent_trials=None, resources={"cpu": 3}), 8, 0) == 2
+    assert concurrent_trials(spec(max_concurrent_trials=1), 8, 0) == 1
+    assert concurrent_trials(spec(resources={"cpu": 1, "gpu": 0.5}, max_concurrent_trials=None),
+                             8, 1) == 2
+    assert concurrent_trials(spec(resources={"cpu": 4}), 2, 0) == 0  # does not fit
+
+
+def load_spec_from(content: dict):
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as folder:
+        return load_spec(write_yaml(Path(folder) / "s.yaml", content))
+
+
+# -- B. threads of `orchestrate train` ------------------------------------------------------
+def test_thread_count_decision():
+    assert choose_num_threads(3, cpus=16) == (3, "training.num_threads")
+    assert choose_num_threads(None, cpus=6) == (6, "the CPUs this process may use: 6")
+    assert choose_num_threads(None, cpus=0)[0] == 1
+
+
+def test_train_uses_the_cpus_it_may_use_with_passive_waiting(tmp_path):
+    """The printed count is torch.get_num_threads() of the real process after the choice."""
+    config = write_yaml(tmp_path / "run.yaml", TINY_TRAIN)
+    pinned = orchestrate("train", str(config), cwd=tmp_path, prefix=("taskset", "-c", "0"))
+    assert pinned.returncode == 0, pinned.stderr
+    assert "threads: 1 (the CPUs this process may use: 1; OMP_WAIT_POLICY PASSIVE)" in pinned.stdout
+    cpus = len(os.sched_getaffinity(0))
+    free = orchestrate("train", str(config), cwd=tmp_path)
+    assert f"threads: {cpus} (the CPUs this process may use: {cpus}; " in free.stdout
+    configured = orchestrate("train", str(config), "--set", "training.num_threads=3", cwd=tmp_path,
+                             env={"OMP_WAIT_POLICY": "ACTIVE"})  # the user's environment wins
+    assert "threads: 3 (training.num_threads; OMP_WAIT_POLICY ACTIVE)" in configured.stdout
+
+
+# -- C. ui, --version -----------------------------------------------------------------------
+def test_ui_on_a_busy_port_fails_clearly(tmp_path):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = orchestrate("ui", "--port", str(port), cwd=tmp_path, timeout=60)
+    assert result.returncode == 1
+    assert f"error: port {port} on 127.0.0.1 is not free" in result.stderr and "--port" in result.stderr
+    assert "MLflow UI for" not in result.stdout and not (tmp_path / "mlruns.db").exists()
+
+
+def test_version_names_the_package_and_its_libraries(tmp_path):
+    result = orchestrate("--version", cwd=tmp_path)
+    assert result.returncode == 0
+    assert result.stdout.startswith(f"orchestrate (nli-orchestrator) {version('nli-orchestrator')}; ")
+    for library in ("torch", "ray", "mlflow", "optuna"):
+        assert f"{library} {version(library)}" in result.stdout
+
+
+# -- D. one tracking-URI rule ---------------------------------------------------------------
+def test_tracking_uri_resolution_order(monkeypatch):
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    assert resolve_tracking_uri(None) == DEFAULT_TRACKING_URI == "sqlite:///mlruns.db"
+    assert resolve_tracking_uri(None, default=None) is None
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://env:5000")
+    assert resolve_tracking_uri(None) == "http://env:5000"
+    assert resolve_tracking_uri(None, "http://spec:5000") == "http://spec:5000"
+    assert resolve_tracking_uri("http://flag:5000", None) == "http://flag:5000"
+    assert resolve_tracking_uri("http://same:5000", "http://same:5000") == "http://same:5000"
+    with pytest.raises(InputError, match="contradicts search.tracking_uri http://spec:5000 in a.yaml"):
+        resolve_tracking_uri("http://flag:5000", "http://spec:5000", "a.yaml")
+
+
+def test_results_reads_the_environment_store_through_the_same_rule(tmp_path):
+    missing = tmp_path / "nowhere.db"
+    result = orchestrate("results", "--out", str(tmp_path / "t.parquet"), cwd=tmp_path,
+                         env={"MLFLOW_TRACKING_URI": f"sqlite:///{missing}"})
+    assert result.returncode == 2 and str(missing) in result.stderr
+    assert not missing.exists()
+
+
+# -- E. a light --help ----------------------------------------------------------------------
+HELP_WALK = """
+import sys, time, click
+started = time.perf_counter()
+from orchestrator.cli import main
+
+def walk(command, path):
+    try:
+        main.main(path + ["--help"], prog_name="orchestrate", standalone_mode=False)
+    except SystemExit as exc:
+        assert exc.code in (0, None), (path, exc.code)
+    yield path
+    if isinstance(command, click.Group):
+        for name in command.list_commands(None):
+            yield from walk(command.get_command(None, name), path + [name])
+
+visited = [" ".join(p) or "(group)" for p in walk(main, [])]
+heavy = [m for m in {heavy!r} if m in sys.modules]
+print("VISITED", visited, file=sys.stderr)
+print("HEAVY", heavy, file=sys.stderr)
+print("SECONDS", time.perf_counter() - started, file=sys.stderr)
+"""
+
+
+def test_help_of_every_command_loads_no_heavy_library(tmp_path):
+    result = subprocess.run(
+        [sys.executable, "-c", HELP_WALK.replace("{heavy!r}", repr(HEAVY))], cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(REPO_ROOT)}, capture_output=True, text=True, timeout=300,
+    )
+    assert result.returncode == 0, result.stderr
+    visited = eval(re.search(r"^VISITED (.*)$", result.stderr, re.M)[1])
+    for command in ("(group)", "train", "validate", "sweep", "ui", "results", "attention", "submit",
+                    "sync", "server", "data", "data download", "models", "jobs"):
+        assert command in visited
+    assert re.search(r"^HEAVY \[\]$", result.stderr, re.M), result.stderr
+
+
+def test_orchestrate_help_is_fast(tmp_path, record_property):
+    """Measured, reported, not asserted against a number (the machine is shared)."""
+    timings = []
+    for _ in range(3):
+        started = time.perf_counter()
+        result = orchestrate("--help", cwd=tmp_path)
+        timings.append(time.perf_counter() - started)
+        assert result.returncode == 0 and "Commands:" in result.stdout
+    record_property("orchestrate_help_seconds", min(timings))
+    print(f"orchestrate --help: best of 3 {min(timings):.2f} s ({', '.join(f'{t:.2f}' for t in timings)})")

@@ -1,0 +1,56 @@
+"""The sweep's progress line tells the truth: the ETA counts the epochs still to run, so it is not
+0:00:00 while a trial trains; a line announces the test evaluation; figures are rounded."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+
+from orchestrator import progress as progress_module
+from orchestrator.progress import ProgressPrinter
+
+
+class Clock:
+    def __init__(self):
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def clock(monkeypatch):
+    fake = Clock()
+    monkeypatch.setattr(progress_module.time, "monotonic", fake)
+    return fake
+
+
+def test_eta_from_finished_trial_epochs(clock):
+    printer = ProgressPrinter(4, stream=io.StringIO(), epochs_per_trial=10)
+    printer.trial_started("a", {})
+    printer.trial_started("b", {})
+    assert printer.eta() == "?"  # no epoch finished yet: no rate to extrapolate
+    clock.now += 100
+    for epoch in range(1, 6):
+        printer.trial_result("a", {"epoch": epoch, "dev_accuracy": 0.5})
+        printer.trial_result("b", {"epoch": epoch, "dev_accuracy": 0.52460984})
+    # 10 trial-epochs in 100 s; to come: 5 + 5 for the running pair, 10 + 10 for the pending
+    assert printer.eta() == "0:05:00"
+    assert "best dev_accuracy 52.46% |" in printer.line()  # rounded, in percent
+
+
+def test_eta_is_not_zero_while_the_last_trial_trains(clock):
+    printer = ProgressPrinter(4, stream=io.StringIO(), epochs_per_trial=10, already_done=3)
+    printer.trial_started("d", {})
+    clock.now += 20
+    printer.trial_result("d", {"epoch": 2, "dev_accuracy": 0.4})
+    assert printer.eta() == "0:01:20"  # 8 epochs left at 10 s each (the old ETA said 0:00:00)
+
+
+def test_test_evaluation_phase_has_a_line(clock):
+    stream = io.StringIO()
+    printer = ProgressPrinter(1, stream=stream)
+    clock.now += 61.6
+    printer.phase("trials ended; evaluating the selected configuration on test")
+    assert stream.getvalue() == "[0:01:02] trials ended; evaluating the selected configuration on test\n"

@@ -1,0 +1,63 @@
+"""A real sweep (local Ray, SQLite MLflow, toy corpus) records each trial's protocol fingerprint,
+ends step-budgeted trials as finished (not as scheduler-stopped), and with
+search.protocol.refit_on_train_dev tests the selected configuration after a refit on train + dev."""
+
+from __future__ import annotations
+
+import pytest
+from sweep_helpers import runs_of, write_spec
+
+from nli_models.config import RunConfig
+from nli_models.data import prepare_data
+from nli_models.training import refit_and_test
+from orchestrator.spec import apply_hyperparameters, load_spec
+from orchestrator.sweep import run_sweep
+from results import run_schema as rs
+
+pytestmark = pytest.mark.ray
+
+
+def test_fingerprint_on_every_trial_and_refit_on_train_plus_dev(ray_session, workdir):
+    spec_path = write_spec(
+        workdir,
+        {"training": {"epochs": 5, "max_steps": 40}},
+        replace_search={
+            "sampler": "grid",
+            "space": {"lr": {"grid": [0.001, 0.01]}},
+            "seeds": [1],
+            "max_concurrent_trials": 2,
+            "resources": {"cpu": 1},
+            "protocol": {"refit_on_train_dev": True},
+        },
+    )
+    summary = run_sweep(spec_path)
+    assert summary.trials == 2 and summary.failed == 0
+
+    _, children = runs_of(workdir, "tiny")
+    spec = load_spec(spec_path)
+    data = prepare_data(spec.data)
+    for run in children:
+        tags = run.data.tags
+        protocol = {
+            f: tags[rs.TAG_PROTOCOL_PREFIX + f] for f in rs.PROTOCOL_FIELDS
+        }  # every field, on every trial
+        assert protocol["corpus"] == "toy"
+        assert protocol["train_size"] == str(len(data.splits["train"]))
+        assert protocol["train_file"].startswith("toy(size=600")
+        assert (protocol["epochs"], protocol["max_steps"]) == ("5", "40")
+        assert protocol["refit_on_train_dev"] == "True"
+        assert protocol["lr"] == str(float(run.data.params["lr"]))  # the trial's own value
+        assert (protocol["optimizer"], protocol["batch_size"]) == ("adam", "32")
+        assert protocol["vectors"] == "None" and protocol["init"] == "default"
+        # 40 steps of batch 32 on 480 pairs: 2 whole epochs and a part, a finished trial
+        assert run.data.metrics[rs.METRIC_EPOCHS_TRAINED] == 3
+        assert tags[rs.TAG_EARLY_STOPPED] == "false"
+
+    selected = [r for r in children if r.data.tags.get(rs.TAG_SELECTED) == "true"]
+    assert len(selected) == 1
+    run = selected[0]
+    params = {"lr": float(run.data.params["lr"]), "seed": 1}
+    config: RunConfig = apply_hyperparameters(spec.base_config(), params)
+    epochs = int(run.data.metrics[rs.METRIC_BEST_EPOCH])
+    _, expected = refit_and_test(config, data, epochs)
+    assert run.data.metrics[rs.METRIC_TEST_ACCURACY] == pytest.approx(expected.accuracy)
