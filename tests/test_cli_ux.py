@@ -158,7 +158,7 @@ def test_sweep_records_the_effective_spec_and_its_overrides(tmp_path):
     runs = client.search_runs([client.get_experiment_by_name("tiny").experiment_id])
     parent = next(r for r in runs if r.data.tags.get("nli.role") == "sweep")
     trials = [r for r in runs if r.data.tags.get("nli.role") == "trial"]
-    assert [(t.data.params["lr"], t.data.params["batch_size"]) for t in trials] == [("0.003", "8")]
+    assert [(t.data.params["lr"], t.data.params["const.batch_size"]) for t in trials] == [("0.003", "8")]
     assert json.loads(parent.data.tags["nli.overrides"]) == [
         "search.space.lr.grid=[0.003]", "training.batch_size=8", f"data.data_dir={corpus}"]
     artifact = Path(client.download_artifacts(parent.info.run_id, "spec.yaml", str(tmp_path)))
