@@ -182,3 +182,17 @@ def test_unknown_slurm_job_ids_and_an_empty_record(tmp_path):
         assert "no SLURM job 4242 was submitted from here" in result.stderr
     listed = orchestrate("jobs", "--slurm")  # asks neither SLURM nor Ray: nothing recorded
     assert listed.returncode == 0 and listed.stdout.strip() == "no jobs"
+
+
+def test_overrides_are_checked_here_and_reach_the_sweep_and_its_resumptions(tmp_path):
+    spec = spec_file(tmp_path)
+    result = orchestrate("submit", str(spec), "--slurm", "--dry-run", "--set", "training.epochs=3",
+                         "--data-dir", "/shared/nli-data")
+    assert result.returncode == 0, result.stderr
+    assert ("SWEEP_OPTIONS=(--set training.epochs=3 --data-dir /shared/nli-data)"
+            in result.stdout)
+    # The sweep command takes both; a requeued run changes SWEEP_FLAGS alone.
+    assert '"${SWEEP_OPTIONS[@]}" &' in result.stdout
+    assert "SWEEP_OPTIONS=(" not in result.stdout.split("SWEEP_OPTIONS=(", 1)[1]
+    bad = orchestrate("submit", str(spec), "--slurm", "--set", "training.epochs=-1")
+    assert bad.returncode == 2 and "training.epochs" in bad.stderr

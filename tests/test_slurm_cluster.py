@@ -102,9 +102,10 @@ def assert_each_trial_once(client, name: str, planned: int, epochs: int) -> list
 # -- tests ------------------------------------------------------------------------------------
 def test_quickstart_submitted_with_slurm_finishes_and_builds_the_results_table(
         slurm_cluster, tracking, tmp_path):
-    spec = write_spec(tmp_path / "spec", "slurm-quickstart", tracking.url, epochs=2, toy_size=600,
+    spec = write_spec(tmp_path / "spec", "slurm-quickstart", tracking.url, epochs=3, toy_size=600,
                       grid={"lr": [0.001, 0.003], "dropout": [0.0, 0.2]})
-    job_id = submit(spec, "--time", "15", subprocess_cli=True)
+    # --set travels to the job's sweep: 2 epochs, not the file's 3.
+    job_id = submit(spec, "--time", "15", "--set", "training.epochs=2", subprocess_cli=True)
     listed = orchestrate("jobs")
     assert listed.returncode == 0, listed.stderr
     row = next(line.split() for line in listed.stdout.splitlines() if line.startswith(job_id))
