@@ -326,9 +326,15 @@ fi
 say "sweep exited with code $rc${reason:+ ($reason)}"
 stop_ray
 
-# 3: interrupted, resumable; above 128: the sweep died of a signal (a driver that does not stop
-# cleanly on SIGTERM): resumable too. 0, 1 (failed trials) and 2 (bad input) end the job.
-if [ "$REQUEUE" = 1 ] && [ "$reason" = time_limit ] && { [ "$rc" = 3 ] || [ "$rc" -gt 128 ]; }; then
+# After the time-limit signal: 0 (completed) and 2 (bad input) end the job; 3 (interrupted) and
+# any other code requeue it unless the store says the sweep completed (exit 1 with failed
+# trials). A driver that does not stop cleanly on SIGTERM dies of it with 1, 15, 134 or 143.
+requeue_now=""
+if [ "$REQUEUE" = 1 ] && [ "$reason" = time_limit ] && [ "$rc" != 0 ] && [ "$rc" != 2 ]; then
+  state=$(node sweep-state "$EXPERIMENT") || state=unknown
+  case "$state" in completed|finished) ;; *) requeue_now=1 ;; esac
+fi
+if [ -n "$requeue_now" ]; then
   say "requeueing job $SLURM_JOB_ID: the next run resumes the sweep"
   scontrol requeue "$SLURM_JOB_ID"
 else

@@ -5,6 +5,7 @@
     python -m orchestrator.slurm_node worker HEAD_IP:GCS_PORT TMP CPUS GPUS
     python -m orchestrator.slurm_node reap TMP             (ends what is left of the job's Ray)
     python -m orchestrator.slurm_node resume-flag EXPERIMENT SINCE_MS   -> "--resume" or nothing
+    python -m orchestrator.slurm_node sweep-state EXPERIMENT   -> the latest sweep's nli.sweep_state
 
 Every port is picked free on the node, so jobs that share a node never meet on Ray's default
 ports (6379, 10001, 52365), and every Ray process of the job runs with the job's own temp dir,
@@ -100,17 +101,32 @@ def reap(temp_dir: str, grace_s: float = 10.0) -> int:
     return len(pids)
 
 
-def resume_flag(experiment: str, since_ms: int) -> str:
-    """What a requeued run passes to `orchestrate sweep`: --resume when the experiment's latest
-    sweep (in MLFLOW_TRACKING_URI, which the script exports) started at or after `since_ms` (when
-    an earlier run of this job started the driver), else nothing: the signal came before the
-    sweep was created, so the run starts it as the first run would have."""
+def _latest_sweep(experiment: str):
+    """The experiment's latest sweep (parent) run in MLFLOW_TRACKING_URI (the script exports it)."""
     from orchestrator.tracking import Tracker
 
     tracker = Tracker(os.environ["MLFLOW_TRACKING_URI"])
     found = tracker.client.get_experiment_by_name(experiment)
     sweeps = tracker.sweeps(found.experiment_id) if found is not None else []
-    return "--resume" if sweeps and sweeps[0].info.start_time >= since_ms else ""
+    return sweeps[0] if sweeps else None
+
+
+def sweep_state(experiment: str) -> str:
+    """nli.sweep_state of the latest sweep ("none" without one): tells a sweep that completed
+    (with failed trials: exit 1) from one that died of the time-limit signal."""
+    from results import run_schema as rs
+
+    latest = _latest_sweep(experiment)
+    return "none" if latest is None else latest.data.tags.get(rs.TAG_SWEEP_STATE, "unknown")
+
+
+def resume_flag(experiment: str, since_ms: int) -> str:
+    """What a requeued run passes to `orchestrate sweep`: --resume when the experiment's latest
+    sweep (in MLFLOW_TRACKING_URI, which the script exports) started at or after `since_ms` (when
+    an earlier run of this job started the driver), else nothing: the signal came before the
+    sweep was created, so the run starts it as the first run would have."""
+    latest = _latest_sweep(experiment)
+    return "--resume" if latest is not None and latest.info.start_time >= since_ms else ""
 
 
 def main(argv: list[str]) -> int:
@@ -129,6 +145,9 @@ def main(argv: list[str]) -> int:
         if count:
             print(f"nli: ended {count} leftover Ray processes of {argv[1]} "
                   f"in {time.monotonic() - started:.1f}s", file=sys.stderr)
+        return 0
+    if argv[:1] == ["sweep-state"] and len(argv) == 2:
+        print(sweep_state(argv[1]))
         return 0
     if argv[:1] == ["resume-flag"] and len(argv) == 3:
         print(resume_flag(argv[1], int(argv[2])))
