@@ -229,6 +229,6 @@ def test_time_limit_with_requeue_finishes_the_sweep_across_allocations(slurm_clu
     assert "got SIGUSR1 (time_limit)" in first and f"requeueing job {job_id}" in first
     assert "sweep finished" not in first
     assert done_at_requeue and 1 <= done_at_requeue[0] < planned, done_at_requeue
-    assert later.splitlines()[0].endswith(" --resume")
+    assert later.splitlines()[0].rstrip().endswith(" --resume")
     assert f"sweep finished: {planned} trials (0 failed)" in later
     assert_each_trial_once(client, name, planned=planned, epochs=epochs)
