@@ -9,7 +9,7 @@ export RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER ?= 0
 export RAY_AUTH_MODE ?= disabled
 export MLFLOW_DISABLE_TELEMETRY ?= true
 
-.PHONY: install demo test bench lint clean
+.PHONY: install system-deps demo test bench lint clean
 
 install: $(STAMP)
 
@@ -21,6 +21,15 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install -q torch==2.13.0
 	$(BIN)/python -m pip install -q -e '.[dev,glove]'
 	touch $(STAMP)
+
+# What the SLURM tests (tests/test_slurm_cluster.py) run on: Debian's slurm-wlm and munge. Installed
+# when missing and apt-get can (as root); otherwise those tests skip, saying why.
+system-deps:
+	@if command -v slurmctld >/dev/null && command -v munged >/dev/null; then :; \
+	elif command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ]; then \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq slurm-wlm munge) \
+	    || echo "warning: installing slurm-wlm and munge failed; the SLURM tests will skip" >&2; \
+	else echo "warning: slurm-wlm and munge are missing and cannot be installed here (needs apt-get as root); the SLURM tests will skip" >&2; fi
 
 demo: install
 	$(BIN)/orchestrate sweep search_spaces/quickstart.yaml --new

@@ -11,6 +11,7 @@ import click
 
 from nli_models.errors import InputError, mask_secrets
 from orchestrator.cli_options import make_overrides, override_options, tracking_uri_option
+from orchestrator.cluster_cli import allocation_report, slurm_allocation_options
 from orchestrator.environment import configure_environment
 from results.cli import attention_command, report_command, results_command
 
@@ -124,8 +125,9 @@ def train(config_path: str, checkpoint_dir: str | None, resume: bool,
                    "expected wall time of the whole sweep on this machine")
 @override_options
 @tracking_uri_option
+@slurm_allocation_options
 def validate(spec_path: str, no_data: bool, estimate: bool, assignments: tuple[str, ...],
-             data_dir: str | None, tracking_uri: str | None) -> None:
+             data_dir: str | None, tracking_uri: str | None, **slurm_allocation) -> None:
     """Validate a sweep spec and print the resolved plan; runs nothing (but the --estimate probe)."""
     from nli_models.config import ConfigError
     from orchestrator.plan import describe_plan
@@ -139,6 +141,9 @@ def validate(spec_path: str, no_data: bool, estimate: bool, assignments: tuple[s
         click.echo(describe_plan(spec, read_data=not no_data))
         if overrides:
             click.echo(f"  overrides: {', '.join(overrides.describe())}")
+        report = allocation_report(spec, **slurm_allocation)
+        if report:
+            click.echo(report)
         if estimate:
             click.echo(_estimate(spec))
     except (ConfigError, FileNotFoundError, ValueError) as exc:

@@ -6,7 +6,6 @@ Exit codes: 0 done, 1 the cluster / server / job failed or is unreachable, 2 bad
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 import os
 import sys
@@ -16,6 +15,7 @@ import click
 
 from nli_models.errors import mask_secrets
 from orchestrator.cli_options import make_overrides, override_options
+from orchestrator.slurm import DEFAULT_SIGNAL_BEFORE_S
 
 ADDRESS_HELP = "Ray dashboard of the head node (default: RAY_ADDRESS or http://127.0.0.1:8265)"
 
@@ -50,10 +50,130 @@ def _cluster_errors(function):
     return wrapper
 
 
-def _time(ms: int | None) -> str:
-    if not ms:
-        return "-"
-    return dt.datetime.fromtimestamp(ms / 1000).strftime("%Y-%m-%d %H:%M:%S")
+# -- submit --slurm ---------------------------------------------------------------------------
+SLURM_SUBMIT_OPTIONS = [
+    click.option("--slurm", is_flag=True,
+                 help="submit to SLURM (sbatch): a batch job that starts Ray on its allocation"),
+    click.option("--nodes", type=click.IntRange(1), default=None,
+                 help="[--slurm] nodes of the allocation (default 1)"),
+    click.option("--cpus-per-task", type=click.IntRange(1), default=None,
+                 help="[--slurm] CPUs per node for its trials (default: enough for "
+                      "search.max_concurrent_trials)"),
+    click.option("--gpus-per-node", type=click.IntRange(0), default=None,
+                 help="[--slurm] GPUs per node (trials share them: search.resources.gpu 0.25 = 4 "
+                      "per GPU)"),
+    click.option("--partition", default=None, help="[--slurm] sbatch --partition"),
+    click.option("--time", "time_limit", default=None,
+                 help="[--slurm] time limit, as sbatch --time takes it (e.g. 4:00:00)"),
+    click.option("--account", default=None, help="[--slurm] sbatch --account"),
+    click.option("--qos", default=None, help="[--slurm] sbatch --qos"),
+    click.option("--sbatch", "sbatch_lines", multiple=True, metavar="OPTION",
+                 help="[--slurm] another #SBATCH option, e.g. --sbatch=--mem=32G (repeatable)"),
+    click.option("--requeue", is_flag=True,
+                 help="[--slurm] at the time-limit warning, stop the sweep cleanly, requeue the "
+                      "job and resume, until the sweep completes"),
+    click.option("--signal-before", type=click.IntRange(1), default=None,
+                 help=f"[--slurm] seconds before the time limit that the sweep is told to stop "
+                      f"(default {DEFAULT_SIGNAL_BEFORE_S}; it needs time to stop its trials)"),
+    click.option("--log-dir", type=click.Path(file_okay=False), default=None,
+                 help="[--slurm] folder of the job's output JOBNAME-JOBID.out (default: here)"),
+    click.option("--job-name", default=None, help="[--slurm] default: nli-SPECNAME"),
+    click.option("--dry-run", is_flag=True, help="[--slurm] print the batch script; submit nothing"),
+]
+
+
+def slurm_submit_options(function):
+    for option in reversed(SLURM_SUBMIT_OPTIONS):
+        function = option(function)
+    return function
+
+
+def _refuse_slurm_options(options: dict) -> None:
+    from orchestrator.ray_jobs import JobInputError
+
+    given = [name for name, value in options.items() if value not in (None, False, ())]
+    if given:
+        flags = ", ".join("--" + name.replace("_lines", "").replace("time_limit", "time").replace("_", "-")
+                          for name in given)
+        raise JobInputError(f"{flags}: SLURM options; add --slurm (or drop them for a Ray job)")
+
+
+def submit_to_slurm(spec_path, tracking_uri, resume, new, env, ray_only, overrides, *, nodes, cpus_per_task,
+                    gpus_per_node, partition, time_limit, account, qos, sbatch_lines, requeue,
+                    signal_before, log_dir, job_name, dry_run) -> None:
+    """`submit --slurm`: render the batch script, sbatch it, record the job."""
+    from orchestrator import slurm
+    from orchestrator.spec import load_spec
+
+    given = [flag for flag, value in ray_only.items() if value]
+    if given:
+        raise slurm.SlurmInputError(f"{', '.join(given)}: Ray Jobs options; not with --slurm")
+    nodes = nodes or 1
+    if cpus_per_task is None and Path(spec_path).is_file():
+        try:
+            cpus_per_task = slurm.default_cpus_per_task(load_spec(spec_path, overrides), nodes)
+        except ValueError:
+            pass  # build_batch_job reports the spec's error
+    options = slurm.SlurmOptions(
+        allocation=slurm.Allocation(nodes, cpus_per_task or 1, gpus_per_node or 0),
+        partition=partition, time_limit=time_limit, account=account, qos=qos,
+        extra=list(sbatch_lines), requeue=requeue,
+        signal_before_s=signal_before or slurm.DEFAULT_SIGNAL_BEFORE_S,
+        log_dir=log_dir or ".", job_name=job_name,
+    )
+    job = slurm.build_batch_job(spec_path, options, tracking_uri=tracking_uri, resume=resume,
+                                new=new, env=env, overrides=overrides)
+    for warning in job.warnings:
+        click.echo(f"warning: {warning}", err=True)
+    if dry_run:
+        click.echo(job.script, nl=False)
+        click.echo(f"(dry run: nothing submitted; {options.allocation.describe()} runs {job.at_once})",
+                   err=True)
+        return
+    from orchestrator.tracking import Tracker, TrackingUnavailable
+
+    try:  # a typo in the server's address is found here, not after the job waited in the queue
+        Tracker(job.tracking_uri).check_reachable()
+    except TrackingUnavailable as exc:
+        _fail(f"{exc} Nothing was submitted.", 1)
+    job_id = slurm.sbatch(job)
+    entry = slurm.record(job, job_id)
+    click.echo(job_id)
+    click.echo(
+        f"submitted sweep {job.spec_name!r} to SLURM as job {job_id} ({options.allocation.describe()}: "
+        f"{job.at_once}; MLflow {mask_secrets(job.tracking_uri)})\n"
+        f"  output:  {entry.output}\n"
+        f"  follow:  orchestrate logs {job_id} --follow\n"
+        f"  status:  orchestrate jobs\n"
+        f"  stop:    orchestrate stop {job_id}   (resume: submit --slurm --resume)",
+        err=True,
+    )
+
+
+def slurm_allocation_options(function):
+    """`validate --slurm-nodes N ...`: how many trials run at once on that allocation."""
+    for option in reversed([
+        click.option("--slurm-nodes", type=click.IntRange(1), default=None,
+                     help="report the trials that run at once on this many SLURM nodes"),
+        click.option("--slurm-cpus-per-task", type=click.IntRange(1), default=None,
+                     help="... with this many CPUs per node (default as submit --slurm)"),
+        click.option("--slurm-gpus-per-node", type=click.IntRange(0), default=None,
+                     help="... and this many GPUs per node"),
+    ]):
+        function = option(function)
+    return function
+
+
+def allocation_report(spec, slurm_nodes, slurm_cpus_per_task, slurm_gpus_per_node) -> str | None:
+    if slurm_nodes is None and slurm_cpus_per_task is None and slurm_gpus_per_node is None:
+        return None
+    from orchestrator import slurm
+
+    nodes = slurm_nodes or 1
+    allocation = slurm.Allocation(
+        nodes, slurm_cpus_per_task or slurm.default_cpus_per_task(spec, nodes), slurm_gpus_per_node or 0
+    )
+    return slurm.allocation_report(spec, allocation)
 
 
 # -- submit -----------------------------------------------------------------------------------
@@ -73,13 +193,22 @@ def _time(ms: int | None) -> str:
 @click.option("--job-id", default=None, help="submission id (default: SPECNAME-DATE-TIME-XXXXXX)")
 @click.option("--follow", is_flag=True, help="stream the job's logs until it ends")
 @override_options
+@slurm_submit_options
 @_cluster_errors
 def submit_command(spec_path, address, tracking_uri, resume, new, working_dir, env, job_id, follow,
-                   assignments, data_dir):
-    """Submit a sweep to a Ray cluster as a Ray job (`orchestrate sweep SPEC` on the head;
-    --set and --data-dir are checked here and passed on; --data-dir names a folder there)."""
+                   assignments, data_dir, **slurm_options):
+    """Submit a sweep to a Ray cluster as a Ray job (`orchestrate sweep SPEC` on the head), or
+    with --slurm to SLURM as a batch job that starts its own Ray cluster (--set and --data-dir
+    are checked here and passed on; --data-dir names a folder there)."""
     from orchestrator.ray_jobs import build_submission, resolve_address
 
+    ray_only = {"--address": address, "--working-dir": working_dir, "--job-id": job_id,
+                "--follow": follow}
+    if slurm_options.pop("slurm"):
+        submit_to_slurm(spec_path, tracking_uri, resume, new, env, ray_only,
+                        make_overrides(assignments, data_dir), **slurm_options)
+        return
+    _refuse_slurm_options(slurm_options)
     address = resolve_address(address)
     submission = build_submission(
         spec_path, tracking_uri=tracking_uri, resume=resume, new=new,
@@ -108,37 +237,161 @@ def submit_command(spec_path, address, tracking_uri, resume, new, working_dir, e
 
 
 # -- jobs / logs / stop -----------------------------------------------------------------------
+def _clock(seconds: float) -> str:
+    seconds = int(max(seconds, 0))
+    return f"{seconds // 3600}:{seconds % 3600 // 60:02d}:{seconds % 60:02d}"
+
+
+class _Progress:
+    """Trials done per (tracking URI, experiment), asked once per listing."""
+
+    def __init__(self):
+        self.known: dict[tuple[str, str], tuple[int, str] | None] = {}
+
+    def done(self, uri: str, experiment: str) -> int | None:
+        from orchestrator.tracking import sweep_progress
+
+        if not uri or not experiment:
+            return None
+        if (uri, experiment) not in self.known:
+            self.known[(uri, experiment)] = sweep_progress(uri, experiment)
+        found = self.known[(uri, experiment)]
+        return None if found is None else found[0]
+
+
+def _ray_rows(address: str | None, progress: _Progress) -> list[dict]:
+    import time
+
+    rows = []
+    for job in _jobs(address).list():
+        metadata = job.metadata or {}
+        end = job.end_time or (time.time() * 1000 if job.start_time else None)
+        planned = metadata.get("nli.planned_trials")
+        rows.append({
+            "job_id": job.submission_id or job.job_id or "-",
+            "backend": "ray",
+            "spec": metadata.get("nli.spec") or job.entrypoint,
+            "state": job.status.value,
+            "elapsed": _clock((end - job.start_time) / 1000) if job.start_time else "-",
+            "trials_done": progress.done(metadata.get("nli.tracking_uri", ""),
+                                         metadata.get("nli.spec_name", "")),
+            "trials_planned": int(planned) if planned else None,
+            "start_time": job.start_time,
+            "end_time": job.end_time,
+            "entrypoint": job.entrypoint,
+            "metadata": metadata,
+            "message": job.message,
+        })
+    return rows
+
+
+def _slurm_rows(progress: _Progress) -> list[dict]:
+    from orchestrator import slurm
+
+    entries = slurm.submissions()
+    states = slurm.job_states([e.job_id for e in entries]) if entries else {}
+    rows = []
+    for entry in entries:
+        state = states[entry.job_id]
+        rows.append({
+            "job_id": entry.job_id,
+            "backend": "slurm",
+            "spec": entry.spec,
+            "state": state.state + (f" ({state.reason})" if state.reason else ""),
+            "elapsed": state.elapsed,
+            "trials_done": progress.done(entry.tracking_uri, entry.spec_name),
+            "trials_planned": entry.planned_trials,
+            "output": entry.output,
+            "tracking_uri": mask_secrets(entry.tracking_uri),
+        })
+    return rows
+
+
 @click.command("jobs")
 @click.option("--address", default=None, help=ADDRESS_HELP)
+@click.option("--slurm", "slurm_only", is_flag=True, help="only the SLURM jobs submitted from here")
 @click.option("--json", "as_json", is_flag=True, help="one JSON object per job")
 @_cluster_errors
-def jobs_command(address, as_json):
-    """List the cluster's jobs, oldest first."""
-    jobs = _jobs(address)
-    listed = jobs.list()
+def jobs_command(address, slurm_only, as_json):
+    """List sweep jobs, oldest first: the Ray cluster's, and the SLURM jobs submitted from this
+    account (the Ray cluster is asked when --address or RAY_ADDRESS names it, or when there are
+    no SLURM jobs). TRIALS: trials finished / planned, from the tracking store."""
+    from orchestrator import slurm
+    from orchestrator.ray_jobs import ADDRESS_ENVS
+
+    progress = _Progress()
+    ask_ray = not slurm_only and (
+        address or any(os.environ.get(n) for n in ADDRESS_ENVS) or not slurm.submissions()
+    )
+    rows = _ray_rows(address, progress) if ask_ray else []
+    rows += _slurm_rows(progress)
     if as_json:
-        for job in listed:
-            click.echo(json.dumps({
-                "job_id": job.submission_id or job.job_id,
-                "status": job.status.value,
-                "start_time": job.start_time,
-                "end_time": job.end_time,
-                "entrypoint": job.entrypoint,
-                "metadata": job.metadata or {},
-                "message": job.message,
-            }))
+        for row in rows:
+            click.echo(json.dumps(row))
         return
-    if not listed:
-        click.echo(f"no jobs on {jobs.address}")
+    if not rows:
+        click.echo("no jobs" + (f" on {_jobs(address).address}" if ask_ray else ""))
         return
-    rows = [("JOB", "STATUS", "STARTED", "ENDED", "SPEC")]
-    for job in listed:
-        spec = (job.metadata or {}).get("nli.spec") or job.entrypoint
-        rows.append((job.submission_id or job.job_id or "-", job.status.value,
-                     _time(job.start_time), _time(job.end_time), spec))
-    widths = [max(len(str(row[i])) for row in rows) for i in range(len(rows[0]))]
-    for row in rows:
+
+    def trials(row) -> str:
+        done = "?" if row["trials_done"] is None else row["trials_done"]
+        return f"{done}/{row['trials_planned'] or '?'}"
+
+    table = [("JOB", "BACKEND", "SPEC", "STATE", "ELAPSED", "TRIALS")]
+    table += [(r["job_id"], r["backend"], r["spec"], r["state"], r["elapsed"], trials(r)) for r in rows]
+    widths = [max(len(str(row[i])) for row in table) for i in range(len(table[0]))]
+    for row in table:
         click.echo("  ".join(str(cell).ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip())
+
+
+def _slurm_entry(job_id: str, address: str | None):
+    """The recorded SLURM submission `job_id`, or None for a Ray job. A bare number that was not
+    submitted from here is not sent to the Ray cluster: Ray's submission ids are never numbers."""
+    from orchestrator import slurm
+
+    entry = slurm.find(job_id)
+    if entry is None and job_id.isdigit() and not address:
+        raise slurm.SlurmInputError(
+            f"no SLURM job {job_id} was submitted from here (`orchestrate jobs` lists them; "
+            f"record: {slurm.record_path()})"
+        )
+    return entry
+
+
+def _slurm_logs(entry, follow: bool) -> None:
+    """Print a SLURM job's output file; with follow, until the job leaves the queue."""
+    import time
+
+    from orchestrator import slurm
+
+    path = Path(entry.output)
+    position = 0
+
+    def show() -> None:
+        nonlocal position
+        if path.is_file():
+            with path.open("rb") as handle:
+                handle.seek(position)
+                data = handle.read()
+            position += len(data)
+            click.echo(data.decode(errors="replace"), nl=False)
+
+    if not follow:
+        if not path.is_file():
+            state = slurm.job_states([entry.job_id])[entry.job_id].state
+            click.echo(f"job {entry.job_id} ({state}) has no output yet at {path}", err=True)
+        show()
+        return
+    while True:
+        state = slurm.job_states([entry.job_id])[entry.job_id]
+        show()
+        if not state.active:
+            show()
+            click.echo(f"job {entry.job_id}: {state.state}", err=True)
+            if state.state != "COMPLETED":
+                sys.exit(1)
+            return
+        time.sleep(2)
 
 
 @click.command("logs")
@@ -147,7 +400,11 @@ def jobs_command(address, as_json):
 @click.option("-f", "--follow", is_flag=True, help="stream new output until the job ends")
 @_cluster_errors
 def logs_command(job_id, address, follow):
-    """Print a job's output (its driver's stdout and stderr)."""
+    """Print a job's output (its driver's stdout and stderr; for SLURM, the job's output file)."""
+    entry = _slurm_entry(job_id, address)
+    if entry is not None:
+        _slurm_logs(entry, follow)
+        return
     jobs = _jobs(address)
     if not follow:
         click.echo(jobs.logs(job_id), nl=False)
@@ -158,14 +415,22 @@ def logs_command(job_id, address, follow):
         sys.exit(1)
 
 
+SLURM_STOP_WAIT_S = 180  # a clean stop: trials end, the sweep records them, Ray shuts down
+
+
 @click.command("stop")
 @click.argument("job_id")
 @click.option("--address", default=None, help=ADDRESS_HELP)
 @_cluster_errors
 def stop_command(job_id, address):
     """Stop a running job (its trials stop; resume the sweep later with submit --resume)."""
-    jobs = _jobs(address)
-    was_running, status = jobs.stop(job_id)
+    from orchestrator import slurm
+
+    entry = _slurm_entry(job_id, address)
+    if entry is not None:
+        was_running, status = slurm.stop(job_id, timeout_s=SLURM_STOP_WAIT_S)
+    else:
+        was_running, status = _jobs(address).stop(job_id)
     if was_running:
         click.echo(f"job {job_id}: stop requested; now {status}")
     else:

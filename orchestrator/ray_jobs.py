@@ -154,7 +154,7 @@ class Submission:
     warnings: list[str] = field(default_factory=list)
 
 
-def _parse_env(pairs: tuple[str, ...] | list[str]) -> dict[str, str]:
+def parse_env(pairs: tuple[str, ...] | list[str]) -> dict[str, str]:
     env = {}
     for pair in pairs:
         name, sep, value = pair.partition("=")
@@ -220,7 +220,7 @@ def _job_slug(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9_-]+", "-", name).strip("-")[:40] or "sweep"
 
 
-def _override_options(overrides: Overrides | None) -> list[str]:
+def override_arguments(overrides: Overrides | None) -> list[str]:
     """`--set`/`--data-dir` as the job's sweep command takes them (paths as given: they name
     folders on the cluster, which need not exist here)."""
     if not overrides:
@@ -271,7 +271,7 @@ def build_submission(
 
     env_vars = {k: os.environ.get(k, DEFAULTS[k]) for k in JOB_ENV_DEFAULTS}
     env_vars.update({"MLFLOW_TRACKING_URI": uri, "PYTHONUNBUFFERED": "1"})
-    env_vars.update(_parse_env(env))
+    env_vars.update(parse_env(env))
 
     warnings = []
     if not spec.search.storage_path:
@@ -288,7 +288,7 @@ def build_submission(
         command.append("--resume")
     if new:
         command.append("--new")
-    command += _override_options(overrides)
+    command += override_arguments(overrides)
     job_id = submission_id or f"{_job_slug(spec.name)}-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
     return Submission(
         entrypoint=shlex.join(command),
@@ -302,6 +302,7 @@ def build_submission(
             "nli.spec_name": spec.name,
             "nli.tracking_uri": mask_secrets(uri),
             "nli.storage_path": spec.search.storage_path or "",
+            "nli.planned_trials": str(spec.num_trials()),
         },
         submission_id=job_id,
         spec_name=spec.name,

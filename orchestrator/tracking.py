@@ -135,6 +135,24 @@ def spool_file(storage_path: str, parent_run_id: str) -> Path:
     return Path(storage_path) / name
 
 
+def sweep_progress(tracking_uri: str, experiment_name: str) -> tuple[int, str] | None:
+    """(trial runs FINISHED, sweep state) of the experiment's latest sweep, for `orchestrate
+    jobs`; (0, "") before it has one; None when the store cannot be asked."""
+    if tracking_uri.startswith(("http://", "https://")) and _probe_http(tracking_uri) is not None:
+        return None  # the client would retry a dead server for minutes
+    try:
+        tracker = Tracker(tracking_uri)
+        experiment = tracker.client.get_experiment_by_name(experiment_name)
+        sweeps = tracker.sweeps(experiment.experiment_id) if experiment is not None else []
+        if not sweeps:
+            return 0, ""
+        parent = sweeps[0]
+        runs = tracker.trial_runs(experiment.experiment_id, parent.info.run_id)
+        return sum(r.info.status == "FINISHED" for r in runs), parent.data.tags.get(rs.TAG_SWEEP_STATE, "")
+    except Exception:  # any store or transport error: the table shows "?"
+        return None
+
+
 def _now_ms() -> int:
     return int(time.time() * 1000)
 

@@ -1,0 +1,160 @@
+"""Helpers the SLURM batch script (orchestrator/slurm.py renders it) runs on the job's nodes:
+
+    python -m orchestrator.slurm_node head-ports     -> "IP GCS_PORT CLIENT_PORT"
+    python -m orchestrator.slurm_node head IP GCS_PORT CLIENT_PORT TMP CPUS GPUS
+    python -m orchestrator.slurm_node worker HEAD_IP:GCS_PORT TMP CPUS GPUS
+    python -m orchestrator.slurm_node reap TMP             (ends what is left of the job's Ray)
+    python -m orchestrator.slurm_node resume-flag EXPERIMENT SINCE_MS   -> "--resume" or nothing
+    python -m orchestrator.slurm_node sweep-state EXPERIMENT   -> the latest sweep's nli.sweep_state
+
+Every port is picked free on the node, so jobs that share a node never meet on Ray's default
+ports (6379, 10001, 52365), and every Ray process of the job runs with the job's own temp dir,
+which is how `reap` finds exactly them: never `ray stop`, which ends every Ray of the user.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import sys
+import time
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("", 0))
+        return sock.getsockname()[1]
+
+
+def node_ip() -> str:
+    """The address other nodes reach this one on (Ray's own choice for `ray start`)."""
+    from ray.util import get_node_ip_address
+
+    return get_node_ip_address()
+
+
+def ray_start_command(temp_dir: str, cpus: str, gpus: str) -> list[str]:
+    return [
+        sys.executable, "-m", "ray.scripts.scripts", "start", "--block",
+        f"--temp-dir={temp_dir}", f"--num-cpus={cpus}", f"--num-gpus={gpus}",
+        f"--dashboard-agent-listen-port={free_port()}", "--disable-usage-stats",
+    ]
+
+
+def start_worker(address: str, temp_dir: str, cpus: str, gpus: str) -> None:
+    """`ray start --block` joining the head at `address`; ends on SIGTERM (srun forwards the
+    script's), taking its raylet and workers with it."""
+    os.makedirs(temp_dir, exist_ok=True)
+    command = [*ray_start_command(temp_dir, cpus, gpus), f"--address={address}"]
+    os.execv(command[0], command)
+
+
+def start_head(ip: str, gcs_port: str, client_port: str, temp_dir: str, cpus: str, gpus: str) -> None:
+    """`ray start --head --block` (no dashboard: nobody browses a batch job's, and it is one
+    port and process fewer on a shared node); ends on SIGTERM, taking its processes with it."""
+    os.makedirs(temp_dir, exist_ok=True)
+    command = [
+        *ray_start_command(temp_dir, cpus, gpus), "--head", f"--node-ip-address={ip}",
+        f"--port={gcs_port}", f"--ray-client-server-port={client_port}", "--include-dashboard=false",
+    ]
+    os.execv(command[0], command)
+
+
+def job_processes(temp_dir: str) -> list[int]:
+    """Pids of this user's processes whose command line names `temp_dir` (raylet, GCS, workers,
+    agents). SLURM runs on Linux: /proc tells."""
+    found = []
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            if entry.stat().st_uid != os.getuid():
+                continue
+            with open(f"/proc/{entry.name}/cmdline", "rb") as handle:
+                arguments = handle.read().decode(errors="replace").split("\0")
+        except OSError:  # it ended meanwhile
+            continue
+        if any(temp_dir in argument for argument in arguments):
+            found.append(int(entry.name))
+    return found
+
+
+def _signal_all(pids: list[int], signum: int) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, signum)
+        except ProcessLookupError:
+            pass
+
+
+def reap(temp_dir: str, grace_s: float = 10.0) -> int:
+    """SIGTERM, then SIGKILL after `grace_s`, every process of the job's Ray on this node.
+    Returns how many were still running."""
+    temp_dir = os.path.abspath(temp_dir)
+    pids = job_processes(temp_dir)
+    _signal_all(pids, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    while job_processes(temp_dir) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    _signal_all(job_processes(temp_dir), signal.SIGKILL)
+    return len(pids)
+
+
+def _latest_sweep(experiment: str):
+    """The experiment's latest sweep (parent) run in MLFLOW_TRACKING_URI (the script exports it)."""
+    from orchestrator.tracking import Tracker
+
+    tracker = Tracker(os.environ["MLFLOW_TRACKING_URI"])
+    found = tracker.client.get_experiment_by_name(experiment)
+    sweeps = tracker.sweeps(found.experiment_id) if found is not None else []
+    return sweeps[0] if sweeps else None
+
+
+def sweep_state(experiment: str) -> str:
+    """nli.sweep_state of the latest sweep ("none" without one): tells a sweep that completed
+    (with failed trials: exit 1) from one that died of the time-limit signal."""
+    from results import run_schema as rs
+
+    latest = _latest_sweep(experiment)
+    return "none" if latest is None else latest.data.tags.get(rs.TAG_SWEEP_STATE, "unknown")
+
+
+def resume_flag(experiment: str, since_ms: int) -> str:
+    """What a requeued run passes to `orchestrate sweep`: --resume when the experiment's latest
+    sweep (in MLFLOW_TRACKING_URI, which the script exports) started at or after `since_ms` (when
+    an earlier run of this job started the driver), else nothing: the signal came before the
+    sweep was created, so the run starts it as the first run would have."""
+    latest = _latest_sweep(experiment)
+    return "--resume" if latest is not None and latest.info.start_time >= since_ms else ""
+
+
+def main(argv: list[str]) -> int:
+    if argv[:1] == ["head-ports"]:
+        print(node_ip(), free_port(), free_port())
+        return 0
+    if argv[:1] == ["head"] and len(argv) == 7:
+        start_head(*argv[1:])
+        return 0  # not reached
+    if argv[:1] == ["worker"] and len(argv) == 5:
+        start_worker(*argv[1:])
+        return 0  # not reached
+    if argv[:1] == ["reap"] and len(argv) == 2:
+        started = time.monotonic()
+        count = reap(argv[1])
+        if count:
+            print(f"nli: ended {count} leftover Ray processes of {argv[1]} "
+                  f"in {time.monotonic() - started:.1f}s", file=sys.stderr)
+        return 0
+    if argv[:1] == ["sweep-state"] and len(argv) == 2:
+        print(sweep_state(argv[1]))
+        return 0
+    if argv[:1] == ["resume-flag"] and len(argv) == 3:
+        print(resume_flag(argv[1], int(argv[2])))
+        return 0
+    print(__doc__, file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,262 @@
+"""What the cluster tests share: processes in their own process groups (stopped by group id,
+never by name), PostgreSQL on 127.0.0.1:5432 with a fresh database per module, `orchestrate
+server` on it, quickstart specs that log to it, and the CLI run in-process.
+
+The fixtures (postgres_uri, logs_dir, tracking) are registered in conftest.py.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+import uuid
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+PG_HOST, PG_PORT, PG_USER = "127.0.0.1", 5432, "postgres"
+
+
+# -- processes --------------------------------------------------------------------------------
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def base_env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "RAY_API_SERVER_ADDRESS")}
+    env.update(
+        PATH=f"{BIN}{os.pathsep}{env.get('PATH', '')}",  # job drivers run `orchestrate`
+        RAY_AUTH_MODE="disabled",
+        # Needed by `ray start --address` (a second node); nodes then register the machine's IP.
+        RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER="1",
+        RAY_USAGE_STATS_ENABLED="0",
+        MLFLOW_DISABLE_TELEMETRY="true",
+        PYTHONUNBUFFERED="1",
+    )
+    return env
+
+
+class Group:
+    """A command started in its own session; stop() ends its whole process group."""
+
+    def __init__(self, argv: list[str], log: Path, env: dict[str, str] | None = None):
+        self.argv = argv
+        self.log = log
+        self._log = open(log, "ab")  # closed in stop()
+        self.proc = subprocess.Popen(
+            argv, env=env or base_env(), stdout=self._log, stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL, start_new_session=True,
+        )
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def tail(self, chars: int = 4000) -> str:
+        try:
+            return self.log.read_text(errors="replace")[-chars:]
+        except OSError:
+            return ""
+
+    def stop(self, grace_s: float = 5.0) -> None:
+        try:
+            os.killpg(self.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+        try:
+            self.proc.wait(grace_s)
+        except subprocess.TimeoutExpired:
+            pass
+        try:  # whatever is left of the group (children outlive a leader that exited)
+            os.killpg(self.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            pass
+        self._log.close()
+
+
+def stop_all(groups: list[Group]) -> None:
+    for group in groups:  # SIGTERM every group first so nodes shut down side by side
+        try:
+            os.killpg(group.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+    for group in groups:
+        group.stop()
+
+
+def wait_for(predicate, timeout_s: float, what: str, poll_s: float = 0.5, groups=()):
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = predicate()
+        if value:
+            return value
+        for group in groups:
+            if not group.alive():
+                pytest.fail(f"{group.argv[:3]} exited while waiting for {what}:\n{group.tail()}")
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout_s:.0f}s waiting for {what}")
+        time.sleep(poll_s)
+
+
+def http_ok(url: str) -> bool:
+    try:
+        urllib.request.urlopen(url, timeout=2).close()
+        return True
+    except OSError:
+        return False
+
+
+# -- PostgreSQL -------------------------------------------------------------------------------
+def _pg_connect(database: str = "postgres"):
+    import psycopg2
+
+    return psycopg2.connect(host=PG_HOST, port=PG_PORT, user=PG_USER, dbname=database, connect_timeout=5)
+
+
+def _ensure_postgres() -> str | None:
+    """None when PostgreSQL answers (starting the local cluster if needed), else the reason."""
+    try:
+        import psycopg2  # noqa: F401
+    except ImportError:
+        return "psycopg2 is not installed (pip install psycopg2-binary)"
+    try:
+        _pg_connect().close()
+        return None
+    except Exception as exc:
+        first = str(exc).strip()
+    versions = sorted(os.listdir("/etc/postgresql")) if os.path.isdir("/etc/postgresql") else []
+    if not versions or not shutil.which("pg_ctlcluster"):
+        return f"PostgreSQL not reachable at {PG_HOST}:{PG_PORT} ({first}) and no local cluster to start"
+    subprocess.run(
+        ["pg_ctlcluster", "--skip-systemctl-redirect", versions[-1], "main", "start"],
+        capture_output=True, timeout=60,
+    )
+    try:
+        _pg_connect().close()
+        return None
+    except Exception as exc:
+        return (f"PostgreSQL not reachable at {PG_HOST}:{PG_PORT} and "
+                f"`pg_ctlcluster {versions[-1]} main start` did not help: {exc}")
+
+
+@pytest.fixture(scope="module")
+def postgres_uri():
+    reason = _ensure_postgres()
+    if reason:
+        pytest.skip(reason)
+    name = f"nli_test_{uuid.uuid4().hex[:10]}"
+    connection = _pg_connect()
+    connection.autocommit = True
+    connection.cursor().execute(f"CREATE DATABASE {name}")
+    try:
+        yield f"postgresql://{PG_USER}@{PG_HOST}:{PG_PORT}/{name}"
+    finally:
+        connection.cursor().execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+        connection.close()
+
+
+# -- MLflow tracking server -------------------------------------------------------------------
+class TrackingServer:
+    """`orchestrate server` on a fixed port; stop() and start() again for outage tests."""
+
+    def __init__(self, backend: str, artifacts: Path, logs: Path):
+        self.backend = backend
+        self.artifacts = artifacts
+        self.logs = logs
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.group: Group | None = None
+
+    def start(self) -> None:
+        argv = [str(BIN / "orchestrate"), "server", "--backend-store-uri", self.backend,
+                "--artifacts-destination", str(self.artifacts), "--host", "127.0.0.1",
+                "--port", str(self.port)]
+        self.group = Group(argv, self.logs / "mlflow-server.log")
+        wait_for(lambda: http_ok(f"{self.url}/health"), 90, f"MLflow server at {self.url}",
+                 groups=[self.group])
+
+    def stop(self) -> None:
+        if self.group is not None:
+            self.group.stop()
+            self.group = None
+        wait_for(lambda: not http_ok(f"{self.url}/health"), 20, "the MLflow server to go away")
+
+    def client(self):
+        from mlflow import MlflowClient
+
+        return MlflowClient(tracking_uri=self.url)
+
+
+@pytest.fixture(scope="module")
+def logs_dir():
+    path = Path(tempfile.mkdtemp(prefix="nli-cluster-logs-"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def tracking(postgres_uri, logs_dir, tmp_path_factory):
+    server = TrackingServer(postgres_uri, tmp_path_factory.mktemp("mlartifacts"), logs_dir)
+    try:
+        server.start()
+        yield server
+    finally:
+        if server.group is not None:
+            server.group.stop()
+
+
+# -- sweeps -----------------------------------------------------------------------------------
+def write_spec(folder: Path, name: str, tracking_url: str, *, epochs: int = 4,
+               grid: dict | None = None, toy_size: int | None = None,
+               storage_path: str | None = None) -> Path:
+    """A copy of search_spaces/quickstart.yaml logging to `tracking_url`, results in `folder`."""
+    spec = yaml.safe_load((REPO / "search_spaces" / "quickstart.yaml").read_text())
+    spec["name"] = name
+    if toy_size is not None:
+        spec["data"]["toy"]["size"] = toy_size
+    spec["training"]["epochs"] = epochs
+    if grid is not None:
+        spec["search"]["space"] = {k: {"grid": v} for k, v in grid.items()}
+    spec["search"]["tracking_uri"] = tracking_url
+    spec["search"]["storage_path"] = storage_path or str(folder / "ray_results")
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    return path
+
+
+class Result:
+    def __init__(self, returncode: int, stdout: str, stderr: str):
+        self.returncode, self.stdout, self.stderr = returncode, stdout, stderr
+
+
+def orchestrate(*args: str) -> Result:
+    """`orchestrate ARGS` in this process (click's runner; a subprocess costs seconds of imports)."""
+    from click.testing import CliRunner
+
+    from orchestrator.cli import main
+
+    env = {"RAY_ADDRESS": None, "RAY_API_SERVER_ADDRESS": None, "MLFLOW_TRACKING_URI": None}
+    result = CliRunner(env=env).invoke(main, list(args))
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        raise result.exception
+    return Result(result.exit_code, result.stdout, result.stderr)

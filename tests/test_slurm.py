@@ -1,0 +1,198 @@
+"""`orchestrate submit --slurm` without a cluster: the batch script it renders (--dry-run), how the
+spec's per-trial resources map onto an allocation (`validate --slurm-nodes ...`), and bad input
+refused with exit 2 before anything is submitted or recorded."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from cluster_support import orchestrate
+
+from orchestrator.slurm import Allocation, trials_at_once
+from orchestrator.spec import load_spec
+
+SERVER = "http://mlflow.cluster.example:5000"
+
+
+def spec_file(folder: Path, *, name: str = "slurm-unit", tracking_uri: str | None = SERVER,
+              resources: dict | None = None, max_concurrent: int | None = 2,
+              grid: dict | None = None) -> Path:
+    spec = {
+        "name": name,
+        "model": {"name": "decomposable", "variant": "vanilla",
+                  "args": {"embedding_dim": 8, "projection_dim": 8, "hidden_size": 8}},
+        "data": {"corpus": "toy", "toy": {"size": 300, "seed": 0}},
+        "training": {"optimizer": "adam", "lr": 0.001, "batch_size": 32, "epochs": 1},
+        "search": {
+            "sampler": "grid",
+            "space": {k: {"grid": v} for k, v in (grid or {"lr": [0.001, 0.003]}).items()},
+            "seeds": [1],
+            "resources": resources or {"cpu": 1},
+            "storage_path": str(folder / "ray_results"),
+        },
+    }
+    if max_concurrent is not None:
+        spec["search"]["max_concurrent_trials"] = max_concurrent
+    if tracking_uri is not None:
+        spec["search"]["tracking_uri"] = tracking_uri
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    return path
+
+
+@pytest.fixture(autouse=True)
+def private_record(tmp_path, monkeypatch):
+    """The record of submissions lives in this test's folder."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    return tmp_path / "cache" / "nli-orchestrator" / "slurm-jobs.jsonl"
+
+
+def test_dry_run_prints_the_batch_script_with_every_option(tmp_path, private_record):
+    spec = spec_file(tmp_path, resources={"cpu": 2, "gpu": 0.5}, max_concurrent=None,
+                     grid={"lr": [0.001, 0.003, 0.01, 0.03]})
+    result = orchestrate(
+        "submit", str(spec), "--slurm", "--dry-run", "--nodes", "2", "--gpus-per-node", "1",
+        "--cpus-per-task", "8", "--partition", "gpu", "--time", "1-00:00:00", "--account", "nlp",
+        "--qos", "high", "--sbatch=--mem=32G", "--sbatch", "#SBATCH --constraint=a100",
+        "--requeue", "--signal-before", "300", "--log-dir", str(tmp_path / "logs"),
+        "--env", "HF_HOME=/scratch/hf",
+    )
+    assert result.returncode == 0, result.stderr
+    script = result.stdout
+    directives = [line for line in script.splitlines() if line.startswith("#SBATCH ")]
+    assert directives == [
+        "#SBATCH --job-name=nli-slurm-unit",
+        "#SBATCH --nodes=2",
+        "#SBATCH --ntasks-per-node=1",
+        "#SBATCH --cpus-per-task=8",
+        "#SBATCH --gpus-per-node=1",
+        "#SBATCH --partition=gpu",
+        "#SBATCH --time=1-00:00:00",
+        "#SBATCH --account=nlp",
+        "#SBATCH --qos=high",
+        f"#SBATCH --output={tmp_path / 'logs'}/%x-%j.out",
+        "#SBATCH --open-mode=append",
+        f"#SBATCH --chdir={Path.cwd()}",
+        "#SBATCH --signal=B:USR1@300",
+        "#SBATCH --requeue",
+        "#SBATCH --mem=32G",
+        "#SBATCH --constraint=a100",
+    ]
+    assert f"export MLFLOW_TRACKING_URI={SERVER}" in script
+    assert "export HF_HOME=/scratch/hf" in script
+    assert f"SPEC={spec.resolve()}" in script
+    assert f"PYTHON={sys.executable}" in script
+    assert "GPUS_PER_NODE=1" in script and "REQUEUE=1" in script
+    assert "scontrol requeue" in script and "--resume" in script
+    assert "ray stop" not in script  # it would end every Ray of the user on the node
+    # 2 nodes x min(8 CPU / 2, 1 GPU / 0.5) = 4 trials at once.
+    assert "runs 4 trials at once (2 per node: 1 GPU / 0.5 per trial)" in result.stderr
+    # Nothing was submitted, so nothing is recorded.
+    assert not private_record.exists()
+    syntax = subprocess.run(["bash", "-n"], input=script, capture_output=True, text=True)
+    assert syntax.returncode == 0, syntax.stderr
+
+
+def test_resume_new_and_default_flags_reach_the_sweep(tmp_path):
+    spec = spec_file(tmp_path)
+    flags = {}
+    for extra in ((), ("--resume",), ("--new",)):
+        result = orchestrate("submit", str(spec), "--slurm", "--dry-run", *extra)
+        assert result.returncode == 0, result.stderr
+        flags[extra] = next(line for line in result.stdout.splitlines() if line.startswith("SWEEP_FLAGS="))
+        assert "#SBATCH --no-requeue" in result.stdout
+    assert flags == {(): "SWEEP_FLAGS=()", ("--resume",): "SWEEP_FLAGS=(--resume)",
+                     ("--new",): "SWEEP_FLAGS=(--new)"}
+    # Defaults: one node, CPUs for max_concurrent_trials (2) trials of 1 CPU, output here.
+    result = orchestrate("submit", str(spec), "--slurm", "--dry-run")
+    assert "#SBATCH --nodes=1" in result.stdout and "#SBATCH --cpus-per-task=2" in result.stdout
+    assert f"#SBATCH --output={Path.cwd()}/%x-%j.out" in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("extra", "spec_options", "message"),
+    [
+        ((), {"tracking_uri": None}, "SQLite's locking is unreliable"),
+        (("--tracking-uri", "sqlite:////shared/mlruns.db"), {"tracking_uri": None}, "is a file"),
+        (("--sbatch=--nodes=3",), {}, "--nodes is set by the batch script; use `orchestrate submit --nodes`"),
+        (("--sbatch", "-o out.txt"), {}, "-o is set by the batch script"),
+        (("--sbatch", "mem=4G"), {}, "expected one sbatch option"),
+        (("--time", "ten minutes"), {}, "--time 'ten minutes': expected minutes"),
+        (("--time", "1", "--signal-before", "60"), {}, "is not shorter than --time"),
+        ((), {"resources": {"cpu": 1, "gpu": 0.5}}, "pass --gpus-per-node"),
+        (("--cpus-per-task", "1"), {"resources": {"cpu": 2}}, "raise --cpus-per-task"),
+        (("--address", "http://head:8265"), {}, "--address: Ray Jobs options; not with --slurm"),
+        (("--resume", "--new"), {}, "exclude each other"),
+    ],
+)
+def test_bad_slurm_submissions_exit_2_and_submit_nothing(tmp_path, private_record, extra,
+                                                         spec_options, message, monkeypatch):
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    spec = spec_file(tmp_path, **spec_options)
+    # Not a dry run: had the input passed, sbatch would have been called.
+    result = orchestrate("submit", str(spec), "--slurm", *extra)
+    assert result.returncode == 2, (result.stdout, result.stderr)
+    assert message in result.stderr
+    assert "Traceback" not in result.stderr
+    assert not private_record.exists()
+
+
+def test_slurm_options_need_slurm(tmp_path):
+    result = orchestrate("submit", str(spec_file(tmp_path)), "--nodes", "2", "--requeue",
+                         "--address", "http://127.0.0.1:1")
+    assert result.returncode == 2
+    assert "--nodes, --requeue: SLURM options; add --slurm" in result.stderr
+
+
+def test_trials_at_once_follow_cpus_fractional_gpus_and_the_cap(tmp_path):
+    many = {"lr": [0.001, 0.002, 0.003, 0.004, 0.005, 0.006, 0.007, 0.008, 0.009, 0.01]}
+    quarter_gpu = load_spec(spec_file(tmp_path / "a", resources={"cpu": 1, "gpu": 0.25},
+                                      max_concurrent=None, grid=many))
+    assert trials_at_once(quarter_gpu, Allocation(2, 16, 1))[0] == 8  # 4 per GPU, 2 nodes
+    assert trials_at_once(quarter_gpu, Allocation(2, 3, 1))[0] == 6  # CPUs bind first
+    assert trials_at_once(quarter_gpu, Allocation(4, 16, 2))[0] == 10  # only 10 trials
+    capped = load_spec(spec_file(tmp_path / "b", max_concurrent=3, grid=many))
+    total, why = trials_at_once(capped, Allocation(2, 4, 0))
+    assert total == 3 and "capped by search.max_concurrent_trials" in why
+
+
+def test_validate_reports_trials_at_once_on_an_allocation(tmp_path):
+    spec = spec_file(tmp_path, resources={"cpu": 1, "gpu": 0.25}, max_concurrent=None,
+                     grid={"lr": [0.001, 0.002, 0.003, 0.004, 0.005, 0.006, 0.007, 0.008, 0.009]})
+    result = orchestrate("validate", str(spec), "--no-data", "--slurm-nodes", "2",
+                         "--slurm-gpus-per-node", "1", "--slurm-cpus-per-task", "8")
+    assert result.returncode == 0, result.stderr
+    assert ("SLURM 2 nodes x (8 CPU, 1 GPU): 8 trials at once (4 per node: 1 GPU / 0.25 per "
+            "trial); 9 trials in 2 waves") in result.stdout
+    refused = orchestrate("validate", str(spec), "--no-data", "--slurm-nodes", "2")
+    assert refused.returncode == 2 and "pass --gpus-per-node" in refused.stderr
+    plain = orchestrate("validate", str(spec), "--no-data")
+    assert plain.returncode == 0 and "SLURM" not in plain.stdout
+
+
+def test_unknown_slurm_job_ids_and_an_empty_record(tmp_path):
+    for command in ("logs", "stop"):
+        result = orchestrate(command, "4242")
+        assert result.returncode == 2, result.stderr
+        assert "no SLURM job 4242 was submitted from here" in result.stderr
+    listed = orchestrate("jobs", "--slurm")  # asks neither SLURM nor Ray: nothing recorded
+    assert listed.returncode == 0 and listed.stdout.strip() == "no jobs"
+
+
+def test_overrides_are_checked_here_and_reach_the_sweep_and_its_resumptions(tmp_path):
+    spec = spec_file(tmp_path)
+    result = orchestrate("submit", str(spec), "--slurm", "--dry-run", "--set", "training.epochs=3",
+                         "--data-dir", "/shared/nli-data")
+    assert result.returncode == 0, result.stderr
+    assert ("SWEEP_OPTIONS=(--set training.epochs=3 --data-dir /shared/nli-data)"
+            in result.stdout)
+    # The sweep command takes both; a requeued run changes SWEEP_FLAGS alone.
+    assert '"${SWEEP_OPTIONS[@]}" &' in result.stdout
+    assert "SWEEP_OPTIONS=(" not in result.stdout.split("SWEEP_OPTIONS=(", 1)[1]
+    bad = orchestrate("submit", str(spec), "--slurm", "--set", "training.epochs=-1")
+    assert bad.returncode == 2 and "training.epochs" in bad.stderr

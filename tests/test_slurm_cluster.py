@@ -1,0 +1,234 @@
+"""Sweeps submitted with `orchestrate submit --slurm` to a real one-node SLURM cluster on this machine
+(fixture slurm_cluster, tests/slurm_support.py), logging to `orchestrate server` on the local
+PostgreSQL (fixture tracking, tests/cluster_support.py).
+
+Each job starts its own Ray inside the allocation; after every job the test checks that nothing
+of that Ray is left on the node. The store is the judge: each planned trial FINISHED exactly
+once, every epoch logged once, whatever stopped the sweep in between.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+from cluster_support import BIN, orchestrate, wait_for, write_spec
+
+from orchestrator.slurm_node import job_processes
+
+pytestmark = [pytest.mark.ray, pytest.mark.slurm, pytest.mark.timeout(900)]
+
+ACTIVE = ("PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "REQUEUED", "SUSPENDED")
+
+
+@pytest.fixture(autouse=True)
+def private_record(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+
+
+def submit(spec: Path, *extra: str, subprocess_cli: bool = False) -> str:
+    """`orchestrate submit SPEC --slurm`; its first stdout line is the job id."""
+    args = ["submit", str(spec), "--slurm", "--log-dir", str(spec.parent / "logs"),
+            "--env", f"NLI_DATA_DIR={spec.parent / 'data-cache'}", *extra]
+    if subprocess_cli:  # the console script, as a user runs it
+        result = subprocess.run([str(BIN / "orchestrate"), *args], capture_output=True, text=True,
+                                timeout=120, cwd=spec.parent)
+    else:
+        result = orchestrate(*args)
+    assert result.returncode == 0, result.stderr
+    job_id = result.stdout.strip().splitlines()[0]
+    assert job_id.isdigit(), result.stdout
+    assert f"orchestrate logs {job_id} --follow" in result.stderr
+    return job_id
+
+
+def output_of(spec: Path, job_id: str) -> str:
+    path = spec.parent / "logs" / f"nli-{spec.stem}-{job_id}.out"
+    return path.read_text(errors="replace") if path.exists() else ""
+
+
+def wait_ended(cluster, spec: Path, job_id: str, timeout_s: float = 420) -> str:
+    def ended():
+        state = cluster.job(job_id).get("JobState", "UNKNOWN")
+        return state if state not in ACTIVE else None
+
+    try:
+        return wait_for(ended, timeout_s, f"SLURM job {job_id} to end", poll_s=2)
+    except BaseException:
+        print(f"--- output of job {job_id} ---\n{output_of(spec, job_id)}")
+        raise
+
+
+def assert_ray_gone(job_id: str) -> None:
+    """Nothing of the job's Ray (raylet, gcs_server, workers) is left on the node."""
+    temp_dir = f"/tmp/nli-ray-{job_id}"
+    assert job_processes(temp_dir) == [], f"Ray processes of job {job_id} outlived it"
+    assert not Path(temp_dir).exists()
+
+
+def trial_runs(client, name: str) -> list:
+    experiment = client.get_experiment_by_name(name)
+    if experiment is None:
+        return []
+    return client.search_runs([experiment.experiment_id], "tags.`nli.role` = 'trial'", max_results=1000)
+
+
+def finished_trials(client, name: str) -> int:
+    return sum(r.info.status == "FINISHED" for r in trial_runs(client, name))
+
+
+def assert_each_trial_once(client, name: str, planned: int, epochs: int) -> list:
+    """The planned trials, each one run FINISHED exactly once, every epoch logged once; the one
+    sweep completed."""
+    experiment = client.get_experiment_by_name(name)
+    runs = client.search_runs([experiment.experiment_id], max_results=1000)
+    parents = [r for r in runs if r.data.tags.get("nli.role") == "sweep"]
+    children = [r for r in runs if r.data.tags.get("nli.role") == "trial"]
+    assert len(parents) == 1
+    assert parents[0].data.tags["nli.sweep_state"] in ("completed", "finished")  # old name: finished
+    assert len(children) == planned, [(c.info.run_id, c.info.status) for c in children]
+    assert len({c.data.tags["nli.trial_id"] for c in children}) == planned
+    for child in children:
+        assert child.info.status == "FINISHED", (child.info.run_id, child.info.status)
+        steps = sorted(m.step for m in client.get_metric_history(child.info.run_id, "dev_accuracy"))
+        assert steps == list(range(1, epochs + 1)), (child.info.run_id, steps)
+    return children
+
+
+# -- tests ------------------------------------------------------------------------------------
+def test_quickstart_submitted_with_slurm_finishes_and_builds_the_results_table(
+        slurm_cluster, tracking, tmp_path):
+    spec = write_spec(tmp_path / "spec", "slurm-quickstart", tracking.url, epochs=3, toy_size=600,
+                      grid={"lr": [0.001, 0.003], "dropout": [0.0, 0.2]})
+    # --set travels to the job's sweep: 2 epochs, not the file's 3.
+    job_id = submit(spec, "--time", "15", "--set", "training.epochs=2", subprocess_cli=True)
+    listed = orchestrate("jobs")
+    assert listed.returncode == 0, listed.stderr
+    row = next(line.split() for line in listed.stdout.splitlines() if line.startswith(job_id))
+    assert row[1:3] == ["slurm", str(spec)] and row[-1].endswith("/4"), listed.stdout
+
+    assert wait_ended(slurm_cluster, spec, job_id) == "COMPLETED", output_of(spec, job_id)
+    assert_ray_gone(job_id)
+    output = output_of(spec, job_id)
+    assert "sweep finished: 4 trials (0 failed)" in output
+    assert "nli[" in output and "sweep exited with code 0" in output
+    assert_each_trial_once(tracking.client(), "slurm-quickstart", planned=4, epochs=2)
+
+    # The results table, from the tracking server alone.
+    table = tmp_path / "table.parquet"
+    built = orchestrate("results", "slurm-quickstart", "--tracking-uri", tracking.url,
+                        "--out", str(table), "--format", "md")
+    assert built.returncode == 0, built.stderr
+    rows = pd.read_parquet(table)
+    assert len(rows) == 1 and rows.iloc[0]["n_trials"] == 4
+    assert rows.iloc[0]["test_accuracy"] == rows.iloc[0]["test_accuracy"]  # tested: not NaN
+
+    # jobs, logs through SLURM: the finished job, all 4 trials done.
+    listed = orchestrate("jobs", "--json")
+    record = next(json.loads(line) for line in listed.stdout.splitlines()
+                  if json.loads(line)["job_id"] == job_id)
+    assert (record["backend"], record["state"], record["trials_done"], record["trials_planned"]) == (
+        "slurm", "COMPLETED", 4, 4)
+    shown = orchestrate("logs", job_id)
+    assert shown.returncode == 0 and "sweep finished: 4 trials" in shown.stdout
+    followed = orchestrate("logs", job_id, "--follow")
+    assert followed.returncode == 0 and "COMPLETED" in followed.stderr
+    assert (spec.parent / "logs" / f"nli-slurm-quickstart-{job_id}.sbatch").is_file()
+
+
+def test_stop_mid_sweep_then_resume_runs_exactly_the_planned_trials(slurm_cluster, tracking, tmp_path):
+    name, epochs = "slurm-stop", 4
+    spec = write_spec(tmp_path / "spec", name, tracking.url, epochs=epochs, toy_size=3000,
+                      grid={"lr": [0.001, 0.003], "dropout": [0.0, 0.2]})
+    client = tracking.client()
+    job_id = submit(spec, "--time", "15", "--requeue")  # a stop is not a time limit: no requeue
+    wait_for(lambda: finished_trials(client, name) >= 1, 300, "a first trial to finish", poll_s=2)
+    stopped = orchestrate("stop", job_id)
+    assert stopped.returncode == 0, stopped.stderr
+    assert f"job {job_id}: stop requested; now" in stopped.stdout
+    assert cluster_state(slurm_cluster, job_id) not in ACTIVE
+    assert_ray_gone(job_id)
+    assert "got SIGUSR2 (stop)" in output_of(spec, job_id)
+    assert "requeueing" not in output_of(spec, job_id)
+    assert slurm_cluster.job(job_id)["Restarts"] == "0"
+    done_before = {r.data.tags["nli.trial_id"]: r.info.run_id for r in trial_runs(client, name)
+                   if r.info.status == "FINISHED"}
+    assert 1 <= len(done_before) < 4, done_before
+
+    again = orchestrate("stop", job_id)
+    assert again.returncode == 0 and "was not running" in again.stdout
+
+    resumed = submit(spec, "--time", "15", "--resume")
+    assert wait_ended(slurm_cluster, spec, resumed) == "COMPLETED", output_of(spec, resumed)
+    assert_ray_gone(resumed)
+    children = assert_each_trial_once(client, name, planned=4, epochs=epochs)
+    # A trial finished before the stop kept its run and was not trained again.
+    by_trial = {c.data.tags["nli.trial_id"]: c.info.run_id for c in children}
+    assert all(by_trial[trial] == run for trial, run in done_before.items())
+
+
+def cluster_state(cluster, job_id: str) -> str:
+    return cluster.job(job_id).get("JobState", "UNKNOWN")
+
+
+def minutes(clock: str) -> int:
+    """SLURM's D-HH:MM:SS / HH:MM:SS / MM:SS, rounded up to minutes."""
+    days, _, clock = clock.rpartition("-")
+    seconds = 0
+    for part in clock.split(":"):
+        seconds = seconds * 60 + int(part)
+    return int(days or 0) * 1440 + -(-seconds // 60)
+
+
+@pytest.mark.slow
+def test_time_limit_with_requeue_finishes_the_sweep_across_allocations(slurm_cluster, tracking, tmp_path):
+    """The job's time limit comes mid-sweep: SLURM warns the job (--signal-before), the sweep
+    stops, the job requeues itself and its next allocation resumes the sweep to its end.
+
+    So that the limit lands mid-sweep however loaded the machine is, the test moves the running
+    job's limit (scontrol update TimeLimit, as an admin may) once a first trial has finished, to
+    1-2 minutes away: inside the 120 s warning window, so SLURM sends USR1 at its next check of
+    time limits (every 30 s). Trials run one at a time, so four are still to come then.
+    """
+    name, epochs, planned = "slurm-requeue", 8, 5
+    spec = write_spec(tmp_path / "spec", name, tracking.url, epochs=epochs, toy_size=3000,
+                      grid={"lr": [0.001, 0.002, 0.003, 0.005, 0.01], "dropout": [0.1]})
+    loaded = yaml.safe_load(spec.read_text())
+    loaded["search"]["max_concurrent_trials"] = 1
+    spec.write_text(yaml.safe_dump(loaded, sort_keys=False))
+    client = tracking.client()
+    job_id = submit(spec, "--time", "15", "--signal-before", "120", "--requeue")
+    wait_for(lambda: finished_trials(client, name) >= 1, 300, "a first trial to finish", poll_s=1)
+    elapsed = minutes(slurm_cluster.job(job_id)["RunTime"])
+    slurm_cluster.run("scontrol", "update", f"JobId={job_id}", f"TimeLimit={elapsed + 1}")
+    done_at_requeue = []
+
+    def ended():
+        job = slurm_cluster.job(job_id)
+        if int(job.get("Restarts", 0)) >= 1 and not done_at_requeue:
+            done_at_requeue.append(finished_trials(client, name))
+        if job.get("JobState") == "PENDING" and job.get("Reason") == "BeginTime":
+            # SLURM holds a requeued batch job for 2 minutes; this cluster is the test's own, so
+            # it starts the job at once, with the time to finish.
+            slurm_cluster.run("scontrol", "update", f"JobId={job_id}", "StartTime=now",
+                              "TimeLimit=15", check=False)
+        return job["JobState"] if job.get("JobState") not in ACTIVE else None
+
+    try:
+        state = wait_for(ended, 480, f"SLURM job {job_id} to end", poll_s=2)
+    finally:
+        print(f"--- output of job {job_id} ---\n{output_of(spec, job_id)}")
+    output = output_of(spec, job_id)
+    assert state == "COMPLETED", output
+    assert_ray_gone(job_id)
+    first, later = output.split(f"job {job_id} (run 2)")
+    assert "got SIGUSR1 (time_limit)" in first and f"requeueing job {job_id}" in first
+    assert "sweep finished" not in first
+    assert done_at_requeue and 1 <= done_at_requeue[0] < planned, done_at_requeue
+    assert later.splitlines()[0].rstrip().endswith(" --resume")
+    assert f"sweep finished: {planned} trials (0 failed)" in later
+    assert_each_trial_once(client, name, planned=planned, epochs=epochs)
