@@ -40,12 +40,13 @@ from nli_models.training import protocol_fingerprint
 from orchestrator.spec import SweepSpec, apply_hyperparameters, config_key
 from results import run_schema as rs
 from results.render import format_hyperparameters
-from results.sweeps import sweep_runs, trial_runs
+from results.sweeps import observed_state, sweep_runs, trial_runs
 from results.tracking_uri import (
     PROBE_TIMEOUT_S,
     check_tracking_uri,
     probe_database,
     probe_http,
+    unreachable_store,
 )
 
 EPOCH_METRICS = (
@@ -138,7 +139,7 @@ def spool_file(storage_path: str, parent_run_id: str) -> Path:
 def sweep_progress(tracking_uri: str, experiment_name: str) -> tuple[int, str] | None:
     """(trial runs FINISHED, sweep state) of the experiment's latest sweep, for `orchestrate
     jobs`; (0, "") before it has one; None when the store cannot be asked."""
-    if tracking_uri.startswith(("http://", "https://")) and _probe_http(tracking_uri) is not None:
+    if unreachable_store(tracking_uri) is not None:
         return None  # the client would retry a dead server for minutes
     try:
         tracker = Tracker(tracking_uri)
@@ -148,7 +149,7 @@ def sweep_progress(tracking_uri: str, experiment_name: str) -> tuple[int, str] |
             return 0, ""
         parent = sweeps[0]
         runs = tracker.trial_runs(experiment.experiment_id, parent.info.run_id)
-        return sum(r.info.status == "FINISHED" for r in runs), parent.data.tags.get(rs.TAG_SWEEP_STATE, "")
+        return sum(r.info.status == "FINISHED" for r in runs), observed_state(parent.data.tags)
     except Exception:  # any store or transport error: the table shows "?"
         return None
 
