@@ -219,6 +219,10 @@ class TrialLedger:
         for listener in self.listeners:
             listener.trial_errored(trial_id, params, error)
 
+    def trial_retried(self, trial_id: str, retries: int, cause: str, resumed_from_epoch: int) -> None:
+        for listener in self.listeners:
+            listener.trial_retried(trial_id, retries, cause, resumed_from_epoch)
+
     def sweep_ended(self) -> None:
         for listener in self.listeners:
             listener.sweep_ended()

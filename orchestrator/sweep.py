@@ -104,9 +104,11 @@ def _diverged(run) -> bool:
 
 
 def _git_tags() -> dict[str, str]:
+    """The commit of the code that runs (this package's checkout), whatever the working folder."""
     def git(*args: str) -> str:
         return subprocess.run(
-            ["git", *args], capture_output=True, text=True, timeout=10, check=True
+            ["git", *args], capture_output=True, text=True, timeout=10, check=True,
+            cwd=Path(__file__).resolve().parent,
         ).stdout.strip()
 
     try:
@@ -454,11 +456,11 @@ def _run_sweep(spec_path: Path, resume: bool, new: bool, verbose: int, address: 
     # seconds, data and vectors are read, and the cluster can hold a trial.
     spec = load_spec(spec_path, overrides, tracking_uri)
     check_ray_address(address)
-    tracker = Tracker(spec.tracking_uri)
-    tracker.check_reachable()
     data = prepare_data(spec.data)
     for configuration in spec.search.configurations or [{}]:
         check_fits_data(apply_hyperparameters(spec.base_config(), configuration), data)
+    tracker = Tracker(spec.tracking_uri)  # creates a new store: only once the input is known good
+    tracker.check_reachable()
     previous = _previous_sweep(tracker, spec, resume, new)
     connected_here = init_ray(address, verbose=verbose > 0)
     try:

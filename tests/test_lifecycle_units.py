@@ -92,7 +92,7 @@ def test_signal_before_the_parent_exists_aborts_at_once():
 def test_paper_comparison_marks_rows_of_incomplete_sweeps():
     row = {"experiment": "snli_decomposable", "model_config": "decomposable/vanilla",
            "hyperparameters": json.dumps({"model": "decomposable", "variant": "vanilla", "hidden_size": 200}),
-           "corpus": "snli", "train_accuracy": 0.9, "dev_accuracy": 0.85, "test_accuracy": 0.86,
+           "corpus": "snli", "train_accuracy_running": 0.9, "dev_accuracy": 0.85, "test_accuracy": 0.86,
            "theta_m": 380000, "theta_wm": 380000, "test_accuracy_per_class": None,
            "dev_accuracy_per_class": None}
     why = "sweep abc of snli_decomposable: interrupted, 3/12 trials done, 0 failed"
