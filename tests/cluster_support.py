@@ -158,8 +158,9 @@ def _ensure_postgres() -> str | None:
                 f"`pg_ctlcluster {versions[-1]} main start` did not help: {exc}")
 
 
-@pytest.fixture(scope="module")
-def postgres_uri():
+def new_database():
+    """A new, empty database on the local PostgreSQL (trust auth), dropped afterwards; the test
+    skips with the reason where PostgreSQL cannot be had."""
     reason = _ensure_postgres()
     if reason:
         pytest.skip(reason)
@@ -172,6 +173,10 @@ def postgres_uri():
     finally:
         connection.cursor().execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
         connection.close()
+
+
+postgres_uri = pytest.fixture(scope="module", name="postgres_uri")(new_database)
+fresh_postgres = pytest.fixture(name="fresh_postgres")(new_database)  # one per test
 
 
 # -- MLflow tracking server -------------------------------------------------------------------

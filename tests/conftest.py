@@ -9,7 +9,7 @@ import pytest
 
 # The cluster tests' PostgreSQL database and MLflow server (module-scoped), and the one-node SLURM
 # cluster (session-scoped).
-from cluster_support import logs_dir, postgres_uri, tracking  # noqa: F401
+from cluster_support import fresh_postgres, logs_dir, postgres_uri, tracking  # noqa: F401
 from slurm_support import slurm_cluster  # noqa: F401
 
 from orchestrator.environment import configure_environment

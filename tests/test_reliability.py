@@ -11,10 +11,8 @@ import subprocess
 import sys
 import time
 import urllib.request
-import uuid
 from pathlib import Path
 
-import pytest
 import torch
 import yaml
 from mlflow import MlflowClient
@@ -212,26 +210,6 @@ def test_sigkilled_trial_worker_leaves_its_trace_on_the_run(tmp_path):
 
 
 # -- the same against PostgreSQL ------------------------------------------------------------------
-PG = "postgres@127.0.0.1:5432"
-
-
-@pytest.fixture
-def fresh_postgres():
-    """A new, empty database on the local PostgreSQL (trust auth); skipped where there is none."""
-    psycopg2 = pytest.importorskip("psycopg2", reason="psycopg2 is not installed")
-    try:
-        admin = psycopg2.connect(host="127.0.0.1", port=5432, user="postgres", dbname="postgres",
-                                 connect_timeout=5)
-    except psycopg2.OperationalError as exc:
-        pytest.skip(f"no PostgreSQL at 127.0.0.1:5432 ({exc})")
-    admin.autocommit = True
-    name = f"nli_store_{uuid.uuid4().hex[:10]}"
-    admin.cursor().execute(f"CREATE DATABASE {name}")
-    try:
-        yield f"postgresql://{PG}/{name}"
-    finally:
-        admin.cursor().execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
-        admin.close()
 
 
 def _open_together(uri: str, names: list[str], cwd: Path) -> None:
