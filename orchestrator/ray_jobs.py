@@ -231,6 +231,30 @@ def override_arguments(overrides: Overrides | None) -> list[str]:
     return options
 
 
+def load_submitted_spec(
+    spec_path: str | Path,
+    resume: bool,
+    new: bool,
+    overrides: Overrides | None,
+    tracking_uri: str | None,
+    error: type[JobInputError] = JobInputError,
+):
+    """(path, spec) of a spec about to be submitted to a cluster (Ray Jobs or SLURM), validated
+    here with its overrides; `error` (exit code 2) names what is wrong before anything is sent."""
+    from nli_models.config import ConfigError
+    from orchestrator.spec import load_spec
+
+    if resume and new:
+        raise error("--resume and --new exclude each other")
+    path = Path(spec_path)
+    if not path.is_file():
+        raise error(f"spec {spec_path} not found")
+    try:
+        return path, load_spec(path, overrides, tracking_uri)
+    except (ConfigError, ValueError, FileNotFoundError) as exc:
+        raise error(str(exc)) from None
+
+
 def build_submission(
     spec_path: str | Path,
     *,
@@ -245,18 +269,7 @@ def build_submission(
 ) -> Submission:
     """Validate the spec (with the overrides) here, before anything reaches the cluster, and
     describe the job; the overrides travel in the job's `orchestrate sweep` command."""
-    from nli_models.config import ConfigError
-    from orchestrator.spec import load_spec
-
-    if resume and new:
-        raise JobInputError("--resume and --new exclude each other")
-    path = Path(spec_path)
-    if not path.is_file():
-        raise JobInputError(f"spec {spec_path} not found")
-    try:
-        spec = load_spec(path, overrides, tracking_uri)
-    except (ConfigError, ValueError, FileNotFoundError) as exc:
-        raise JobInputError(str(exc)) from None
+    path, spec = load_submitted_spec(spec_path, resume, new, overrides, tracking_uri)
     path = path.resolve()
     root = _working_dir(path, working_dir, Path(cwd or os.getcwd()).resolve())
     _check_upload_size(root)

@@ -35,7 +35,13 @@ from urllib.parse import urlsplit
 
 from nli_models.errors import InputError
 from orchestrator.environment import DEFAULTS
-from orchestrator.ray_jobs import ClusterError, JobInputError, override_arguments, parse_env
+from orchestrator.ray_jobs import (
+    ClusterError,
+    JobInputError,
+    load_submitted_spec,
+    override_arguments,
+    parse_env,
+)
 
 DEFAULT_SIGNAL_BEFORE_S = 180
 COMMAND_TIMEOUT_S = 60
@@ -380,18 +386,9 @@ def build_batch_job(spec_path: str | Path, options: SlurmOptions, *, tracking_ur
                     cwd: str | Path | None = None, python: str | None = None) -> BatchJob:
     """Validate everything here (the spec with its --set/--data-dir overrides), before sbatch
     sees anything, and render the batch script; the overrides travel in its sweep command."""
-    from nli_models.config import ConfigError
-    from orchestrator.spec import load_spec
-
-    if resume and new:
-        raise SlurmInputError("--resume and --new exclude each other")
-    path = Path(spec_path)
-    if not path.is_file():
-        raise SlurmInputError(f"spec {spec_path} not found")
-    try:
-        spec = load_spec(path, overrides, tracking_uri)
-    except (ConfigError, ValueError, FileNotFoundError) as exc:
-        raise SlurmInputError(str(exc)) from None
+    path, spec = load_submitted_spec(
+        spec_path, resume, new, overrides, tracking_uri, error=SlurmInputError
+    )
     check_options(options)
     uri = slurm_tracking_uri(spec.tracking_uri)
     at_once, why = trials_at_once(spec, options.allocation, "the requested allocation")
