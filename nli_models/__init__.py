@@ -12,7 +12,6 @@ from typing import Any
 __all__ = [
     "PaperConfig",
     "build_model",
-    "check_config",
     "count_parameters",
     "model_names",
     "model_variants",

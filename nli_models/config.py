@@ -18,7 +18,7 @@ from pydantic import BaseModel, Field, ValidationError, model_validator
 
 from nli_models.data.config import DataConfig
 from nli_models.errors import InputError
-from nli_models.registry import build_model, check_config, model_names, model_variants
+from nli_models.registry import build_model, model_class
 from nli_models.strict import StrictModel, check_finite, load_yaml
 
 
@@ -33,16 +33,7 @@ class ModelConfig(StrictModel):
 
     @model_validator(mode="after")
     def _known_model(self) -> ModelConfig:
-        if self.name not in model_names():
-            raise ValueError(
-                f"unknown model {self.name!r}; registered models: {', '.join(model_names())}"
-            )
-        variants = model_variants(self.name)
-        if self.variant is not None and self.variant not in variants:
-            raise ValueError(
-                f"unknown variant {self.variant!r} for model {self.name!r}; "
-                f"valid variants: {', '.join(variants) or '(none)'}"
-            )
+        model_class(self.name)  # the model's own arguments are checked by check()
         check_finite(self.args, "args")
         for reserved in ("vocab_size", "num_classes", "variant"):
             if reserved in self.args:
@@ -59,11 +50,10 @@ class ModelConfig(StrictModel):
         return kwargs
 
     def check(self) -> None:
-        """Build the model on a 10-word vocabulary: argument names, values and dimension checks
-        of the constructor all run, in milliseconds, before any data is read."""
-        kwargs = self.build_kwargs(10, 3, self.args.get("embedding_dim", 300))
-        check_config(self.name, kwargs)
-        build_model(self.name, **kwargs)
+        """Build the model on a 10-word vocabulary: its argument schema (variant, names, values)
+        and the dimension checks of its constructor run, in milliseconds, before any data is
+        read. Raises ModelArgumentError (a ValueError) or the constructor's ValueError."""
+        build_model(self.name, **self.build_kwargs(10, 3, self.args.get("embedding_dim", 300)))
 
 
 class TrainingConfig(StrictModel):

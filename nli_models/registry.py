@@ -1,13 +1,16 @@
 """Models registered by name; ``build_model(name, **config)`` maps a config onto a constructor.
 
-Each model class declares its variants (``VARIANTS``) and the paper configurations it reproduces
-(``PAPER_CONFIGS``); the registry checks names and arguments before anything is built, so a typo
-in a YAML file fails with the list of valid choices instead of a TypeError deep in a constructor.
+Each model class declares its constructor arguments as one pydantic model (``Arguments``, a
+subclass of nli_models.models.arguments.ModelArguments, whose ``variant`` field lists the
+variants) and the paper configurations it reproduces (``PAPER_CONFIGS``). The constructor
+validates its arguments against ``Arguments``, the one check of a model's config: a typo in a
+YAML file fails with the list of valid choices instead of a TypeError deep in a constructor.
 """
 
 from __future__ import annotations
 
 import inspect
+import typing
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -60,44 +63,20 @@ def model_class(name: str) -> type[nn.Module]:
 
 
 def model_variants(name: str) -> tuple[str, ...]:
-    return tuple(getattr(model_class(name), "VARIANTS", ()))
+    return typing.get_args(model_class(name).Arguments.model_fields["variant"].annotation)
 
 
 def model_arguments(name: str) -> dict[str, Any]:
     """Constructor arguments of a model with their defaults (inspect.Parameter.empty if required)."""
-    signature = inspect.signature(model_class(name).__init__)
     return {
-        p.name: p.default
-        for p in signature.parameters.values()
-        if p.name != "self" and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
+        argument: inspect.Parameter.empty if spec.is_required() else spec.default
+        for argument, spec in model_class(name).Arguments.model_fields.items()
     }
-
-
-def check_config(name: str, config: dict[str, Any]) -> None:
-    """Raise ValueError naming the bad key or value; builds nothing."""
-    variants = model_variants(name)
-    if variants and "variant" in config:
-        variant = config["variant"]
-        if variant not in variants:
-            raise ValueError(
-                f"unknown variant {variant!r} for model {name!r}; valid variants: {', '.join(variants)}"
-            )
-    allowed = model_arguments(name)
-    unknown = sorted(set(config) - set(allowed))
-    if unknown:
-        raise ValueError(
-            f"model {name!r} got unknown argument(s) {', '.join(unknown)}; "
-            f"allowed: {', '.join(sorted(allowed))}"
-        )
-    missing = sorted(k for k, v in allowed.items() if v is inspect.Parameter.empty and k not in config)
-    if missing:
-        raise ValueError(f"model {name!r} is missing required argument(s): {', '.join(missing)}")
 
 
 def build_model(name: str, **config: Any) -> nn.Module:
     """Build a registered model; ``config`` holds vocab_size, embedding_dim, num_classes and the
-    model's hyperparameters (including ``variant`` where the model has variants)."""
-    check_config(name, config)
+    model's hyperparameters (including ``variant``), validated by the model's constructor."""
     return model_class(name)(**config)
 
 

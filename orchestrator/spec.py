@@ -27,6 +27,7 @@ from nli_models.config import (
     source_name,
     validate_config,
 )
+from nli_models.models.arguments import ModelArgumentError
 from nli_models.registry import model_arguments
 from nli_models.strict import StrictModel, check_finite
 from results.tracking_uri import resolve_tracking_uri
@@ -201,10 +202,11 @@ def _check_space(spec: SweepSpec, source: str) -> None:
                 f"{source}: {path}: unknown hyperparameter {key!r} for model "
                 f"{base.model.name!r}; allowed: {', '.join(allowed)}"
             )
-    try:  # the file's own model block first, so its errors are reported under model.args
+    try:  # the file's own model block first, so its errors are reported under model(.args)
         base.model.check()
     except ValueError as exc:
-        raise ConfigError(f"{source}: model.args: {exc}") from None
+        variant = isinstance(exc, ModelArgumentError) and exc.argument == "variant"
+        raise ConfigError(f"{source}: {'model' if variant else 'model.args'}: {exc}") from None
     checks: list[tuple[str, dict[str, Any]]] = []
     for key, domain in spec.search.space.items():
         for i, value in enumerate(domain.values):

@@ -114,20 +114,7 @@ class _Outputs:
 )
 @click.option("--caption", default=None, help="LaTeX caption (--format latex); default: describes the table.")
 @click.option("--label", default=None, help="LaTeX label (--format latex); default: tab:OUT's stem.")
-def results_command(
-    experiments: tuple[str, ...],
-    tracking_uri: str | None,
-    out: Path,
-    fmt: str | None,
-    paper: str | None,
-    include_incomplete: bool,
-    evp: Path | None,
-    mcnemar_rows: tuple[str, str] | None,
-    per_seed: bool,
-    caption: str | None,
-    label: str | None,
-    analysis: Path | None,
-) -> None:
+def results_command(experiments: tuple[str, ...], tracking_uri: str | None, **options) -> None:
     """Build the results table of EXPERIMENT... (default: every experiment with trial runs).
 
     One row per model configuration (experiment, nli.model_config): the hyperparameters
@@ -141,18 +128,16 @@ def results_command(
     from mlflow.exceptions import MlflowException
 
     tracking_uri = resolve_tracking_uri(tracking_uri)
+    request = _Request(**options)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", ResultsWarning)
         try:
-            check_output_path(out, "--out")  # before the store is read: fails in a second
-            if evp is not None:
-                check_output_path(evp, "--evp")
-            outputs = _compute(
-                experiments, tracking_uri, out, fmt, paper, include_incomplete, evp, mcnemar_rows,
-                _TableOptions(per_seed, caption, label, analysis),
-            )
+            check_output_path(request.out, "--out")  # before the store is read: fails in a second
+            if request.evp is not None:
+                check_output_path(request.evp, "--evp")
+            outputs = _compute(experiments, tracking_uri, request)
             for path, _ in outputs.files:  # every file checked before the first is written
-                check_output_path(path, _option_of(path, evp))
+                check_output_path(path, _option_of(path, request.evp))
         except (ResultsError, InputError) as exc:
             raise click.UsageError(str(exc)) from exc
         except MlflowException as exc:
@@ -173,17 +158,23 @@ def _echo_warnings(caught: list[warnings.WarningMessage]) -> None:
             )
 
 
-def _compute(
-    experiments: tuple[str, ...],
-    tracking_uri: str,
-    out: Path,
-    fmt: str | None,
-    paper: str | None,
-    include_incomplete: bool,
-    evp: Path | None,
-    mcnemar_rows: tuple[str, str] | None,
-    options: _TableOptions,
-) -> _Outputs:
+@dataclass(frozen=True)
+class _Request:
+    """The options of `orchestrate results`, as click passes them (one field per option)."""
+
+    out: Path
+    fmt: str | None
+    paper: str | None
+    include_incomplete: bool
+    evp: Path | None
+    mcnemar_rows: tuple[str, str] | None
+    per_seed: bool
+    caption: str | None
+    label: str | None
+    analysis: Path | None
+
+
+def _compute(experiments: tuple[str, ...], tracking_uri: str, request: _Request) -> _Outputs:
     from results.evp import evp_table, plot_evp
     from results.figures import figure_files
     from results.paper_table import describe_paper_table, paper_table
@@ -195,7 +186,8 @@ def _compute(
     chosen = resolve_experiments(client, experiments)
     trials = load_trials(client, chosen)
     incomplete = _incomplete_sweeps(client, chosen)
-    if paper and incomplete and not include_incomplete:
+    out, fmt, paper, evp = request.out, request.fmt, request.paper, request.evp
+    if paper and incomplete and not request.include_incomplete:
         raise ResultsError(
             "not comparing incomplete sweeps with the paper: "
             + "; ".join(f"{name}: {why}" for name, why in incomplete.items())
@@ -205,11 +197,11 @@ def _compute(
     fetch = lambda run_id: fetch_test_metrics(client, run_id)  # noqa: E731
     table = build_table(trials, fetch, [e.name for e in chosen])
     outputs = _Outputs(files=[(out, table)])
-    seeds = seed_table(trials, table, fetch) if options.per_seed else None
+    seeds = seed_table(trials, table, fetch) if request.per_seed else None
     if seeds is not None:
         outputs.files.append((out.with_suffix(".seeds.parquet"), seeds))
     if fmt:
-        _add_rendering(outputs, out, _render_table(client, table, seeds, out, fmt, options), fmt)
+        _add_rendering(outputs, out, _render_table(client, table, seeds, request), fmt)
     if paper:
         frame = table.to_pandas()
         comparison = comparison_table(frame, paper, incomplete)
@@ -231,12 +223,12 @@ def _compute(
         outputs.files += figure_files(plot_evp(curves, "trials"), evp)
         outputs.files += figure_files(plot_evp(curves, "hours"), evp.with_suffix(".hours.png"))
         outputs.files.append((_evp_table(evp), curves))
-    if mcnemar_rows:
+    if request.mcnemar_rows:
         from results.compare import describe_comparison
 
-        outputs.stdout.append(describe_comparison(_mcnemar(client, table, *mcnemar_rows)))
-    if options.analysis:
-        _add_analysis(outputs, client, trials, options.analysis)
+        outputs.stdout.append(describe_comparison(_mcnemar(client, table, *request.mcnemar_rows)))
+    if request.analysis:
+        _add_analysis(outputs, client, trials, request.analysis)
     return outputs
 
 
@@ -260,25 +252,13 @@ def _add_analysis(
             outputs.artifacts.append((parent, target, ARTIFACT_ANALYSIS_DIR))
 
 
-@dataclass(frozen=True)
-class _TableOptions:
-    per_seed: bool = False
-    caption: str | None = None
-    label: str | None = None
-    analysis: Path | None = None
-
-
 def _render_table(
-    client: MlflowClient,
-    table: pa.Table,
-    seeds: pa.Table | None,
-    out: Path,
-    fmt: str,
-    options: _TableOptions,
+    client: MlflowClient, table: pa.Table, seeds: pa.Table | None, request: _Request
 ) -> str:
     """Compact view with baseline (and seed) rows for md/LaTeX, the wide numeric view for CSV."""
     from results.render import render, results_view, wide_view
 
+    fmt = request.fmt
     if fmt == "csv":
         return render(wide_view(table), fmt)
     frame = results_view(table, seeds, _majority_baselines(client, table))
@@ -288,8 +268,8 @@ def _render_table(
     return render(
         frame,
         fmt,
-        caption=options.caption or default_caption(corpora, options.per_seed),
-        label=options.label or f"tab:{out.stem}",
+        caption=request.caption or default_caption(corpora, request.per_seed),
+        label=request.label or f"tab:{request.out.stem}",
     )
 
 

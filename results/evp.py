@@ -27,12 +27,12 @@ from matplotlib.patches import Patch
 
 from results.figures import new_figure
 from results.run_schema import METRIC_TRIAL_TIME
-from results.schema import Column, arrow_table, describe
+from results.schema import EXPERIMENT, Column, arrow_table, describe
 from results.selection import eligible
 from results.tracking import TrialRun
 
 COLUMNS: tuple[Column, ...] = (
-    Column("experiment", pa.string(), "MLflow experiment"),
+    EXPERIMENT,
     Column("corpus", pa.string(), "nli.corpus of the configuration's trials (null if untagged)"),
     Column("model_config", pa.string(), "nli.model_config tag"),
     Column("n", pa.int64(), "number of trials drawn, 1..n_draws"),

@@ -25,6 +25,10 @@ class Column:
     description: str
 
 
+EXPERIMENT = Column("experiment", pa.string(), "MLflow experiment")
+"""The column that names a row's MLflow experiment, in every table keyed by it."""
+
+
 def arrow_table(
     rows: Sequence[dict], columns: Sequence[Column], table: str, **metadata: object
 ) -> pa.Table:

@@ -40,7 +40,7 @@ from results.run_schema import (
     PARAM_SEED,
     PARAM_VARIANT,
 )
-from results.schema import Column, arrow_table, describe
+from results.schema import EXPERIMENT, Column, arrow_table, describe
 from results.selection import seed_runs, select_configuration
 from results.stats import Summary, summarise
 from results.tracking import TrialRun
@@ -231,7 +231,7 @@ def searched_params(configurations: Sequence[Mapping[str, object]]) -> list[str]
 
 
 SEED_COLUMNS: tuple[Column, ...] = (
-    Column("experiment", pa.string(), "MLflow experiment"),
+    EXPERIMENT,
     Column("model_config", pa.string(), "nli.model_config of the row"),
     Column("seed", pa.int64(), "param seed"),
     Column("run_id", pa.string(), "the seed's trial run"),

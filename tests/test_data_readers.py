@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from nli_models.data import (
+from nli_models.data.readers import (
     Columns,
     read_jsonl,
     read_multinli,

@@ -186,6 +186,19 @@ def test_invalid_values_are_rejected_by_name(name):
             model_class(name)(**{**TINY, "num_classes": 3, argument: value})
 
 
+@pytest.mark.parametrize("name", model_names())
+def test_arguments_are_not_coerced(name):
+    """Text is not a number and a boolean is neither a size nor a rate (strict schema)."""
+    for argument, value in [("hidden_size", "8"), ("hidden_size", True), ("dropout", False)]:
+        with pytest.raises(ValueError, match=f"{argument} must be .*; got {value!r}"):
+            build_model(name, **{**TINY, "num_classes": 3, argument: value})
+
+
+def test_a_flag_takes_only_a_boolean():
+    with pytest.raises(ValueError, match="two_way must be one of False, True; got 1"):
+        _build("rocktaschel", {"two_way": 1})
+
+
 @pytest.mark.parametrize(
     "name, config, argument",
     [

@@ -1,6 +1,7 @@
 """The data pipeline: corpus files -> records -> vocabulary + numpy-encoded splits -> batches.
 
-``prepare_data(DataConfig)`` runs all of it (cached); the pieces are exported for reuse.
+``prepare_data(DataConfig)`` runs all of it (cached); the pieces used outside the package are
+exported here (every reader is in nli_models.data.readers).
 """
 
 from nli_models.data.batch import Batch
@@ -9,16 +10,7 @@ from nli_models.data.corpora import CORPORA
 from nli_models.data.download import DownloadError, default_data_dir, download_corpus
 from nli_models.data.encode import EncodedSplit, batch_indices, iterate_batches, numericalize
 from nli_models.data.prepare import PreparedData, prepare_data
-from nli_models.data.readers import (
-    Columns,
-    read_jsonl,
-    read_multinli,
-    read_rte,
-    read_scitail,
-    read_sick,
-    read_snli,
-    read_tsv,
-)
+from nli_models.data.readers import Columns, read_rte, read_sick, read_snli, read_tsv
 from nli_models.data.records import NLIExample, NLISplit
 from nli_models.data.splits import grouped_holdout, subsample
 from nli_models.data.text import Vocabulary, tokenize
@@ -57,10 +49,7 @@ __all__ = [
     "make_toy_corpus",
     "numericalize",
     "prepare_data",
-    "read_jsonl",
-    "read_multinli",
     "read_rte",
-    "read_scitail",
     "read_sick",
     "read_snli",
     "read_tsv",

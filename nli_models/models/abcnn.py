@@ -30,21 +30,28 @@ retrained on the scores after training (§5.1.3, §5.4).
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from nli_models.embeddings import WordEmbeddings
-from nli_models.models.layers import (
-    Dropout,
-    check_choice,
-    check_dropout,
-    check_positive,
-    masked_mean,
-)
+from nli_models.models.arguments import ModelArguments, Rate, Size, variant_of
+from nli_models.models.layers import Dropout, masked_mean
 from nli_models.registry import PaperConfig, register_model
 
 _SCORES_PER_BLOCK = 2  # cosine similarity and Euclidean distance (§5.4.1)
+VARIANTS = ("bcnn", "abcnn1", "abcnn2", "abcnn3")
+
+
+class ABCNNArguments(ModelArguments):
+    variant: variant_of(*VARIANTS) = "abcnn3"
+    hidden_size: Size = 50
+    dropout: Rate = 0.0
+    filter_width: Size = 3
+    num_blocks: Size = 1
+    max_length: Size = 40
 
 
 def euclidean_match(
@@ -161,46 +168,30 @@ def _paper_config(variant: str, num_blocks: int) -> PaperConfig:
 
 @register_model("abcnn")
 class ABCNN(nn.Module):
-    VARIANTS = ("bcnn", "abcnn1", "abcnn2", "abcnn3")
+    Arguments = ABCNNArguments
     PAPER_CONFIGS = tuple(_paper_config(v, n) for v in VARIANTS for n in (1, 2))
 
-    def __init__(
-        self,
-        *,
-        vocab_size: int,
-        embedding_dim: int,
-        num_classes: int,
-        variant: str = "abcnn3",
-        hidden_size: int = 50,
-        dropout: float = 0.0,
-        filter_width: int = 3,
-        num_blocks: int = 1,
-        max_length: int = 40,
-    ):
+    def __init__(self, **arguments: Any):
+        """``arguments``: the fields of ABCNNArguments, validated here."""
         super().__init__()
-        check_choice("variant", variant, self.VARIANTS)
-        check_positive("num_classes", num_classes)
-        check_positive("hidden_size", hidden_size)
-        check_positive("filter_width", filter_width)
-        check_positive("num_blocks", num_blocks)
-        check_positive("max_length", max_length)
-        check_dropout(dropout)
-        self.max_length = max_length
-        self.attention_input = variant in ("abcnn1", "abcnn3")
-        self.word_embeddings = WordEmbeddings(vocab_size, embedding_dim)
-        self.dropout = Dropout(dropout)
+        args = self.Arguments.parse(arguments, self.registered_name)
+        hidden_size, num_blocks = args.hidden_size, args.num_blocks
+        self.max_length = args.max_length
+        self.attention_input = args.variant in ("abcnn1", "abcnn3")
+        self.word_embeddings = WordEmbeddings(args.vocab_size, args.embedding_dim)
+        self.dropout = Dropout(args.dropout)
         self.blocks = nn.ModuleList(
             _Block(
-                embedding_dim if i == 0 else hidden_size,
+                args.embedding_dim if i == 0 else hidden_size,
                 hidden_size,
-                filter_width,
+                args.filter_width,
                 attention_input=self.attention_input,
-                attention_pooling=variant in ("abcnn2", "abcnn3"),
-                max_length=max_length,
+                attention_pooling=args.variant in ("abcnn2", "abcnn3"),
+                max_length=args.max_length,
             )
             for i in range(num_blocks)
         )
-        self.output = nn.Linear(_SCORES_PER_BLOCK * (num_blocks + 1), num_classes)
+        self.output = nn.Linear(_SCORES_PER_BLOCK * (num_blocks + 1), args.num_classes)
         self.active_blocks = num_blocks
 
     @property

@@ -25,16 +25,17 @@ Dropout (§IV), where ``dropout_at`` says:
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
+from pydantic import model_validator
 from torch import nn
 
 from nli_models.embeddings import WordEmbeddings
+from nli_models.models.arguments import ModelArguments, Rate, Size, one_of, variant_of
 from nli_models.models.layers import (
     AdditiveAttention,
     Dropout,
-    check_choice,
-    check_dropout,
-    check_positive,
     masked_max,
     masked_mean,
     masked_softmax,
@@ -42,8 +43,25 @@ from nli_models.models.layers import (
 )
 from nli_models.registry import PaperConfig, register_model
 
-INTRA_OUTPUTS = ("scale", "repeat")
-DROPOUT_PLACES = ("bilstm_input", "feed_forward")
+
+class CAMArguments(ModelArguments):
+    variant: variant_of("full", "intra_only", "inter_only") = "full"
+    hidden_size: Size = 300
+    dropout: Rate = 0.0
+    dropout_at: one_of("bilstm_input", "feed_forward") = "bilstm_input"
+    intra_output: one_of(None, "scale", "repeat") = None  # "scale" where there is intra-attention
+
+    @model_validator(mode="after")
+    def _intra_output_needs_intra_attention(self) -> CAMArguments:
+        if self.variant == "inter_only":
+            if self.intra_output is not None:
+                raise ValueError(
+                    "intra_output only applies to variants with intra-attention ('full', "
+                    f"'intra_only'); variant 'inter_only' got intra_output={self.intra_output!r}"
+                )
+        elif self.intra_output is None:
+            self.intra_output = "scale"
+        return self
 
 
 def _paper_config(variant: str, table_row: str, corpus: str) -> PaperConfig:
@@ -69,7 +87,7 @@ def _paper_config(variant: str, table_row: str, corpus: str) -> PaperConfig:
 
 @register_model("cam")
 class CombinedAttentionModel(nn.Module):
-    VARIANTS = ("full", "intra_only", "inter_only")
+    Arguments = CAMArguments
     PAPER_CONFIGS = tuple(
         _paper_config(variant, row, corpus)
         for corpus in ("SNLI", "SciTail")
@@ -80,41 +98,21 @@ class CombinedAttentionModel(nn.Module):
         )
     )
 
-    def __init__(
-        self,
-        *,
-        vocab_size: int,
-        embedding_dim: int,
-        num_classes: int,
-        variant: str = "full",
-        hidden_size: int = 300,
-        dropout: float = 0.0,
-        dropout_at: str = "bilstm_input",
-        intra_output: str | None = None,
-    ):
+    def __init__(self, **arguments: Any):
+        """``arguments``: the fields of CAMArguments, validated here."""
         super().__init__()
-        check_choice("variant", variant, self.VARIANTS)
-        check_positive("num_classes", num_classes)
-        check_positive("hidden_size", hidden_size)
-        check_dropout(dropout)
-        check_choice("dropout_at", dropout_at, DROPOUT_PLACES)
-        if variant == "inter_only":
-            if intra_output is not None:
-                raise ValueError(
-                    "intra_output only applies to variants with intra-attention ('full', "
-                    f"'intra_only'); variant 'inter_only' got intra_output={intra_output!r}"
-                )
-        else:
-            intra_output = intra_output or "scale"
-            check_choice("intra_output", intra_output, INTRA_OUTPUTS)
+        args = self.Arguments.parse(arguments, self.registered_name)
+        hidden_size, variant = args.hidden_size, args.variant
         self.variant = variant
-        self.intra_output = intra_output
-        self.word_embeddings = WordEmbeddings(vocab_size, embedding_dim)
+        self.intra_output = args.intra_output
+        self.word_embeddings = WordEmbeddings(args.vocab_size, args.embedding_dim)
         input_rate, feed_forward_rate = (
-            (dropout, 0.0) if dropout_at == "bilstm_input" else (0.0, dropout)
+            (args.dropout, 0.0) if args.dropout_at == "bilstm_input" else (0.0, args.dropout)
         )
         self.dropout = Dropout(input_rate)
-        self.encoder = nn.LSTM(embedding_dim, hidden_size, batch_first=True, bidirectional=True)
+        self.encoder = nn.LSTM(
+            args.embedding_dim, hidden_size, batch_first=True, bidirectional=True
+        )
         width = 2 * hidden_size  # ā_i, b̄_j are 2d-dimensional
         self.intra_attention = AdditiveAttention(width) if variant != "inter_only" else None
         self.classifier = nn.Sequential(
@@ -122,7 +120,7 @@ class CombinedAttentionModel(nn.Module):
             nn.Linear(4 * width, hidden_size),  # eq. 13: [v_p,avg; v_p,max; v_h,avg; v_h,max]
             nn.Tanh(),
             Dropout(feed_forward_rate),
-            nn.Linear(hidden_size, num_classes),
+            nn.Linear(hidden_size, args.num_classes),
         )
 
     def forward(

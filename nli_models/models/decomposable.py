@@ -27,24 +27,27 @@ Intra-attention distance biases d_{i-j}: one per signed distance -10..10 and one
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from nli_models.embeddings import WordEmbeddings
-from nli_models.models.layers import (
-    Dropout,
-    check_choice,
-    check_dropout,
-    check_positive,
-    masked_softmax,
-    masked_sum,
-)
+from nli_models.models.arguments import ModelArguments, Rate, Size, one_of, variant_of
+from nli_models.models.layers import Dropout, masked_softmax, masked_sum
 from nli_models.registry import PaperConfig, register_model
 
 MAX_DISTANCE = 10  # intra-attention: |i-j| above this shares one bias
-INITS = ("default", "gaussian_0.01")
 PAPER_INIT_STD = 0.01  # §5.1
+
+
+class DecomposableArguments(ModelArguments):
+    variant: variant_of("vanilla", "intra") = "vanilla"
+    hidden_size: Size = 200
+    dropout: Rate = 0.2
+    projection_dim: Size = 200
+    init: one_of("default", "gaussian_0.01") = "default"
 
 
 def _feed_forward(input_dim: int, hidden_size: int, dropout: float) -> nn.Sequential:
@@ -100,44 +103,31 @@ class _IntraAttention(nn.Module):
 
 @register_model("decomposable")
 class DecomposableAttention(nn.Module):
-    VARIANTS = ("vanilla", "intra")
+    Arguments = DecomposableArguments
     PAPER_CONFIGS = (
         _paper_config("vanilla", "Table 1: Our approach (vanilla)", 382_000),
         _paper_config("intra", "Table 1: Our approach with intra-sentence attention", 582_000),
     )
 
-    def __init__(
-        self,
-        *,
-        vocab_size: int,
-        embedding_dim: int,
-        num_classes: int,
-        variant: str = "vanilla",
-        hidden_size: int = 200,
-        dropout: float = 0.2,
-        projection_dim: int = 200,
-        init: str = "default",
-    ):
+    def __init__(self, **arguments: Any):
+        """``arguments``: the fields of DecomposableArguments, validated here."""
         super().__init__()
-        check_choice("variant", variant, self.VARIANTS)
-        check_choice("init", init, INITS)
-        check_positive("num_classes", num_classes)
-        check_positive("hidden_size", hidden_size)
-        check_positive("projection_dim", projection_dim)
-        check_dropout(dropout)
-        self.word_embeddings = WordEmbeddings(vocab_size, embedding_dim)
-        self.projection = nn.Linear(embedding_dim, projection_dim, bias=False)
-        self.register_buffer("null_embedding", F.normalize(torch.randn(embedding_dim), dim=0))
-        self.intra = (
-            _IntraAttention(projection_dim, hidden_size, dropout) if variant == "intra" else None
+        args = self.Arguments.parse(arguments, self.registered_name)
+        width, hidden_size, dropout = args.projection_dim, args.hidden_size, args.dropout
+        self.word_embeddings = WordEmbeddings(args.vocab_size, args.embedding_dim)
+        self.projection = nn.Linear(args.embedding_dim, width, bias=False)
+        self.register_buffer(
+            "null_embedding", F.normalize(torch.randn(args.embedding_dim), dim=0)
         )
-        input_dim = projection_dim * (2 if variant == "intra" else 1)  # ā = [a, a'] with intra
+        intra = args.variant == "intra"
+        self.intra = _IntraAttention(width, hidden_size, dropout) if intra else None
+        input_dim = width * (2 if intra else 1)  # ā = [a, a'] with intra
         self.attend = _feed_forward(input_dim, hidden_size, dropout)  # F, eq. 1
         self.compare = _feed_forward(2 * input_dim, hidden_size, dropout)  # G, eq. 3
         self.aggregate = _feed_forward(2 * hidden_size, hidden_size, dropout)  # H, eq. 5
-        self.output = nn.Linear(hidden_size, num_classes)
-        self.init = init
-        if init == "gaussian_0.01":
+        self.output = nn.Linear(hidden_size, args.num_classes)
+        self.init = args.init
+        if args.init == "gaussian_0.01":
             embedding_ids = {id(p) for p in self.word_embeddings.parameters()}
             with torch.no_grad():
                 for parameter in self.parameters():

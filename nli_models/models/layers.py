@@ -1,4 +1,4 @@
-"""Pieces shared by the model modules: argument checks, masking, pooling, LSTM packing and the
+"""Pieces shared by the model modules: masking, pooling, LSTM packing and the
 additive attention that Rocktäschel et al. (eq. 7-9) and CAM (eq. 3-5) both use.
 
 Masks are bool tensors, True for a real token, and right-padded (a row is real tokens, then
@@ -7,28 +7,9 @@ padding); ``sequence_lengths`` checks the latter because packing an LSTM relies 
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import Any
-
 import torch
 from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
-
-
-def check_choice(name: str, value: Any, allowed: Iterable[Any]) -> None:
-    allowed = tuple(allowed)
-    if value not in allowed:
-        raise ValueError(f"{name} must be one of {', '.join(map(repr, allowed))}; got {value!r}")
-
-
-def check_positive(name: str, value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be an integer >= 1; got {value!r}")
-
-
-def check_dropout(value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:
-        raise ValueError(f"dropout must be a number in [0, 1); got {value!r}")
 
 
 class Dropout(nn.Dropout):

@@ -25,18 +25,15 @@ the cell state only.
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
+from pydantic import model_validator
 from torch import nn
 
 from nli_models.embeddings import PAD_INDEX, WordEmbeddings
-from nli_models.models.layers import (
-    AdditiveAttention,
-    Dropout,
-    check_choice,
-    check_dropout,
-    check_positive,
-    run_lstm,
-)
+from nli_models.models.arguments import ModelArguments, Rate, Size, one_of, variant_of
+from nli_models.models.layers import AdditiveAttention, Dropout, run_lstm
 from nli_models.models.word_by_word import word_by_word_attention
 from nli_models.registry import PaperConfig, register_model
 
@@ -48,6 +45,29 @@ _ATTENTION_NOTE = (
     "published count fits one more k x k matrix (word-by-word attention, with W^r and W^t, is "
     "252k and matches); the paper names no such matrix for this model, so it is not added."
 )
+
+
+class RocktaschelArguments(ModelArguments):
+    variant: variant_of("conditional", "attention", "word_by_word") = "word_by_word"
+    hidden_size: Size = 100
+    dropout: Rate = 0.0
+    shared_encoder: one_of(False, True) = False
+    two_way: one_of(False, True) = False
+    delimiter_id: int | None = None
+
+    @model_validator(mode="after")
+    def _consistent(self) -> RocktaschelArguments:
+        if self.two_way and self.variant == "conditional":
+            raise ValueError(
+                "two_way=True needs an attention variant ('attention' or 'word_by_word'); "
+                "variant 'conditional' has nothing to attend with"
+            )
+        if self.delimiter_id is not None and not PAD_INDEX < self.delimiter_id < self.vocab_size:
+            raise ValueError(
+                f"delimiter_id must be None or a token id in [1, {self.vocab_size}); "
+                f"got {self.delimiter_id!r}"
+            )
+        return self
 
 
 def _config(
@@ -67,7 +87,7 @@ def _config(
 
 @register_model("rocktaschel")
 class Rocktaschel2016(nn.Module):
-    VARIANTS = ("conditional", "attention", "word_by_word")
+    Arguments = RocktaschelArguments
     PAPER_CONFIGS = (
         _config(
             "Table 1: Conditional encoding, shared (k=100)",
@@ -122,49 +142,23 @@ class Rocktaschel2016(nn.Module):
         ),
     )
 
-    def __init__(
-        self,
-        *,
-        vocab_size: int,
-        embedding_dim: int,
-        num_classes: int,
-        variant: str = "word_by_word",
-        hidden_size: int = 100,
-        dropout: float = 0.0,
-        shared_encoder: bool = False,
-        two_way: bool = False,
-        delimiter_id: int | None = None,
-    ):
+    def __init__(self, **arguments: Any):
+        """``arguments``: the fields of RocktaschelArguments, validated here."""
         super().__init__()
-        check_choice("variant", variant, self.VARIANTS)
-        check_positive("num_classes", num_classes)
-        check_positive("hidden_size", hidden_size)
-        check_dropout(dropout)
-        check_choice("shared_encoder", shared_encoder, (False, True))
-        check_choice("two_way", two_way, (False, True))
-        if two_way and variant == "conditional":
-            raise ValueError(
-                "two_way=True needs an attention variant ('attention' or 'word_by_word'); "
-                "variant 'conditional' has nothing to attend with"
-            )
-        if delimiter_id is not None and not (
-            isinstance(delimiter_id, int) and PAD_INDEX < delimiter_id < vocab_size
-        ):
-            raise ValueError(
-                f"delimiter_id must be None or a token id in [1, {vocab_size}); got {delimiter_id!r}"
-            )
+        args = self.Arguments.parse(arguments, self.registered_name)
+        variant, hidden_size, num_classes = args.variant, args.hidden_size, args.num_classes
         self.variant = variant
-        self.two_way = two_way
-        self.delimiter_id = delimiter_id
+        self.two_way = args.two_way
+        self.delimiter_id = args.delimiter_id
 
-        self.word_embeddings = WordEmbeddings(vocab_size, embedding_dim)
+        self.word_embeddings = WordEmbeddings(args.vocab_size, args.embedding_dim)
         # §2.2.1: "a linear layer to project word vectors to the dimensionality of the hidden size".
-        self.projection = nn.Linear(embedding_dim, hidden_size)
-        self.dropout = Dropout(dropout)
+        self.projection = nn.Linear(args.embedding_dim, hidden_size)
+        self.dropout = Dropout(args.dropout)
         self.premise_lstm = nn.LSTM(hidden_size, hidden_size, batch_first=True)
         self.hypothesis_lstm = (
             self.premise_lstm
-            if shared_encoder
+            if args.shared_encoder
             else nn.LSTM(hidden_size, hidden_size, batch_first=True)
         )
         if variant == "conditional":
@@ -178,7 +172,7 @@ class Rocktaschel2016(nn.Module):
             self.w_t = nn.Linear(hidden_size, hidden_size, bias=False)  # eq. 13
         self.w_p = nn.Linear(hidden_size, hidden_size, bias=False)  # eq. 10/14
         self.w_x = nn.Linear(hidden_size, hidden_size, bias=False)
-        self.output = nn.Linear(hidden_size * (2 if two_way else 1), num_classes)
+        self.output = nn.Linear(hidden_size * (2 if args.two_way else 1), num_classes)
 
     def forward(
         self,
