@@ -414,6 +414,7 @@ class JournalUploader:
         self._wake = threading.Event()
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
+        self._journal: Journal | None = None  # the journal a sweep appends to (start)
 
     # -- the cursor -------------------------------------------------------------------------
     def _read_cursor(self) -> None:
@@ -462,11 +463,15 @@ class JournalUploader:
         return give_up(exc) or self._stopping.is_set()
 
     def behind(self) -> int:
-        """Records in the journal not yet uploaded (for progress and the benchmarks)."""
+        """Records in the journal not yet uploaded (the uploader's lag, for the benchmarks):
+        counted by the journal a sweep appends to, else by reading the rest of the file."""
+        if self._journal is not None:
+            return self._journal.appended - self.uploaded
         return sum(1 for _ in read_records(self.path, self._offset, self._line))
 
     # -- in a sweep: a thread that tails the journal -----------------------------------------
     def start(self, journal: Journal) -> None:
+        self._journal = journal
         journal.notify(self._wake)
         self._thread = threading.Thread(target=self._tail, name="journal-uploader", daemon=True)
         self._thread.start()
