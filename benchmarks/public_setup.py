@@ -22,7 +22,6 @@ from __future__ import annotations
 import time
 from typing import Any
 
-import numpy as np
 import torch
 from torch import nn
 
