@@ -106,6 +106,25 @@ def run_lstm(
     return _run_segments(lstm, inputs, lengths, state)
 
 
+def run_lstm_outputs(
+    lstm: nn.LSTM,
+    inputs: torch.Tensor,
+    mask: torch.Tensor,
+    state: tuple[torch.Tensor, torch.Tensor] | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """A unidirectional LSTM's outputs (zero at padding) and the top layer's h after each row's
+    last real token, as ``run_lstm`` gives them, for callers that need no final cell state: one
+    LSTM call over the padded rows. Exact because the LSTM is causal: a real position never
+    sees the padding after it, and h_n is the output at the last real token."""
+    if lstm.bidirectional:
+        raise ValueError("run_lstm_outputs needs a unidirectional LSTM")
+    lengths = sequence_lengths(mask)
+    outputs, _ = lstm(inputs, state)
+    outputs = outputs * mask.unsqueeze(-1).to(outputs.dtype)
+    rows = torch.arange(outputs.shape[0], device=outputs.device)
+    return outputs, outputs[rows, lengths - 1]
+
+
 def _run_segments(
     lstm: nn.LSTM,
     inputs: torch.Tensor,
