@@ -8,6 +8,8 @@ See benchmarks/README.md for what each one measures and the latest numbers.
 # Run order of `python -m benchmarks.run` (and `make bench`). plain_optuna compares against the
 # sweep_efficiency result of the same run, so it comes after it. search_efficiency is opt-in
 # (--with-search, or name it): grid + 3 ASHA/TPE sweeps take ~11 min quiet, more under load.
-DEFAULT_BENCHMARKS = ("throughput", "preprocessing", "sweep_efficiency", "plain_optuna", "scaling")
+DEFAULT_BENCHMARKS = (
+    "throughput", "public_setup", "bucketing", "preprocessing", "sweep_efficiency", "plain_optuna", "scaling",
+)
 OPT_IN_BENCHMARKS = ("search_efficiency",)
 ALL_BENCHMARKS = DEFAULT_BENCHMARKS + OPT_IN_BENCHMARKS

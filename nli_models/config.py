@@ -17,6 +17,7 @@ import yaml
 from pydantic import BaseModel, Field, ValidationError, model_validator
 
 from nli_models.data.config import DataConfig
+from nli_models.data.encode import BUCKET_CHUNK_BATCHES
 from nli_models.errors import InputError
 from nli_models.registry import build_model, model_class
 from nli_models.strict import StrictModel, check_finite, load_yaml
@@ -75,6 +76,16 @@ class TrainingConfig(StrictModel):
         "... (Yin et al. §5.1.2); epochs and patience apply to each phase",
     )
     grad_clip: float | None = Field(None, gt=0, description="max gradient norm")
+    batching: Literal["bucketed", "random"] = Field(
+        "bucketed",
+        description="order of the training batches each epoch. bucketed: the shuffled examples "
+        "are cut into pools of bucket_pool_batches batches, each pool is sorted by length and cut "
+        "into batches, and the batch order is shuffled (AllenNLP's bucket sampler; little "
+        "padding); random: the shuffled examples are cut into batches as they are",
+    )
+    bucket_pool_batches: int = Field(
+        BUCKET_CHUNK_BATCHES, ge=1, description="batches per length-sorted pool (bucketed only)"
+    )
     seed: int = 1
     device: str = Field("auto", pattern=r"^(auto|cpu|cuda(:\d+)?)$")
     precision: Literal["fp32", "bf16"] = Field("fp32", description="bf16 autocast on CUDA only")

@@ -23,9 +23,9 @@ import torch
 from nli_models.data.batch import Batch
 from nli_models.data.text import UNK, UNK_INDEX, Vocabulary
 
-# Each example with shuffle=True lands in a chunk of this many batches, sorted by length inside
-# the chunk: batches of similar lengths (little padding, Parikh et al. sort by length) that are
-# still different every epoch.
+# The default pool of length-bucketed batching (training.bucket_pool_batches): each shuffled
+# example lands in a pool of this many batches, sorted by length inside the pool: batches of
+# similar lengths (little padding, Parikh et al. sort by length) that still differ every epoch.
 BUCKET_CHUNK_BATCHES = 64
 
 _FIELDS = ("premise_ids", "premise_offsets", "hypothesis_ids", "hypothesis_offsets", "labels")
@@ -141,27 +141,33 @@ def batch_indices(
     shuffle: bool,
     seed: int | None = None,
     epoch: int = 0,
+    pool_batches: int | None = BUCKET_CHUNK_BATCHES,
 ) -> list[np.ndarray]:
     """The example indices of each batch of one epoch.
 
     ``shuffle=False``: file order, so predictions line up with the split's examples.
-    ``shuffle=True``: a permutation drawn from (seed, epoch), cut into chunks of
-    ``BUCKET_CHUNK_BATCHES`` batches; each chunk is sorted by (premise, hypothesis) length and
-    cut into batches, and the batch order is shuffled. Same seed and epoch, same batches;
-    ``seed=None`` draws fresh randomness.
+    ``shuffle=True``: a permutation drawn from (seed, epoch). With ``pool_batches`` (length-bucketed
+    batching, as AllenNLP's bucket sampler): the permutation is cut into pools of ``pool_batches``
+    batches, each pool is sorted by (premise, hypothesis) length and cut into batches, and the
+    batch order is shuffled. With ``pool_batches=None`` (random batching): the permutation is cut
+    into batches as it is. Same seed and epoch, same batches; ``seed=None`` draws fresh randomness.
     """
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    if pool_batches is not None and pool_batches < 1:
+        raise ValueError(f"pool_batches must be >= 1 or None, got {pool_batches}")
     n = len(split)
     if not shuffle:
         return [np.arange(start, min(start + batch_size, n)) for start in range(0, n, batch_size)]
     rng = np.random.default_rng(None if seed is None else [seed, epoch])
     order = rng.permutation(n)
-    chunk = batch_size * BUCKET_CHUNK_BATCHES
+    if pool_batches is None:
+        return [order[i : i + batch_size] for i in range(0, n, batch_size)]
+    pool = batch_size * pool_batches
     premise_lengths, hypothesis_lengths = split.premise_lengths, split.hypothesis_lengths
     batches = []
-    for start in range(0, n, chunk):
-        part = order[start : start + chunk]
+    for start in range(0, n, pool):
+        part = order[start : start + pool]
         # lexsort sorts by the last key first; it is stable, so ties keep the random order.
         part = part[np.lexsort((hypothesis_lengths[part], premise_lengths[part]))]
         batches.extend(part[i : i + batch_size] for i in range(0, len(part), batch_size))
@@ -197,7 +203,8 @@ def iterate_batches(
     shuffle: bool,
     seed: int | None = None,
     epoch: int = 0,
+    pool_batches: int | None = BUCKET_CHUNK_BATCHES,
 ) -> Iterator[Batch]:
     """One epoch of padded batches; see ``batch_indices`` for the order."""
-    for rows in batch_indices(split, batch_size, shuffle, seed, epoch):
+    for rows in batch_indices(split, batch_size, shuffle, seed, epoch, pool_batches):
         yield make_batch(split, rows)

@@ -33,7 +33,7 @@ from torch import nn
 
 from nli_models.embeddings import PAD_INDEX, WordEmbeddings
 from nli_models.models.arguments import ModelArguments, Rate, Size, one_of, variant_of
-from nli_models.models.layers import AdditiveAttention, Dropout, run_lstm
+from nli_models.models.layers import AdditiveAttention, Dropout, run_lstm, run_lstm_outputs
 from nli_models.models.word_by_word import word_by_word_attention
 from nli_models.registry import PaperConfig, register_model
 
@@ -219,10 +219,10 @@ class Rocktaschel2016(nn.Module):
             read_mask = torch.cat([torch.ones_like(hypothesis_mask[:, :1]), hypothesis_mask], 1)
         # §2.2.1: the second LSTM's memory (cell) state starts as the premise's last cell state.
         state = (torch.zeros_like(c_premise), c_premise)
-        outputs, (h_last, _) = run_lstm(
+        # Only the outputs and h_N are needed here, not the last cell state: one LSTM call.
+        outputs, h_n = run_lstm_outputs(
             self.hypothesis_lstm, self._embed(read_ids), read_mask, state
         )
-        h_n = h_last[-1]
         if self.variant == "conditional":
             return h_n, None
         if self.variant == "attention":

@@ -178,12 +178,14 @@ class Trainer:
     # -- training -------------------------------------------------------------------------
     def _batches(self, split: str, shuffle: bool, epoch: int = 0):
         pin = self.device.type == "cuda"
+        bucketed = self.config.batching == "bucketed"
         for batch in iterate_batches(
             self.data.splits[split],
             self.config.batch_size,
             shuffle=shuffle,
             seed=self.config.seed,
             epoch=epoch,
+            pool_batches=self.config.bucket_pool_batches if bucketed else None,
         ):
             yield batch.pin_memory() if pin else batch
 

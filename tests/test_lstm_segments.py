@@ -1,0 +1,60 @@
+"""run_lstm runs a unidirectional LSTM in segments of time: outputs, final states and every
+gradient must equal a packed run's (float64, ragged rows, a given initial state, 2 layers)."""
+
+import pytest
+import torch
+from torch import nn
+from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+
+from nli_models.models.layers import run_lstm, run_lstm_outputs
+
+
+@pytest.mark.parametrize("lengths", [[3, 9, 1, 9, 4, 4, 7], [5, 5, 5]])
+@pytest.mark.parametrize("with_state", [False, True])
+def test_segments_equal_a_packed_run(lengths, with_state):
+    torch.manual_seed(0)
+    lstm = nn.LSTM(6, 5, num_layers=2, batch_first=True).double()
+    lengths = torch.tensor(lengths)
+    batch, steps = len(lengths), int(lengths.max())
+    x = torch.randn(batch, steps, 6, dtype=torch.float64, requires_grad=True)
+    mask = torch.arange(steps) < lengths[:, None]
+    state = tuple(torch.randn(2, batch, 5, dtype=torch.float64) for _ in range(2)) if with_state else None
+
+    packed = pack_padded_sequence(x, lengths, batch_first=True, enforce_sorted=False)
+    out, (h, c) = lstm(packed, state)
+    out, _ = pad_packed_sequence(out, batch_first=True, total_length=steps)
+    seg_out, (seg_h, seg_c) = run_lstm(lstm, x, mask, state)
+
+    for a, b in ((out, seg_out), (h, seg_h), (c, seg_c)):
+        assert a.shape == b.shape
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-12)
+    assert (seg_out[~mask] == 0).all()
+    weights = torch.linspace(-1, 1, out.numel(), dtype=torch.float64).view_as(out)
+
+    def loss(o, hh, cc):
+        return (o * weights).sum() + hh.pow(2).sum() + 3 * cc.sum()
+
+    expected = torch.autograd.grad(loss(out, h, c), [x, *lstm.parameters()])
+    got = torch.autograd.grad(loss(seg_out, seg_h, seg_c), [x, *lstm.parameters()])
+    for a, b in zip(expected, got, strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("layers", [1, 2])
+def test_outputs_and_last_h_in_one_call_equal_a_packed_run(layers):
+    torch.manual_seed(1)
+    lstm = nn.LSTM(4, 3, num_layers=layers, batch_first=True).double()
+    lengths = torch.tensor([2, 6, 1, 5])
+    x = torch.randn(4, 6, 4, dtype=torch.float64, requires_grad=True)
+    mask = torch.arange(6) < lengths[:, None]
+    state = tuple(torch.randn(layers, 4, 3, dtype=torch.float64) for _ in range(2))
+    packed = pack_padded_sequence(x, lengths, batch_first=True, enforce_sorted=False)
+    out, (h, _) = lstm(packed, state)
+    out, _ = pad_packed_sequence(out, batch_first=True, total_length=6)
+    got_out, got_h = run_lstm_outputs(lstm, x, mask, state)
+    torch.testing.assert_close(got_out, out, rtol=0, atol=1e-12)
+    torch.testing.assert_close(got_h, h[-1], rtol=0, atol=1e-12)
+    expected = torch.autograd.grad(out.pow(2).sum() + h[-1].sum(), [x, *lstm.parameters()])
+    got = torch.autograd.grad(got_out.pow(2).sum() + got_h.sum(), [x, *lstm.parameters()])
+    for a, b in zip(expected, got, strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-12)
