@@ -9,5 +9,8 @@ See benchmarks/README.md for what each one measures and the latest numbers.
 # sweep_efficiency result of the same run, so it comes after it. search_efficiency is opt-in
 # (--with-search, or name it): grid + 3 ASHA/TPE sweeps take ~11 min quiet, more under load.
 DEFAULT_BENCHMARKS = ("throughput", "preprocessing", "sweep_efficiency", "plain_optuna", "scaling")
-OPT_IN_BENCHMARKS = ("search_efficiency",)
+# The scale set (--scale, or name them): a simulated 16-node cluster and a shared tracking server
+# under load, tens of minutes and most of the machine's memory.
+SCALE_BENCHMARKS = ("scale_cluster", "scale_tracking")
+OPT_IN_BENCHMARKS = ("search_efficiency", *SCALE_BENCHMARKS)
 ALL_BENCHMARKS = DEFAULT_BENCHMARKS + OPT_IN_BENCHMARKS
