@@ -56,8 +56,10 @@ def _with_retry(call, deadline: float) -> tuple[float, int]:
             time.sleep(RETRY_S)
 
 
-def sweep_load(url: str, sweep: int, trials: int, epochs: int, epoch_s: float, budget_s: float) -> dict[str, Any]:
-    """One sweep in its own process: `trials` concurrent trial threads; per-batch latencies."""
+def sweep_load(url: str, sweep: int, trials: int, epochs: int, epoch_s: float, budget_s: float,
+               ready, go) -> dict[str, Any]:
+    """One sweep in its own process: `trials` concurrent trial threads, started when every sweep
+    has its experiment (`ready`, then `go`: process start-up is not load); per-batch latencies."""
     os.environ["MLFLOW_HTTP_REQUEST_MAX_RETRIES"] = "0"
     os.environ["MLFLOW_HTTP_REQUEST_TIMEOUT"] = "30"
     from mlflow import MlflowClient
@@ -67,6 +69,8 @@ def sweep_load(url: str, sweep: int, trials: int, epochs: int, epoch_s: float, b
     deadline = time.monotonic() + budget_s
     experiment = f"bench-load-{sweep}-{os.getpid()}-{time.time_ns()}"
     experiment_id = _call(lambda: client.create_experiment(experiment), deadline)
+    ready.put(sweep)
+    go.wait()
     batches: list[tuple[float, float, int]] = []  # (end time, seconds, failed tries)
     errors: list[str] = []
     lock = threading.Lock()
@@ -104,9 +108,15 @@ def _call(function, deadline: float):
 def load_phase(server: Server, trials: int, epochs: int, epoch_s: float, restart_after_s: float | None,
                budget_s: float) -> dict[str, Any]:
     restart: dict[str, float] = {}
-    begun = time.time()
-    with ProcessPoolExecutor(SWEEPS, mp_context=get_context("spawn")) as pool:
-        futures = [pool.submit(sweep_load, server.url, s, trials, epochs, epoch_s, budget_s) for s in range(SWEEPS)]
+    context = get_context("spawn")
+    with context.Manager() as manager, ProcessPoolExecutor(SWEEPS, mp_context=context) as pool:
+        ready, go = manager.Queue(), manager.Event()
+        futures = [pool.submit(sweep_load, server.url, s, trials, epochs, epoch_s, budget_s, ready, go)
+                   for s in range(SWEEPS)]
+        for _ in range(SWEEPS):
+            ready.get(timeout=budget_s)
+        begun = time.time()
+        go.set()
         if restart_after_s is not None:
             time.sleep(restart_after_s)
             restart["stopped_at"] = time.time()
@@ -115,8 +125,8 @@ def load_phase(server: Server, trials: int, epochs: int, epoch_s: float, restart
             restart["startup_s"] = server.start()
             restart["up_at"] = time.time()
         results = [f.result() for f in futures]
-    wall = time.time() - begun
     batches = [b for r in results for b in r["batches"]]
+    wall = max((b[0] for b in batches), default=begun) - begun  # the load, not process start-up
     seconds = np.array([b[1] for b in batches]) if batches else np.array([0.0])
     steady = np.array([b[1] for b in batches if b[2] == 0]) if batches else np.array([0.0])
     out = {
