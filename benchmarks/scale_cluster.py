@@ -1,11 +1,13 @@
 """A simulated cluster: our whole sweep path against plain Ray Tune at N trials.
 
 The cluster is ``ray.cluster_utils.Cluster`` on this machine: a head node that runs no trial
-(0 CPUs) and NODES nodes of GPUS_PER_NODE logical "GPU" slots each (4 logical CPUs too). A trial
-asks for 1 GPU and 1 CPU, so the cluster holds NODES x GPUS_PER_NODE trials at once. Nodes are
-raylets (~50 MB, some CPU each) and every concurrent trial is a Ray worker process (~250 MB with
-torch, which unpickling the sweep's PreparedData imports): 16 x 4 = 64 slots is what 24 GiB and
-2 shared cores hold with room for the other users of the machine; the ratios do not need more.
+(0 CPUs) and NODES nodes of GPUS_PER_NODE logical "GPU" slots each (as many logical CPUs). A
+trial asks for GPUS_PER_TRIAL GPUs and 1 CPU: with 4 it takes a whole node, so 16 trials run at
+once. Every node is a raylet plus a dashboard and a runtime-env agent (~250 MB together), and
+every concurrent trial is a Ray worker process (~250 MB, seconds of CPU to start: it imports
+torch, which unpickling the sweep's PreparedData needs). On 2 shared cores, 64 one-GPU trials
+at once did not get one result in 6 minutes (64 workers starting at load average 70-86, with
+other users' jobs), so trials take a node each; `NLI_SCALE_GPUS_PER_TRIAL=1` gives 64 slots.
 
 The trials stand in for training (``standin_trial``): each epoch sleeps for the trial's drawn
 epoch time (EPOCH_S x U[0.5, 1.5], drawn from the trial's configuration, so both paths draw the
@@ -56,6 +58,7 @@ NAME = "scale_cluster"
 TITLE = "Simulated cluster: our sweep path vs plain Ray Tune at 100-10,000 stand-in trials"
 
 NODES, GPUS_PER_NODE = 16, 4
+GPUS_PER_TRIAL = int(os.environ.get("NLI_SCALE_GPUS_PER_TRIAL", "4"))
 EPOCHS = 3
 EPOCH_S = 1.0  # mean stand-in epoch; Ray's own 10,000-trial release test uses 1 s trials
 CHECKPOINT_BYTES = 64 * 1024
@@ -116,7 +119,7 @@ def sweep_spec(n: int, slots: int, tracking_uri: str, storage: Path) -> dict[str
         "search": {"sampler": "random", "num_samples": n, "sampler_seed": 0,
                    "space": {"lr": {"loguniform": [1e-5, 1e-1]}, "dropout": {"uniform": [0.0, 0.5]}},
                    "seeds": [1], "scheduler": {"type": "fifo"}, "max_concurrent_trials": slots,
-                   "resources": {"cpu": 1, "gpu": 1}, "tracking_uri": tracking_uri,
+                   "resources": {"cpu": 1, "gpu": GPUS_PER_TRIAL}, "tracking_uri": tracking_uri,
                    "storage_path": str(storage)},
     }
 
@@ -308,7 +311,7 @@ def lost_or_doubled(db: Database, experiment: str, reported: dict[str, int]) -> 
 
 
 def measure(ctx: Context, sizes: tuple[int, ...]) -> dict[str, Any]:
-    slots = NODES * GPUS_PER_NODE
+    slots = NODES * (GPUS_PER_NODE // GPUS_PER_TRIAL)
     folder = ctx.work_dir("scale-cluster")
     db = Database()
     server = Server(db.uri, folder / "server")
@@ -412,7 +415,7 @@ def run(ctx: Context) -> dict[str, Any]:
                          f"{runs[str(n)]['tracking_check']['events_reported']}" for n in sizes), check_ok),
     ]
     summary = (
-        f"{NODES} simulated nodes x {GPUS_PER_NODE} logical GPU slots ({slots} trials at once) on this machine; "
+        f"{NODES} simulated nodes x {GPUS_PER_NODE} logical GPUs, {GPUS_PER_TRIAL} per trial ({slots} trials at once); "
         f"stand-in trials of {EPOCHS} epochs x {EPOCH_S:g} s x U[0.5, 1.5], checkpoint every epoch; Optuna random "
         "searcher, FIFO; ours = run_sweep with `orchestrate server` over PostgreSQL; plain = Tuner, no tracking. "
         "Same cluster, same process, order alternating per N.\n\n"
