@@ -1,5 +1,5 @@
 """Cluster commands of `orchestrate`: submit, jobs, logs, stop (Ray jobs), server (MLflow
-tracking server) and sync (upload what a sweep spooled while its server was away).
+tracking server) and sync (upload a sweep's tracking journal).
 
 Exit codes: 0 done, 1 the cluster / server / job failed or is unreachable, 2 bad input.
 """
@@ -485,29 +485,35 @@ def server_command(backend_store_uri, artifacts_destination, host, port, workers
 
 # -- sync -------------------------------------------------------------------------------------
 @click.command("sync")
-@click.argument("spool_file", type=click.Path(dir_okay=False))
+@click.argument("journal", type=click.Path(dir_okay=False))
 @click.option("--tracking-uri", default=None,
-              help="MLflow server to upload to (default: MLFLOW_TRACKING_URI)")
-def sync_command(spool_file, tracking_uri):
-    """Upload what a sweep recorded to its spool file while the tracking server was away."""
-    from orchestrator.tracking import TrackingUnavailable, replay_spool
+              help="MLflow store to upload to (default: MLFLOW_TRACKING_URI)")
+def sync_command(journal, tracking_uri):
+    """Upload what a sweep's journal holds that the MLflow store lacks.
+
+    JOURNAL is STORAGE_PATH/tracking-journal-RUN.jsonl, written by every sweep (a spool file of
+    earlier versions works too). The same uploader as in the sweep: safe to run again or to
+    interrupt, nothing is uploaded twice."""
+    from orchestrator.journal import JournalError
+    from orchestrator.tracking import TrackingUnavailable, upload_journal
     from results.tracking_uri import resolve_tracking_uri
 
     uri = resolve_tracking_uri(tracking_uri, default=None)
     if not uri:
         _fail("pass --tracking-uri (the sweep's MLflow server) or set MLFLOW_TRACKING_URI", 2)
-    path = Path(spool_file)
+    path = Path(journal)
     if not path.is_file():
-        _fail(f"spool file {spool_file} not found", 2)
+        _fail(f"journal {journal} not found", 2)
     try:
-        sent = replay_spool(path, uri)
+        sent = upload_journal(path, uri)
     except TrackingUnavailable as exc:
         _fail(str(exc), 1)
-    except (ValueError, KeyError) as exc:
-        _fail(f"{spool_file}: {exc}", 2)
-    except Exception as exc:  # the server refused an operation part-way
-        _fail(f"uploading {spool_file} to {uri} failed: {exc}; fix and run sync again", 1)
-    click.echo(f"uploaded {sent} operations from {spool_file} to {uri}; the file can be deleted")
+    except (JournalError, KeyError) as exc:
+        _fail(f"{journal}: {exc}", 2)
+    except Exception as exc:  # the server refused a record part-way
+        _fail(f"uploading {journal} to {mask_secrets(uri)} failed: {exc}; fix and run sync again", 1)
+    click.echo(f"uploaded {sent} operations from {journal} to {mask_secrets(uri)}; the store has "
+               "everything it records")
 
 
 CLUSTER_COMMANDS = [

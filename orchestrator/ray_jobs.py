@@ -49,6 +49,7 @@ WORKING_DIR_EXCLUDES = [
     ".mypy_cache",
     "*.egg-info",
     "tracking-spool-*.jsonl",
+    "tracking-journal-*.jsonl*",
 ]
 # Ray/MLflow defaults the job driver gets (RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER is the cluster's
 # business: its nodes already run with whatever it needs).

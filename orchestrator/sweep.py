@@ -28,6 +28,7 @@ from nli_models.config import Overrides
 from nli_models.data import PreparedData, prepare_data
 from nli_models.errors import mask_secrets
 from nli_models.training import check_fits_data, make_trainer, refit_and_test
+from orchestrator.journal import Journal, journal_file
 from orchestrator.lifecycle import (
     RUN_STATUS,
     Heartbeat,
@@ -56,8 +57,10 @@ from orchestrator.spec import (
     logged_params,
 )
 from orchestrator.tracking import (
+    JournalUploader,
     SweepRecorder,
     Tracker,
+    TrackingUnavailable,
     dataset_input,
     describe_best,
     describe_sweep,
@@ -66,7 +69,6 @@ from orchestrator.tracking import (
     log_provenance,
     protocol_tags,
     source_tags,
-    spool_file,
 )
 from results import run_schema as rs
 from results.selection import TrialRecord, seed_runs, select_configuration
@@ -513,13 +515,15 @@ def _drive(spec: SweepSpec, spec_path: Path, data: PreparedData, tracker: Tracke
     link, sources, dataset = _describe_for_researchers(
         tracker, spec, spec_path, data, experiment_id, parent_run_id, resumed
     )
+    # One tracking path: events go to the journal (a resumed sweep reads what it holds), the
+    # uploader ships them; the test metrics and states below are written directly, after it drained.
+    journal = Journal(journal_file(spec.storage_path, parent_run_id), experiment_id, parent_run_id)
+    uploader = JournalUploader(tracker, journal.path)
+    uploader.start(journal)
     recorder = SweepRecorder(
-        tracker,
-        experiment_id,
-        parent_run_id,
+        journal,
         base_params=base_params,
         run_tags={rs.TAG_CORPUS: spec.data.corpus, **sources},
-        spool_path=spool_file(spec.storage_path, parent_run_id),
         protocol=protocol_tags(spec.base_config(), data, spec.search.protocol.refit_on_train_dev),
         dataset=dataset,
     )
@@ -533,13 +537,10 @@ def _drive(spec: SweepSpec, spec_path: Path, data: PreparedData, tracker: Tracke
         )
         ledger = TrialLedger([recorder, progress], interruption, spec.search.time_budget_s)
         state.move(rs.SWEEP_RUNNING)
-        try:
-            outcomes = run_tuner(spec, data, f"{spec.name}-{parent_run_id[:8]}", [ledger],
-                                 resume=resumed, verbose=min(verbose, 3),
-                                 on_stop=interruption.on_tune_stop)
-        finally:
-            recorder.flush()
-        recorder.upload_spool()  # after an outage: every trial run exists before the selection
+        outcomes = run_tuner(spec, data, f"{spec.name}-{parent_run_id[:8]}", [ledger],
+                             resume=resumed, verbose=min(verbose, 3),
+                             on_stop=interruption.on_tune_stop)
+        uploader.drain()  # every trial run is in the store before the selection reads it
         trials = tracker.trial_runs(experiment_id, parent_run_id)
         run_ids = {run.data.tags.get(rs.TAG_TRIAL_ID): run.info.run_id for run in trials}
         ended = {run.data.tags.get(rs.TAG_TRIAL_ID) for run in trials if run.info.status in ("FINISHED", "FAILED")}
@@ -566,9 +567,13 @@ def _drive(spec: SweepSpec, spec_path: Path, data: PreparedData, tracker: Tracke
         print(f"trials in the MLflow UI, best on dev first: {link}", file=sys.stderr)
         return summary(rs.SWEEP_COMPLETED, selection)
     except BaseException as exc:
-        recorder.flush(timeout=30)
+        with contextlib.suppress(TrackingUnavailable):
+            uploader.drain()  # what the trials recorded is in the store before they are closed
         if isinstance(exc, SweepInterrupted) or interruption.aborted:
             return end_interrupted()
         with contextlib.suppress(Exception):
             _close_runs(tracker, experiment_id, parent_run_id, state, rs.SWEEP_FAILED)
         raise
+    finally:
+        uploader.stop()
+        journal.close()

@@ -1,11 +1,13 @@
 """The only module that talks to MLflow: a sweep's parent run, one child run per trial.
 
-Not Ray's MLflowLoggerCallback (one request per metric, no parent run): every trial event becomes
-an operation on a queue that one background thread sends, one log_batch per epoch, so neither the
-Tune loop nor training waits for the tracking server. While the server is unreachable operations
-stay queued and are retried; after `max_wait_s` they go to a local spool file (JSON lines) that
-`orchestrate sync` replays later. Nothing is dropped. The wait is NLI_TRACKING_MAX_WAIT_S seconds
-(default 120) plus one attempt of the MLflow client's own retries (MLFLOW_HTTP_REQUEST_MAX_RETRIES).
+Not Ray's MLflowLoggerCallback (one request per metric, no parent run). One tracking path: the
+driver appends every trial event to the sweep's journal (orchestrator/journal.py) and one
+uploader thread ships it, one log_batch per epoch, so neither the Tune loop nor training waits
+for the tracking server. While the server is unreachable the uploader falls behind and retries;
+the journal holds what is pending. At the end of a sweep the driver waits for the uploader; if
+the server has been away for NLI_TRACKING_MAX_WAIT_S seconds (default 120; plus one attempt of the
+MLflow client's own retries, MLFLOW_HTTP_REQUEST_MAX_RETRIES), it stops and says how to upload
+the journal later: `orchestrate sync`, the same uploader run over the file. Nothing is dropped.
 """
 
 from __future__ import annotations
@@ -13,9 +15,9 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import getpass
+import hashlib
 import json
 import os
-import queue
 import socket
 import sys
 import tempfile
@@ -25,7 +27,8 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -37,8 +40,10 @@ from nli_models.config import RunConfig
 from nli_models.data import PreparedData
 from nli_models.errors import mask_secrets
 from nli_models.training import protocol_fingerprint
+from orchestrator.journal import Journal, Record, read_records
 from orchestrator.spec import SweepSpec, apply_hyperparameters, config_key
 from results import run_schema as rs
+from results.files import write_output
 from results.render import format_hyperparameters
 from results.sweeps import observed_state, sweep_runs, trial_runs
 from results.tracking_uri import (
@@ -111,7 +116,7 @@ _PG_LOCK_KEY = 0x6E6C6931  # "nli1": one advisory lock id for creating an MLflow
 
 
 def default_max_wait_s() -> float:
-    """How long the sender retries before spooling: $NLI_TRACKING_MAX_WAIT_S or 120 s."""
+    """How long a sweep waits at its end for an unreachable store: $NLI_TRACKING_MAX_WAIT_S or 120 s."""
     value = os.environ.get(MAX_WAIT_ENV)
     if not value:
         return DEFAULT_MAX_WAIT_S
@@ -122,18 +127,6 @@ def default_max_wait_s() -> float:
     if seconds < 0:
         raise ValueError(f"{MAX_WAIT_ENV}={value!r} must be >= 0")
     return seconds
-
-
-def spool_file(storage_path: str, parent_run_id: str) -> Path:
-    """Where a sweep spools: in its storage_path when that is a folder (file:// included); for an
-    object store (s3://, gs://, ...) in the local data dir ($NLI_DATA_DIR or ~/.cache/...)."""
-    name = f"tracking-spool-{parent_run_id}.jsonl"
-    if storage_path.startswith("file://"):
-        return Path(urllib.parse.urlsplit(storage_path).path) / name
-    if "://" in storage_path:
-        local = os.environ.get("NLI_DATA_DIR") or "~/.cache/nli-orchestrator"
-        return Path(local).expanduser() / "tracking-spool" / name
-    return Path(storage_path) / name
 
 
 def sweep_progress(tracking_uri: str, experiment_name: str) -> tuple[int, str] | None:
@@ -260,14 +253,6 @@ class Tracker:
         return runs[0].info.run_id if runs else None
 
 
-@dataclass
-class _Op:
-    kind: str  # start | metrics | finish | tags | artifacts
-    trial_id: str
-    data: dict[str, Any] = field(default_factory=dict)
-    time_ms: int = field(default_factory=_now_ms)
-
-
 ProtocolTags = Callable[[dict[str, Any]], dict[str, str]]
 
 
@@ -284,51 +269,45 @@ def protocol_tags(base: RunConfig, data: PreparedData, refit_on_train_dev: bool)
 
 
 class SweepRecorder:
-    """A TrialListener (see ray_adapter) that records trials as child runs of the sweep."""
+    """A TrialListener (see ray_adapter) that appends every trial event to the sweep's journal;
+    the JournalUploader makes them child runs of the sweep. Appending is all the Tune loop waits
+    for. An epoch the journal already holds for a trial (a trial restarted from an older
+    checkpoint, by Tune or by a resumed driver: training is deterministic) is not recorded again."""
 
     def __init__(
         self,
-        tracker: Tracker,
-        experiment_id: str,
-        parent_run_id: str,
+        journal: Journal,
         base_params: dict[str, Any],
         run_tags: dict[str, str],
-        spool_path: Path,
-        max_wait_s: float | None = None,
         protocol: ProtocolTags | None = None,
         dataset: dict[str, Any] | None = None,
     ):
-        self.tracker = tracker
-        self.protocol = protocol
-        self.dataset = dataset  # see dataset_input
-        self.experiment_id = experiment_id
-        self.parent_run_id = parent_run_id
+        self.journal = journal
         self.base_params = base_params
         self.run_tags = run_tags
-        self.spool_path = Path(spool_path)
-        self.max_wait_s = default_max_wait_s() if max_wait_s is None else max_wait_s
-        self.run_ids: dict[str, str] = {}
-        self.logged_epochs: dict[str, int] = {}
-        self.params: dict[str, dict[str, Any]] = {}
-        self._queue: queue.Queue[_Op | None] = queue.Queue()
-        self._spooling = False
-        self._thread = threading.Thread(target=self._send_loop, name="mlflow-sender", daemon=True)
-        self._thread.start()
+        self.protocol = protocol
+        self.dataset = dataset  # see dataset_input
 
     # -- TrialListener ----------------------------------------------------------------------
     def trial_started(self, trial_id: str, params: dict[str, Any]) -> None:
         full = {**self.base_params, **params}
-        self.params[trial_id] = full
-        tags = {**self.run_tags, **(self.protocol(params) if self.protocol else {})}
-        self._queue.put(_Op("start", trial_id, {"params": full, "tags": tags,
-                                                **trial_start_extras(params, self.dataset)}))
+        tags = {
+            **self.run_tags,
+            **(self.protocol(params) if self.protocol else {}),
+            rs.TAG_PARAMS_JSON: rs.params_json(full),
+        }
+        self.journal.append("start", trial_id, {"params": full, "tags": tags,
+                                                **trial_start_extras(params, self.dataset)})
 
     def trial_result(self, trial_id: str, metrics: dict[str, Any]) -> None:
         if rs.METRIC_DIVERGED_EPOCH in metrics:
             return  # not an epoch's metrics: trial_completed records the divergence
         step = int(metrics["epoch"])
+        progress = self.journal.trials.get(trial_id)
+        if progress is not None and step <= progress.last_epoch:
+            return
         values = {k: float(metrics[k]) for k in EPOCH_METRICS if k in metrics}
-        self._queue.put(_Op("metrics", trial_id, {"step": step, "values": values}))
+        self.journal.append("metrics", trial_id, {"step": step, "values": values})
 
     def trial_completed(self, trial_id: str, last: dict[str, Any], checkpoint_dir: str | None) -> None:
         if rs.METRIC_DIVERGED_EPOCH in last:
@@ -339,15 +318,15 @@ class SweepRecorder:
             values[rs.METRIC_TRIAL_TIME] = float(last["time_total_s"])
         early = bool(last) and not last.get("trial_finished", 0)
         tags = {rs.TAG_EARLY_STOPPED: str(early).lower()}
-        self._queue.put(_Op("finish", trial_id, {"values": values, "tags": tags, "status": "FINISHED"}))
+        self.journal.append("finish", trial_id, {"values": values, "tags": tags, "status": "FINISHED"})
         if checkpoint_dir:
-            self._queue.put(
-                _Op("artifacts", trial_id, {"path": checkpoint_dir, "dest": rs.ARTIFACT_CHECKPOINT_DIR})
+            self.journal.append(
+                "artifacts", trial_id, {"path": checkpoint_dir, "dest": rs.ARTIFACT_CHECKPOINT_DIR}
             )
 
     def trial_errored(self, trial_id: str, params: dict[str, Any], error: str) -> None:
         tags = {rs.TAG_ERROR: error[-4000:]}
-        self._queue.put(_Op("finish", trial_id, {"values": {}, "tags": tags, "status": "FAILED"}))
+        self.journal.append("finish", trial_id, {"values": {}, "tags": tags, "status": "FAILED"})
 
     def trial_retried(self, trial_id: str, retries: int, cause: str, resumed_from_epoch: int) -> None:
         tags = {
@@ -355,7 +334,7 @@ class SweepRecorder:
             rs.TAG_RETRY_CAUSE: cause[-4000:],
             rs.TAG_RESUMED_FROM_EPOCH: str(resumed_from_epoch),
         }
-        self._queue.put(_Op("tags", trial_id, {"tags": tags}))
+        self.journal.append("tags", trial_id, {"tags": tags})
 
     def _diverged(self, trial_id: str, last: dict[str, Any]) -> None:
         """FAILED with the epoch and step where the loss stopped being finite: `results` and the
@@ -370,190 +349,239 @@ class SweepRecorder:
                 f"at epoch {epoch}, step {step}; lower the learning rate or clip gradients"
             ),
         }
-        self._queue.put(_Op("finish", trial_id, {"values": values, "tags": tags, "status": "FAILED"}))
+        self.journal.append("finish", trial_id, {"values": values, "tags": tags, "status": "FAILED"})
 
     def trial_cut(self, trial_id: str) -> None:
         # Epoch metrics stay; no final metrics: the trial is resumed from its checkpoint.
-        self._queue.put(_Op("finish", trial_id, {"values": {}, "tags": {}, "status": "KILLED"}))
+        self.journal.append("finish", trial_id, {"values": {}, "tags": {}, "status": "KILLED"})
 
     def sweep_ended(self) -> None:
-        pass  # flush() is called by the sweep after Tune returns
-
-    @property
-    def spooled(self) -> bool:
-        return self._spooling
-
-    def upload_spool(self, wait_s: float | None = None) -> int:
-        """After flush(): upload what the sender spooled, once the server answers again (waiting
-        up to max_wait_s), so the sweep's final steps find every trial run. Returns operations
-        sent; TrackingUnavailable naming the spool file if the server stays away."""
-        if not self._spooling or not self.spool_path.exists():
-            return 0
-        uri = self.tracker.tracking_uri
-        deadline = time.monotonic() + (self.max_wait_s if wait_s is None else wait_s)
-        delay = 0.5
-        while True:
-            try:
-                self.tracker.check_reachable()
-                break
-            except TrackingUnavailable:
-                if time.monotonic() > deadline:
-                    raise TrackingUnavailable(
-                        f"MLflow at {uri} is still unreachable after the sweep; its trials are "
-                        f"recorded in {self.spool_path}. Upload them with `orchestrate sync "
-                        f"{self.spool_path} --tracking-uri {uri}` once the server is back (the "
-                        "selection on dev and the test evaluation of this sweep did not run)."
-                    ) from None
-                time.sleep(delay)
-                delay = min(delay * 2, 10.0)
-        sent = replay_spool(self.spool_path, uri, run_ids=self.run_ids)
-        print(
-            f"MLflow at {uri} is back: uploaded the {sent} operations spooled in "
-            f"{self.spool_path}; nothing is left to sync",
-            file=sys.stderr,
-        )
-        return sent
-
-    # -- sending ----------------------------------------------------------------------------
-    def flush(self, timeout: float | None = None) -> None:
-        """Wait until every queued operation is sent (or spooled)."""
-        self._queue.put(None)
-        self._thread.join(timeout)
-
-    def _send_loop(self) -> None:
-        while True:
-            op = self._queue.get()
-            if op is None:
-                return
-            if self._spooling:
-                self._spool(op)
-                continue
-            deadline = time.monotonic() + self.max_wait_s
-            delay = 0.5
-            while True:
-                try:
-                    self._send(op)
-                    break
-                except Exception as exc:  # transport errors: keep the op, retry, then spool
-                    if time.monotonic() > deadline:
-                        print(
-                            f"MLflow at {self.tracker.tracking_uri} unreachable for "
-                            f"{self.max_wait_s:.0f}s ({exc.__class__.__name__}); recording to "
-                            f"{self.spool_path}; upload later with `orchestrate sync "
-                            f"{self.spool_path}`",
-                            file=sys.stderr,
-                        )
-                        self._spooling = True
-                        self._spool(op)
-                        break
-                    time.sleep(delay)
-                    delay = min(delay * 2, 10.0)
-
-    def _spool(self, op: _Op) -> None:
-        self.spool_path.parent.mkdir(parents=True, exist_ok=True)
-        record = {
-            "experiment_id": self.experiment_id,
-            "parent_run_id": self.parent_run_id,
-            "kind": op.kind,
-            "trial_id": op.trial_id,
-            "data": op.data,
-            "time_ms": op.time_ms,
-        }
-        with self.spool_path.open("a") as handle:
-            handle.write(json.dumps(record, default=str) + "\n")
-
-    def _send(self, op: _Op) -> None:
-        send_op(self.tracker, self.experiment_id, self.parent_run_id, op, self.run_ids, self.logged_epochs)
+        pass  # the sweep drains the uploader after Tune returns
 
 
-def send_op(
-    tracker: Tracker,
-    experiment_id: str,
-    parent_run_id: str,
-    op: _Op,
-    run_ids: dict[str, str],
-    logged_epochs: dict[str, int],
-) -> None:
-    """Apply one recorded operation (shared by the live sender and `orchestrate sync`).
-    `run_ids` (trial id -> run id) and `logged_epochs` (trial id -> last epoch its existing run
-    already held) fill in as operations are applied."""
-    client = tracker.client
-    if op.kind == "start":
-        run_id = run_ids.get(op.trial_id) or tracker.find_trial_run(
-            experiment_id, parent_run_id, op.trial_id
-        )
-        params = op.data["params"]
+def retry_with_backoff(
+    action: Callable[[], Any],
+    give_up: Callable[[Exception], bool],
+    wait: Callable[[float], Any] = time.sleep,
+) -> Any:
+    """``action()`` until it returns; after a failure, ``wait`` (0.5 s doubling to 10 s) and try
+    again unless ``give_up(error)``, in which case the error is raised."""
+    delay = 0.5
+    while True:
+        try:
+            return action()
+        except Exception as exc:  # transport and store errors alike: the caller decides
+            if give_up(exc):
+                raise
+            wait(delay)
+            delay = min(delay * 2, 10.0)
+
+
+@dataclass
+class _TrialRun:
+    """What the uploader knows of one trial's MLflow run: it makes every record idempotent by
+    (trial, step): an epoch at or below ``last_step`` is on the run already; a start or finish
+    older than the run's latest ending changes nothing."""
+
+    run_id: str
+    last_step: int = 0
+    ended_ms: int | None = None  # end time of the run's latest FINISHED/FAILED/KILLED
+    has_params: bool = True
+
+
+class JournalUploader:
+    """The one path from a journal to MLflow. In a sweep, a thread tails the journal as the driver
+    appends; `orchestrate sync` runs the same code over the file. Every record is applied
+    idempotently (see _TrialRun), so an uploader killed anywhere, or run twice, loses and doubles
+    nothing. While the store is unreachable it keeps retrying (the journal holds what is
+    pending); ``drain`` gives up once it has been unreachable for ``max_wait_s``.
+
+    A cursor file (JOURNAL.uploaded) remembers how far it got for one store (a hash of the URI),
+    so a resumed sweep or a second sync does not re-read what that store already has."""
+
+    def __init__(self, tracker: Tracker, path: Path, max_wait_s: float | None = None):
+        self.tracker = tracker
+        self.path = Path(path)
+        self.max_wait_s = default_max_wait_s() if max_wait_s is None else max_wait_s
+        self.uploaded = 0  # records applied (those before the cursor included)
+        self.failing_since: float | None = None  # monotonic time of the first failure in a row
+        self.last_error = ""
+        self._runs: dict[str, _TrialRun] = {}
+        self._cursor_path = self.path.with_name(self.path.name + ".uploaded")
+        self._store = hashlib.sha256(tracker.tracking_uri.encode()).hexdigest()[:16]
+        self._offset, self._line = 0, 1
+        self._read_cursor()
+        self._wake = threading.Event()
+        self._stopping = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    # -- the cursor -------------------------------------------------------------------------
+    def _read_cursor(self) -> None:
+        try:
+            cursor = json.loads(self._cursor_path.read_text())
+        except (OSError, ValueError):
+            return
+        size = self.path.stat().st_size if self.path.exists() else 0
+        if cursor.get("store") == self._store and 0 <= cursor.get("offset", -1) <= size:
+            self._offset, self._line, self.uploaded = cursor["offset"], cursor["line"], cursor["records"]
+
+    def _write_cursor(self) -> None:
+        cursor = {"store": self._store, "offset": self._offset, "line": self._line,
+                  "records": self.uploaded}
+        write_output(self._cursor_path, json.dumps(cursor))
+
+    # -- uploading --------------------------------------------------------------------------
+    def upload_available(self, give_up: Callable[[Exception], bool] = lambda exc: True) -> int:
+        """Apply every complete record after the cursor; returns how many. A record that fails is
+        retried until ``give_up(error)`` (by default at once: the error is raised)."""
+        applied, written_at = 0, time.monotonic()
+        for offset, record in read_records(self.path, self._offset, self._line):
+            retry_with_backoff(partial(self._apply, record), partial(self._failed, give_up),
+                               wait=self._stopping.wait)
+            if self.failing_since is not None:
+                print(f"MLflow at {mask_secrets(self.tracker.tracking_uri)} answers again; "
+                      f"uploading what {self.path} holds", file=sys.stderr)
+                self.failing_since = None
+            self._offset, self._line = offset, self._line + 1
+            self.uploaded += 1
+            applied += 1
+            if time.monotonic() - written_at > 1.0:
+                self._write_cursor()
+                written_at = time.monotonic()
+        if applied:
+            self._write_cursor()
+        return applied
+
+    def _failed(self, give_up: Callable[[Exception], bool], exc: Exception) -> bool:
+        self.last_error = f"{exc.__class__.__name__}: {mask_secrets(str(exc))[:300]}"
+        if self.failing_since is None:
+            self.failing_since = time.monotonic()
+            print(f"MLflow at {mask_secrets(self.tracker.tracking_uri)} did not take a record "
+                  f"({self.last_error}); trial events are kept in {self.path} and uploaded when "
+                  "it answers", file=sys.stderr)
+        return give_up(exc) or self._stopping.is_set()
+
+    def behind(self) -> int:
+        """Records in the journal not yet uploaded (for progress and the benchmarks)."""
+        return sum(1 for _ in read_records(self.path, self._offset, self._line))
+
+    # -- in a sweep: a thread that tails the journal -----------------------------------------
+    def start(self, journal: Journal) -> None:
+        journal.notify(self._wake)
+        self._thread = threading.Thread(target=self._tail, name="journal-uploader", daemon=True)
+        self._thread.start()
+
+    def _tail(self) -> None:
+        while not self._stopping.is_set():
+            self._wake.wait(timeout=1.0)
+            self._wake.clear()
+            with contextlib.suppress(Exception):  # only when stopping: _failed gives up then
+                self.upload_available(give_up=lambda exc: False)
+
+    def drain(self) -> None:
+        """Wait until everything appended is uploaded; TrackingUnavailable once the store has
+        been unreachable for max_wait_s (the journal keeps what is left for `orchestrate sync`)."""
+        self._wake.set()
+        while self.behind():
+            if self.failing_since is not None and time.monotonic() - self.failing_since > self.max_wait_s:
+                uri = mask_secrets(self.tracker.tracking_uri)
+                raise TrackingUnavailable(
+                    f"MLflow at {uri} is still unreachable after the sweep ({self.last_error}); "
+                    f"its trial events are recorded in {self.path}. Upload them with `orchestrate "
+                    f"sync {self.path} --tracking-uri {uri}` once the server is back (the "
+                    "selection on dev and the test evaluation of this sweep did not run: "
+                    "`orchestrate sweep SPEC --resume` runs them after the upload)."
+                )
+            time.sleep(0.05)
+
+    def stop(self) -> None:
+        self._stopping.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout=30)
+
+    # -- one record -------------------------------------------------------------------------
+    def _run(self, record: Record) -> _TrialRun | None:
+        """The trial's run as the uploader knows it, looked up in the store the first time."""
+        known = self._runs.get(record.trial_id)
+        if known is not None:
+            return known
+        run_id = self.tracker.find_trial_run(record.experiment_id, record.parent_run_id, record.trial_id)
         if run_id is None:
-            run = client.create_run(
-                experiment_id,
-                start_time=op.time_ms,
-                run_name=op.data.get("run_name") or op.trial_id,
+            return None
+        run = self.tracker.client.get_run(run_id)
+        ended = run.info.end_time if run.info.status != "RUNNING" else None
+        known = _TrialRun(run_id, self.tracker.last_logged_epoch(run_id), ended, bool(run.data.params))
+        self._runs[record.trial_id] = known
+        return known
+
+    def _apply(self, record: Record) -> None:
+        client = self.tracker.client
+        run = self._run(record)
+        if record.kind == "start":
+            self._start(record, run)
+            return
+        if run is None:
+            raise KeyError(f"{self.path}: trial {record.trial_id} has no start record before its {record.kind}")
+        if record.kind == "metrics":
+            step = int(record.data["step"])
+            if step > run.last_step:
+                client.log_batch(run.run_id, metrics=[
+                    Metric(k, v, record.time_ms, step) for k, v in record.data["values"].items()
+                ])
+                run.last_step = step
+        elif record.kind == "finish":
+            if run.ended_ms is not None and run.ended_ms > record.time_ms:
+                return  # a later ending is already on the run
+            client.log_batch(
+                run.run_id,
+                metrics=[Metric(k, v, record.time_ms, 0) for k, v in record.data["values"].items()],
+                tags=[RunTag(k, v) for k, v in record.data["tags"].items()],
+            )
+            client.set_terminated(run.run_id, status=record.data["status"], end_time=record.time_ms)
+            run.ended_ms = record.time_ms
+        elif record.kind == "tags":
+            client.log_batch(run.run_id, tags=[RunTag(k, v) for k, v in record.data["tags"].items()])
+        elif record.kind == "artifacts":
+            if Path(record.data["path"]).exists():
+                client.log_artifacts(run.run_id, record.data["path"], record.data["dest"])
+
+    def _start(self, record: Record, run: _TrialRun | None) -> None:
+        client = self.tracker.client
+        params = record.data["params"]
+        if run is None:
+            created = client.create_run(
+                record.experiment_id,
+                start_time=record.time_ms,
+                run_name=record.data.get("run_name") or record.trial_id,
                 tags={
-                    **op.data.get("tags", {}),
+                    **record.data.get("tags", {}),
                     rs.TAG_ROLE: rs.ROLE_TRIAL,
-                    rs.TAG_PARENT_RUN: parent_run_id,
-                    rs.TAG_TRIAL_ID: op.trial_id,
+                    rs.TAG_PARENT_RUN: record.parent_run_id,
+                    rs.TAG_TRIAL_ID: record.trial_id,
                     rs.TAG_MODEL_CONFIG: rs.model_config_label(params),
                     rs.TAG_CONFIG_KEY: config_key(params),
                 },
             )
-            run_id = run.info.run_id
-            client.log_batch(run_id, params=trial_param_entities(params, op.data.get("searched", list(params))))
-            if op.data.get("dataset"):
-                client.log_inputs(run_id, datasets=_dataset_entities(op.data["dataset"]))
-        else:
-            client.update_run(run_id, status="RUNNING")  # resumed or retried trial
-            # A trial restarts from its last checkpoint Tune saved, which can be older than the
-            # last epoch logged (the driver was killed between the two); training is
-            # deterministic, so the epochs it repeats are not logged twice.
-            logged_epochs[op.trial_id] = tracker.last_logged_epoch(run_id)
-        run_ids[op.trial_id] = run_id
-        return
-    run_id = run_ids.get(op.trial_id) or tracker.find_trial_run(experiment_id, parent_run_id, op.trial_id)
-    if run_id is None:
-        raise KeyError(f"no MLflow run for trial {op.trial_id}")
-    run_ids[op.trial_id] = run_id
-    if op.kind == "metrics":
-        step = op.data["step"]
-        if step <= logged_epochs.get(op.trial_id, 0):
-            return
-        metrics = [Metric(k, v, op.time_ms, step) for k, v in op.data["values"].items()]
-        client.log_batch(run_id, metrics=metrics)
-    elif op.kind == "finish":
-        metrics = [Metric(k, v, op.time_ms, 0) for k, v in op.data["values"].items()]
-        tags = [RunTag(k, v) for k, v in op.data["tags"].items()]
-        client.log_batch(run_id, metrics=metrics, tags=tags)
-        client.set_terminated(run_id, status=op.data["status"], end_time=op.time_ms)
-    elif op.kind == "tags":
-        client.log_batch(run_id, tags=[RunTag(k, v) for k, v in op.data["tags"].items()])
-    elif op.kind == "artifacts":
-        if Path(op.data["path"]).exists():
-            client.log_artifacts(run_id, op.data["path"], op.data["dest"])
-    else:
-        raise ValueError(f"unknown tracking operation {op.kind!r}")
+            run = _TrialRun(created.info.run_id, has_params=False)
+            self._runs[record.trial_id] = run
+        elif run.ended_ms is None or run.ended_ms < record.time_ms:
+            client.update_run(run.run_id, status="RUNNING")  # a resumed or retried trial
+            run.ended_ms = None
+        if not run.has_params:  # also repairs a run whose uploader died right after creating it
+            searched = record.data.get("searched", list(params))
+            client.log_batch(run.run_id, params=trial_param_entities(params, searched))
+            if record.data.get("dataset"):
+                client.log_inputs(run.run_id, datasets=_dataset_entities(record.data["dataset"]))
+            run.has_params = True
 
 
-def replay_spool(path: Path, tracking_uri: str, run_ids: dict[str, str] | None = None) -> int:
-    """Upload what a sweep spooled while its tracking server was away; returns operations sent.
-    Replaying twice is harmless: runs are found by trial id and MLflow drops identical metrics.
-    `run_ids` (trial id -> run id) is filled in as runs are found or created."""
+def upload_journal(path: Path, tracking_uri: str) -> int:
+    """`orchestrate sync`: upload what a journal holds that the store lacks; returns the records
+    applied. TrackingUnavailable when the store does not answer, JournalError for a bad line."""
     tracker = Tracker(tracking_uri)
     tracker.check_reachable()
-    run_ids = {} if run_ids is None else run_ids
-    logged_epochs: dict[str, int] = {}
-    sent = 0
-    for line_number, line in enumerate(Path(path).read_text().splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"{path}:{line_number}: not a JSON line: {exc}") from None
-        op = _Op(record["kind"], record["trial_id"], record["data"], record["time_ms"])
-        send_op(tracker, record["experiment_id"], record["parent_run_id"], op, run_ids, logged_epochs)
-        sent += 1
-    return sent
-
+    return JournalUploader(tracker, path).upload_available()
 
 def host_tags() -> dict[str, str]:
     return {rs.TAG_HOST: socket.gethostname()}

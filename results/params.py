@@ -1,4 +1,6 @@
-"""MLflow keeps every param as a string; these turn them back into values and compare them."""
+"""MLflow keeps every param as a string; these turn them back into values and compare them.
+Trials record their params typed too (tag nli.params, results.tracking.trial_params): parsing
+is for runs written before that tag, and passes typed values through."""
 
 from __future__ import annotations
 
@@ -7,8 +9,11 @@ import math
 _LITERALS = {"true": True, "false": False, "none": None, "null": None}
 
 
-def parse_param(text: str) -> bool | int | float | str | None:
-    """'100' -> 100, '1e-4' -> 0.0001, 'False' -> False, 'None' -> None; other text unchanged."""
+def parse_param(text: object) -> object:
+    """'100' -> 100, '1e-4' -> 0.0001, 'False' -> False, 'None' -> None; other text unchanged.
+    A value that is not text is already typed (from the nli.params tag) and returned as it is."""
+    if not isinstance(text, str):
+        return text
     if text.strip().lower() in _LITERALS:
         return _LITERALS[text.strip().lower()]
     for cast in (int, float):
@@ -32,10 +37,11 @@ def as_int(value: str | float | None) -> int | None:
 def same_value(expected: object, logged: object) -> bool:
     """Whether a param logged as ``logged`` (any type, usually a string) equals ``expected``:
     booleans case-insensitively, numbers numerically (100 == '100.0'), the rest as strings."""
-    return _normalise(expected) == _normalise(logged)
+    return canonical(expected) == canonical(logged)
 
 
-def _normalise(value: object) -> str:
+def canonical(value: object) -> str:
+    """One text per value whether logged as a string or typed: same_value compares these."""
     parsed = parse_param(value) if isinstance(value, str) else value
     if isinstance(parsed, bool) or parsed is None:
         return str(parsed).lower()

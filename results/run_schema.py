@@ -8,6 +8,8 @@ per trial (tag nli.role=trial, mlflow.parentRunId = the parent). Per-epoch metri
 architecture a paper-table row describes (model, variant, k, ...) is the tag nli.model_config.
 """
 
+import json
+
 TAG_ROLE = "nli.role"
 ROLE_SWEEP = "sweep"
 ROLE_TRIAL = "trial"
@@ -81,6 +83,10 @@ METRIC_DIVERGED_STEP = "diverged_step"  # 1-based batch within the epoch
 TAG_RETRIES = "nli.retries"  # how many times it was retried
 TAG_RETRY_CAUSE = "nli.retry_cause"  # the error of the latest failure (its last lines)
 TAG_RESUMED_FROM_EPOCH = "nli.resumed_from_epoch"  # the epoch of the checkpoint it restarted from
+# Every param of a trial (constants included, plain names) as one JSON object with its types
+# (params_json): readers take values from here and never guess a type from MLflow's strings;
+# the flat string params stay for the UI. Runs written before it existed lack it.
+TAG_PARAMS_JSON = "nli.params"
 
 # Hyperparameters logged as params with these names for every model.
 PARAM_MODEL = "model"
@@ -120,6 +126,12 @@ ARTIFACT_CHECKPOINT_DIR = "checkpoint"
 # Model arguments that define a row of a paper's table (together with model and variant); every
 # other logged param is a hyperparameter selected on dev within that row.
 ARCHITECTURE_PARAMS = ("hidden_size", "shared_encoder", "two_way", "num_blocks")
+
+
+def params_json(params: dict) -> str:
+    """The nli.params tag of a trial: its params, typed, keys sorted (MLflow keeps 8000 chars of
+    a tag; a trial's params are a few hundred)."""
+    return json.dumps(params, sort_keys=True, default=str)
 
 
 def model_config_label(params: dict) -> str:

@@ -35,7 +35,7 @@ class TrialRecord:
     run_id: str
     config_key: str
     model_config: str
-    params: Mapping[str, str]  # as logged (MLflow keeps params as strings)
+    params: Mapping[str, object]  # typed (tag nli.params); strings for older runs
     best_dev_accuracy: float | None
     seed: int | None
     status: str  # MLflow run status: FINISHED, FAILED, KILLED, RUNNING, ...

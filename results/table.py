@@ -27,7 +27,7 @@ from collections.abc import Callable, Mapping, Sequence
 import pyarrow as pa
 
 from results.errors import ResultsWarning
-from results.params import as_int, parse_param
+from results.params import as_int, canonical, parse_param
 from results.run_schema import (
     CLASS_ACCURACY_PREFIX,
     DEV_CLASS_ACCURACY_PREFIX,
@@ -220,11 +220,14 @@ def _row(
     }
 
 
-def searched_params(configurations: Sequence[Mapping[str, str]]) -> list[str]:
+def searched_params(configurations: Sequence[Mapping[str, object]]) -> list[str]:
     """Names of the params (seed aside) whose value differs between configurations: what the
     search varied, read from the runs themselves (the spec's space may hold single values)."""
     names = {name for params in configurations for name in params} - {PARAM_SEED}
-    return sorted(n for n in names if len({params.get(n) for params in configurations}) > 1)
+    return sorted(
+        n for n in names
+        if len({canonical(params.get(n)) for params in configurations}) > 1
+    )
 
 
 SEED_COLUMNS: tuple[Column, ...] = (

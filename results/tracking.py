@@ -7,6 +7,8 @@ the selected configuration only, so the test data of other configurations cannot
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
@@ -35,6 +37,7 @@ from results.run_schema import (
     TAG_CONFIG_KEY,
     TAG_CORPUS,
     TAG_MODEL_CONFIG,
+    TAG_PARAMS_JSON,
     TAG_PARENT_RUN,
     TAG_PROTOCOL_PREFIX,
     TAG_ROLE,
@@ -139,9 +142,19 @@ def _trial_runs(client: MlflowClient, experiment_id: str) -> Iterator[Run]:
             return
 
 
+def trial_params(run: Run) -> dict[str, object]:
+    """A trial's params with their types (tag nli.params); for runs written before that tag, the
+    logged strings (const. prefix stripped), which readers parse with results.params."""
+    typed = run.data.tags.get(TAG_PARAMS_JSON)
+    if typed:
+        with contextlib.suppress(ValueError):
+            return json.loads(typed)
+    return {k.removeprefix(CONSTANT_PARAM_PREFIX): v for k, v in run.data.params.items()}
+
+
 def _trial(run: Run, experiment: str) -> TrialRun | None:
     tags = run.data.tags
-    params = {k.removeprefix(CONSTANT_PARAM_PREFIX): v for k, v in run.data.params.items()}
+    params = trial_params(run)
     if TAG_CONFIG_KEY not in tags or TAG_MODEL_CONFIG not in tags:
         warnings.warn(
             f"{experiment}: trial run {run.info.run_id} lacks the {TAG_CONFIG_KEY} or "

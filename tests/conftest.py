@@ -32,7 +32,9 @@ def ray_session():
     """One real local Ray instance for the in-process sweep tests (starting one takes seconds)."""
     import ray
 
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="WARNING")
+    # address="local": a private instance even when another Ray cluster runs on this machine.
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,
+             logging_level="WARNING")
     yield ray
     ray.shutdown()
 

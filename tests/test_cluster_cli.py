@@ -147,7 +147,8 @@ def test_ray_packs_the_working_dir_without_the_excluded_paths(tmp_path):
     root = tmp_path / "project"
     for name in ("sweep.yaml", "pkg/module.py", ".venv/bin/python", "ray_results/exp/state.json",
                  "mlruns.db", "pkg/__pycache__/module.cpython-311.pyc", ".git/HEAD",
-                 "nli.egg-info/PKG-INFO", "tracking-spool-abc.jsonl"):
+                 "nli.egg-info/PKG-INFO", "tracking-spool-abc.jsonl",
+                 "tracking-journal-abc.jsonl", "tracking-journal-abc.jsonl.uploaded"):
         (root / name).parent.mkdir(parents=True, exist_ok=True)
         (root / name).write_text("x")
     target = tmp_path / "package.zip"
@@ -155,7 +156,7 @@ def test_ray_packs_the_working_dir_without_the_excluded_paths(tmp_path):
     names = {n.rstrip("/") for n in zipfile.ZipFile(target).namelist()}
     assert {"sweep.yaml", "pkg/module.py"} <= names
     assert not any(n.split("/")[0] in (".venv", "ray_results", ".git", "nli.egg-info") for n in names), names
-    assert not any("__pycache__" in n or n.endswith((".db", ".jsonl")) for n in names), names
+    assert not any("__pycache__" in n or n.endswith((".db", ".jsonl", ".uploaded")) for n in names), names
 
 
 def test_an_oversized_upload_is_refused(tmp_path, monkeypatch):
@@ -195,15 +196,20 @@ def test_server_rejects_bad_backends_with_clear_errors(tmp_path):
 
 def test_sync_input_errors(tmp_path):
     assert run("sync", str(tmp_path / "none.jsonl"), "--tracking-uri", "http://h:1").returncode == 2
-    spool = tmp_path / "spool.jsonl"
-    spool.write_text("not json\n")
-    result = run("sync", str(spool))
+    journal = tmp_path / "journal.jsonl"
+    journal.write_text("not json\n")
+    result = run("sync", str(journal))
     assert result.returncode == 2 and "--tracking-uri" in result.stderr
-    result = run("sync", str(spool), "--tracking-uri", f"sqlite:///{tmp_path / 'mlruns.db'}")
-    assert result.returncode == 2 and "not a JSON line" in result.stderr
-    spool.write_text(json.dumps({"kind": "metrics", "trial_id": "t", "data": {}, "time_ms": 0,
-                                 "experiment_id": "0", "parent_run_id": "p"}) + "\n")
+    store = f"sqlite:///{tmp_path / 'mlruns.db'}"
+    result = run("sync", str(journal), "--tracking-uri", store)
+    assert result.returncode == 2 and f"{journal}:1: not a JSON line" in result.stderr
+    record = {"kind": "metrics", "trial_id": "t", "data": {}, "time_ms": 0,
+              "experiment_id": "0", "parent_run_id": "p"}
+    journal.write_text(json.dumps({**record, "kind": "delete"}) + "\n")
+    result = run("sync", str(journal), "--tracking-uri", store)
+    assert result.returncode == 2 and "kind 'delete'" in result.stderr and "start, metrics" in result.stderr
+    journal.write_text(json.dumps(record) + "\n")
     started = time.monotonic()
-    result = run("sync", str(spool), "--tracking-uri", f"http://127.0.0.1:{closed_port()}")
+    result = run("sync", str(journal), "--tracking-uri", f"http://127.0.0.1:{closed_port()}")
     assert result.returncode == 1 and "unreachable" in result.stderr
     assert time.monotonic() - started < 30

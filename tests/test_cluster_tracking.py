@@ -1,8 +1,10 @@
 """Tracking-server outages, in one process and without Ray: an unreachable server stops a sweep
-before it launches (quickly, with a clear message); the sender spools after its bounded wait
-(NLI_TRACKING_MAX_WAIT_S); what was spooled is uploaded as soon as the server answers again.
-The same behaviour against a real server and a real cluster is in test_cluster_e2e.py. Also: a
-resumed trial that repeats epochs it had already logged does not log them twice."""
+before it launches (quickly, with a clear message); while it is away the journal keeps every
+trial event and the uploader falls behind; at the end of a sweep the driver waits for it at most
+NLI_TRACKING_MAX_WAIT_S, then says how to upload the journal (`orchestrate sync`). The same
+behaviour against a real server and a real cluster is in test_cluster_e2e.py; the journal and
+the uploader's idempotence (a killed uploader) in test_journal.py. Also: a resumed trial that
+repeats epochs it had already logged does not log them twice."""
 
 from __future__ import annotations
 
@@ -14,12 +16,13 @@ from pathlib import Path
 import pytest
 import yaml
 
+from orchestrator.journal import Journal, journal_file
 from orchestrator.tracking import (
+    JournalUploader,
     SweepRecorder,
     Tracker,
     TrackingUnavailable,
     default_max_wait_s,
-    spool_file,
 )
 from results import run_schema as rs
 
@@ -71,81 +74,99 @@ def test_max_wait_comes_from_the_environment(monkeypatch):
             default_max_wait_s()
 
 
-def test_spooled_trials_are_uploaded_once_the_server_answers(tmp_path, monkeypatch):
-    # One HTTP attempt per send: the refused connection fails at once, not after MLflow's retries.
+def test_trials_recorded_during_an_outage_are_uploaded_once_the_server_answers(tmp_path, monkeypatch):
+    # One HTTP attempt per request: the refused connection fails at once, not after MLflow's retries.
     monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
-    monkeypatch.setenv("NLI_TRACKING_MAX_WAIT_S", "0.5")
     store = Tracker(f"sqlite:///{tmp_path / 'mlruns.db'}")  # where the runs end up
     experiment_id = store.experiment_id("outage")
     parent = store.start_sweep(experiment_id, "sweep-outage", {})
+    journal = Journal(journal_file(str(tmp_path / "results"), parent), experiment_id, parent)
 
+    away = JournalUploader(Tracker(closed_url()), journal.path, max_wait_s=0.5)
+    away.start(journal)
     recorder = SweepRecorder(
-        Tracker(closed_url()), experiment_id, parent,
-        base_params={"model": "decomposable", "variant": "vanilla", "hidden_size": 50},
-        run_tags={}, spool_path=tmp_path / "results" / f"tracking-spool-{parent}.jsonl",
+        journal, base_params={"model": "decomposable", "variant": "vanilla", "hidden_size": 50},
+        run_tags={},
     )
-    assert recorder.max_wait_s == 0.5
     recorder.trial_started("t1", {"lr": 0.001, "seed": 1})
     for epoch in (1, 2, 3):
         recorder.trial_result("t1", {"epoch": epoch, "dev_accuracy": 0.5 + epoch / 10, "train_loss": 1.0})
     recorder.trial_completed("t1", {"best_dev_accuracy": 0.8, "epoch": 3, "trial_finished": 1}, None)
-    recorder.flush(timeout=60)
-    assert recorder.spooled
-    lines = recorder.spool_path.read_text().splitlines()
+    lines = journal.path.read_text().splitlines()
     assert [json.loads(line)["kind"] for line in lines] == ["start", "metrics", "metrics", "metrics", "finish"]
 
     # Still away at the end of the sweep: a clear error that says how to upload later.
+    started = time.monotonic()
     with pytest.raises(TrackingUnavailable) as info:
-        recorder.upload_spool(wait_s=0)
-    assert f"orchestrate sync {recorder.spool_path}" in str(info.value)
+        away.drain()
+    assert time.monotonic() - started < 20
+    assert f"orchestrate sync {journal.path}" in str(info.value) and "--resume" in str(info.value)
+    assert away.behind() == 5 and away.uploaded == 0
+    away.stop()
 
-    # Back (here: the recorder's store answers again): everything is uploaded, run ids known.
-    recorder.tracker = store
-    assert recorder.upload_spool(wait_s=0) == 5
-    run_id = recorder.run_ids["t1"]
-    run = store.client.get_run(run_id)
+    # Back (here: another uploader over the store that answers): everything is uploaded.
+    back = JournalUploader(store, journal.path)
+    back.start(journal)
+    back.drain()
+    back.stop()
+    assert back.uploaded == 5 and back.behind() == 0
+    [run] = store.trial_runs(experiment_id, parent)
     assert run.info.status == "FINISHED"
     assert run.data.tags[rs.TAG_PARENT_RUN] == parent and run.data.params["lr"] == "0.001"
-    history = store.client.get_metric_history(run_id, rs.METRIC_DEV_ACCURACY)
+    assert json.loads(run.data.tags[rs.TAG_PARAMS_JSON])["lr"] == 0.001  # typed, not '0.001'
+    history = store.client.get_metric_history(run.info.run_id, rs.METRIC_DEV_ACCURACY)
     assert sorted(m.step for m in history) == [1, 2, 3]
     # Uploading again (e.g. `orchestrate sync` on the same file) duplicates nothing.
-    assert recorder.upload_spool(wait_s=0) == 5
-    assert len(store.client.get_metric_history(run_id, rs.METRIC_DEV_ACCURACY)) == 3
+    JournalUploader(store, journal.path).upload_available()
+    (journal.path.with_name(journal.path.name + ".uploaded")).unlink()  # not even from the start
+    assert JournalUploader(store, journal.path).upload_available() == 5
+    assert len(store.client.get_metric_history(run.info.run_id, rs.METRIC_DEV_ACCURACY)) == 3
     assert len(store.trial_runs(experiment_id, parent)) == 1
+    journal.close()
 
 
-def test_spool_file_is_local_for_every_kind_of_storage_path(monkeypatch):
+def test_journal_file_is_local_for_every_kind_of_storage_path(monkeypatch):
     monkeypatch.setenv("NLI_DATA_DIR", "/data")
-    assert spool_file("/shared/ray_results", "p1") == Path("/shared/ray_results/tracking-spool-p1.jsonl")
-    assert spool_file("file:///shared/r", "p1") == Path("/shared/r/tracking-spool-p1.jsonl")
-    assert spool_file("s3://bucket/r", "p1") == Path("/data/tracking-spool/tracking-spool-p1.jsonl")
+    assert journal_file("/shared/ray_results", "p1") == Path("/shared/ray_results/tracking-journal-p1.jsonl")
+    assert journal_file("file:///shared/r", "p1") == Path("/shared/r/tracking-journal-p1.jsonl")
+    assert journal_file("s3://bucket/r", "p1") == Path("/data/tracking-journal/tracking-journal-p1.jsonl")
 
 
 def test_epochs_a_resumed_trial_repeats_are_logged_once(tmp_path):
     store = Tracker(f"sqlite:///{tmp_path / 'mlruns.db'}")
     experiment_id = store.experiment_id("resumed")
     parent = store.start_sweep(experiment_id, "sweep-resumed", {})
+    path = journal_file(str(tmp_path), parent)
 
-    def recorder():
-        return SweepRecorder(store, experiment_id, parent, base_params={"model": "decomposable"},
-                             run_tags={}, spool_path=tmp_path / "spool.jsonl")
+    def driver():
+        journal = Journal(path, experiment_id, parent)  # reads what an earlier driver recorded
+        uploader = JournalUploader(store, path)
+        uploader.start(journal)
+        return journal, uploader, SweepRecorder(journal, base_params={"model": "decomposable"}, run_tags={})
 
     def result(epoch):
         return {"epoch": epoch, "dev_accuracy": 0.5 + epoch / 10, "epoch_time_s": 1.0}
 
-    killed = recorder()  # the driver logged epochs 1-2, then was killed before Tune saved them
+    journal, uploader, killed = driver()  # logged epochs 1-2, then killed before Tune saved them
     killed.trial_started("t1", {"lr": 0.001})
     for epoch in (1, 2):
         killed.trial_result("t1", result(epoch))
-    killed.flush(timeout=60)
+    uploader.drain()
+    uploader.stop()
+    journal.close()
 
-    resumed = recorder()  # the resumed sweep restarts the trial from its last saved checkpoint
+    journal, uploader, resumed = driver()  # restarts the trial from its last saved checkpoint
+    assert journal.trials["t1"].last_epoch == 2
     resumed.trial_started("t1", {"lr": 0.001})
     for epoch in (1, 2, 3):
         resumed.trial_result("t1", result(epoch))
     resumed.trial_completed("t1", {"best_dev_accuracy": 0.8, "epoch": 3, "trial_finished": 1}, None)
-    resumed.flush(timeout=60)
+    uploader.drain()
+    uploader.stop()
+    journal.close()
 
+    steps = [json.loads(line)["data"].get("step") for line in path.read_text().splitlines()]
+    assert [s for s in steps if s is not None] == [1, 2, 3]  # the repeats never reached the journal
     [run] = store.trial_runs(experiment_id, parent)
     assert run.info.status == "FINISHED"
     for key in (rs.METRIC_DEV_ACCURACY, rs.METRIC_EPOCH_TIME):

@@ -18,8 +18,10 @@ import pytest
 from browser_helpers import dump_dom, screenshot
 from sweep_helpers import ORCHESTRATE, write_spec
 
+from orchestrator.journal import Journal, journal_file
 from orchestrator.spec import load_spec
 from orchestrator.tracking import (
+    JournalUploader,
     SweepRecorder,
     Tracker,
     describe_sweep,
@@ -52,10 +54,11 @@ def _store(folder: Path) -> tuple[str, str]:
     experiment_id = tracker.experiment_id(spec.name)
     parent = tracker.start_sweep(experiment_id, "sweep-tiny", {rs.TAG_CORPUS: "toy"})
     describe_sweep(tracker, spec, spec_path, experiment_id, parent, resume=False)
+    journal = Journal(journal_file(spec.storage_path, parent), experiment_id, parent)
     recorder = SweepRecorder(
-        tracker, experiment_id, parent,
+        journal,
         base_params={"model": "decomposable", "variant": "vanilla", "batch_size": 32},
-        run_tags=source_tags(spec_path, "0" * 40), spool_path=folder / "spool.jsonl",
+        run_tags=source_tags(spec_path, "0" * 40),
     )
     for number, (lr, dropout) in enumerate(GRID):
         trial = f"trial_{number}"
@@ -64,7 +67,8 @@ def _store(folder: Path) -> tuple[str, str]:
         recorder.trial_completed(
             trial, {"best_dev_accuracy": 0.4 + number / 20, "epoch": 1, "trial_finished": 1}, None
         )
-    recorder.flush(timeout=60)
+    journal.close()
+    JournalUploader(tracker, journal.path).upload_available()
     return spec.tracking_uri, spec.name
 
 

@@ -1,0 +1,152 @@
+"""The tracking journal (orchestrator/journal.py) and its one uploader (tracking.JournalUploader):
+records survive a killed writer whole or not at all; an uploader killed mid-stream and run again
+loses and doubles nothing; trial params reach MLflow typed (tag nli.params) as well as flat."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from mlflow import MlflowClient
+
+from orchestrator.journal import Journal, JournalError, read_records
+from orchestrator.tracking import JournalUploader, SweepRecorder, Tracker
+from results import run_schema as rs
+from results.tracking import trial_params
+
+TRIALS, EPOCHS = 24, 6
+RECORDS = TRIALS * (EPOCHS + 2)  # start, one record per epoch, finish
+
+
+def record_sweep(journal: Journal, trials: int = TRIALS, epochs: int = EPOCHS) -> None:
+    recorder = SweepRecorder(journal, base_params={"model": "decomposable", "hidden_size": 50,
+                                                   "two_way": False}, run_tags={})
+    for trial in range(trials):
+        trial_id = f"t{trial:03d}"
+        recorder.trial_started(trial_id, {"lr": 0.001 * (trial + 1), "seed": 1})
+        for epoch in range(1, epochs + 1):
+            recorder.trial_result(trial_id, {"epoch": epoch, "dev_accuracy": epoch / 100, "train_loss": 1 / epoch})
+        recorder.trial_completed(trial_id, {"best_dev_accuracy": epochs / 100, "epoch": epochs,
+                                            "trial_finished": 1}, None)
+
+
+@pytest.fixture
+def sweep(tmp_path):
+    """A store with a sweep's parent run, and that sweep's journal (not uploaded)."""
+    uri = f"sqlite:///{tmp_path / 'mlruns.db'}"
+    store = Tracker(uri)
+    experiment_id = store.experiment_id("journal")
+    parent = store.start_sweep(experiment_id, "sweep-journal", {})
+    journal = Journal(tmp_path / "tracking-journal.jsonl", experiment_id, parent)
+    yield uri, store, experiment_id, parent, journal
+    journal.close()
+
+
+def test_a_torn_last_line_is_no_record_and_is_cut_when_the_journal_reopens(sweep):
+    _, _, experiment_id, parent, journal = sweep
+    record_sweep(journal, trials=2, epochs=3)
+    journal.close()
+    whole = journal.path.read_bytes()
+    with open(journal.path, "ab") as handle:  # a driver killed in the middle of a write
+        handle.write(b'{"seq": 11, "kind": "metr')
+    assert len(list(read_records(journal.path))) == 10
+
+    reopened = Journal(journal.path, experiment_id, parent)
+    assert journal.path.read_bytes() == whole
+    assert reopened.appended == 10
+    assert {t: (p.last_epoch, p.status) for t, p in reopened.trials.items()} == {
+        "t000": (3, "FINISHED"), "t001": (3, "FINISHED")}
+    reopened.append("tags", "t001", {"tags": {"x": "1"}})
+    reopened.close()
+    last = json.loads(journal.path.read_text().splitlines()[-1])
+    assert last["seq"] == 11 and last["kind"] == "tags"
+
+
+def test_a_bad_line_names_the_file_and_line(tmp_path):
+    path = tmp_path / "j.jsonl"
+    path.write_text('{"kind": "start"}\n')
+    with pytest.raises(JournalError, match=rf"{path}:1: not a journal record"):
+        list(read_records(path))
+
+
+def test_params_reach_mlflow_typed_and_flat(sweep):
+    _, store, experiment_id, parent, journal = sweep
+    record_sweep(journal, trials=1, epochs=1)
+    JournalUploader(store, journal.path).upload_available()
+    [run] = store.trial_runs(experiment_id, parent)
+    assert run.data.params["lr"] == "0.001" and run.data.params["const.two_way"] == "False"
+    typed = trial_params(run)
+    assert typed["lr"] == 0.001 and typed["two_way"] is False and typed["hidden_size"] == 50
+    # A run written before the typed tag: the flat strings, prefix stripped.
+    legacy = store.client.create_run(experiment_id, tags={rs.TAG_ROLE: rs.ROLE_TRIAL})
+    store.client.log_param(legacy.info.run_id, "const.hidden_size", "50")
+    assert trial_params(store.client.get_run(legacy.info.run_id)) == {"hidden_size": "50"}
+
+
+def test_a_run_created_by_an_uploader_that_died_before_its_params_is_repaired(sweep):
+    _, store, experiment_id, parent, journal = sweep
+    record_sweep(journal, trials=1, epochs=2)
+    # What an uploader killed between create_run and logging the params leaves behind.
+    store.client.create_run(experiment_id, tags={
+        rs.TAG_ROLE: rs.ROLE_TRIAL, rs.TAG_PARENT_RUN: parent, rs.TAG_TRIAL_ID: "t000"})
+    assert JournalUploader(store, journal.path).upload_available() == 4
+    [run] = store.trial_runs(experiment_id, parent)
+    assert run.data.params["lr"] == "0.001" and run.info.status == "FINISHED"
+
+
+def test_an_uploader_killed_mid_stream_loses_and_doubles_nothing(sweep):
+    """`orchestrate sync` (the uploader) is SIGKILLed while it uploads a 24-trial journal, then
+    run again, twice: every trial has exactly one run, FINISHED, with every epoch once."""
+    uri, store, experiment_id, parent, journal = sweep
+    record_sweep(journal)
+    journal.close()
+    command = [sys.executable, "-m", "orchestrator.cli", "sync", str(journal.path), "--tracking-uri", uri]
+    cursor = journal.path.with_name(journal.path.name + ".uploaded")
+    sync = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            start_new_session=True)
+    deadline = time.monotonic() + 120
+    uploaded = 0
+    while uploaded == 0 and sync.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+        if cursor.exists():
+            uploaded = json.loads(cursor.read_text())["records"]
+    os.killpg(sync.pid, signal.SIGKILL)
+    sync.wait()
+    assert 0 < uploaded < RECORDS, f"not killed mid-stream ({uploaded} of {RECORDS} uploaded)"
+    client = MlflowClient(uri)
+    partial = store.trial_runs(experiment_id, parent)
+    assert 0 < len(partial) and sum(r.info.status == "FINISHED" for r in partial) < TRIALS
+
+    for expected in (r"uploaded [1-9]\d* operations", r"uploaded 0 operations"):
+        rerun = subprocess.run(command, capture_output=True, text=True, timeout=300)
+        assert rerun.returncode == 0, rerun.stderr
+        assert re.search(expected, rerun.stdout), rerun.stdout
+
+    runs = store.trial_runs(experiment_id, parent)
+    assert sorted(r.data.tags[rs.TAG_TRIAL_ID] for r in runs) == [f"t{t:03d}" for t in range(TRIALS)]
+    for run in runs:
+        assert run.info.status == "FINISHED", run.data.tags[rs.TAG_TRIAL_ID]
+        assert run.data.params["lr"] and json.loads(run.data.tags[rs.TAG_PARAMS_JSON])["seed"] == 1
+        for key in (rs.METRIC_DEV_ACCURACY, rs.METRIC_TRAIN_LOSS):
+            steps = [m.step for m in client.get_metric_history(run.info.run_id, key)]
+            assert sorted(steps) == list(range(1, EPOCHS + 1)), (run.data.tags[rs.TAG_TRIAL_ID], key, steps)
+        assert len(client.get_metric_history(run.info.run_id, rs.METRIC_BEST_DEV_ACCURACY)) == 1
+
+
+def test_the_uploader_in_a_sweep_tails_the_journal_and_reports_how_far_behind_it_is(sweep):
+    _, store, experiment_id, parent, journal = sweep
+    uploader = JournalUploader(store, journal.path)
+    uploader.start(journal)
+    record_sweep(journal, trials=3, epochs=2)
+    uploader.drain()
+    assert uploader.behind() == 0 and uploader.uploaded == journal.appended == 12
+    uploader.stop()
+    assert len(store.trial_runs(experiment_id, parent)) == 3
+    assert Path(str(journal.path) + ".uploaded").exists()
