@@ -17,7 +17,7 @@ real trial writes) and resumes from its checkpoint as a real trial does.
 
 Per N, in one process and on one cluster, in alternating order:
 - ours: ``orchestrator.sweep.run_sweep`` (driver, Optuna random searcher, FIFO scheduler,
-  SweepRecorder and its uploader, `orchestrate server` over a fresh PostgreSQL database), with
+  SweepRecorder writing the journal, the JournalUploader thread, `orchestrate server` over a fresh PostgreSQL database), with
   ``ray_adapter.run_trial`` replaced by ``standin_trial`` in the driver (run_tuner looks the name
   up when it builds the trainable) and the test evaluation of the selected configuration replaced
   by a stand-in (there are no weights to evaluate);
@@ -27,7 +27,8 @@ Per N, in one process and on one cluster, in alternating order:
 Measured: wall time of the whole call (ours: spec loading to the closed parent run; plain: Tuner
 construction to fit() returning), the ideal (Σ trial sleep / slots, or the longest trial), driver
 CPU seconds and peak RSS (this process, /proc), tracking events (trial starts, results, ends) per
-second of Tune time, the uploader's backlog over time and its drain after Tune, and every trial's
+second of Tune time, the uploader's lag (JournalUploader.behind(): journal records not yet in
+MLflow, sampled every 0.5 s) and its drain after Tune, and every trial's
 dev_accuracy rows in PostgreSQL against the epochs it reported.
 """
 
@@ -136,43 +137,32 @@ def start_cluster():
     return cluster
 
 
-def uploader_backlog(recorder) -> int | None:
-    """Operations the recorder has accepted and not yet sent to MLflow."""
-    if recorder is None:
-        return None
-    journal_lag = getattr(recorder, "uploader_lag", None)  # the journal's uploader, once merged
-    if callable(journal_lag):
-        return journal_lag()
-    queue = getattr(recorder, "_queue", None)
-    return queue.qsize() if queue is not None else None
-
-
 def run_ours(spec_path: Path, address: str) -> dict[str, Any]:
     import orchestrator.ray_adapter as ray_adapter
     import orchestrator.sweep as sweep_module
-    from orchestrator.tracking import SweepRecorder
+    from orchestrator.tracking import JournalUploader, SweepRecorder
     from results import run_schema as rs
 
     counts = {"start": 0, "result": 0, "complete": 0, "error": 0}
     reported: dict[str, int] = {}
     trial_seconds: dict[str, float] = {}
-    recorders: list = []
+    uploaders: list = []
     times: dict[str, float] = {}
     originals = {
         "run_trial": ray_adapter.run_trial,
         "evaluate": sweep_module._evaluate_selected,
-        "init": SweepRecorder.__init__,
+        "init": JournalUploader.__init__,
         "started": SweepRecorder.trial_started,
         "result": SweepRecorder.trial_result,
         "completed": SweepRecorder.trial_completed,
         "errored": SweepRecorder.trial_errored,
-        "flush": SweepRecorder.flush,
+        "drain": JournalUploader.drain,
         "run_tuner": sweep_module.run_tuner,
     }
 
     def init(self, *args, **kwargs):
         originals["init"](self, *args, **kwargs)
-        recorders.append(self)
+        uploaders.append(self)
 
     def started(self, trial_id, params):
         counts["start"] += 1
@@ -192,10 +182,10 @@ def run_ours(spec_path: Path, address: str) -> dict[str, Any]:
         counts["error"] += 1
         return originals["errored"](self, trial_id, params, error)
 
-    def flush(self, timeout=None):
+    def drain(self):  # the first drain: the wait for the uploader after Tune
         begun = time.perf_counter()
         try:
-            return originals["flush"](self, timeout)
+            return originals["drain"](self)
         finally:
             times.setdefault("flush_s", time.perf_counter() - begun)
 
@@ -212,10 +202,12 @@ def run_ours(spec_path: Path, address: str) -> dict[str, Any]:
     ray_adapter.run_trial = standin_trial
     sweep_module._evaluate_selected = evaluate
     sweep_module.run_tuner = run_tuner
-    SweepRecorder.__init__, SweepRecorder.trial_started, SweepRecorder.trial_result = init, started, result
-    SweepRecorder.trial_completed, SweepRecorder.trial_errored, SweepRecorder.flush = completed, errored, flush
+    JournalUploader.__init__, JournalUploader.drain = init, drain
+    SweepRecorder.trial_started, SweepRecorder.trial_result = started, result
+    SweepRecorder.trial_completed, SweepRecorder.trial_errored = completed, errored
     rss0, cpu0 = rss_bytes(), cpu_seconds()
-    sampler = Sampler(lambda: uploader_backlog(recorders[-1] if recorders else None))
+    # The uploader's lag: journal records not yet in MLflow (JournalUploader.behind()).
+    sampler = Sampler(lambda: uploaders[-1].behind() if uploaders else None)
     begun = time.perf_counter()
     try:
         summary = sweep_module.run_sweep(spec_path, new=True, address=address)
@@ -225,9 +217,9 @@ def run_ours(spec_path: Path, address: str) -> dict[str, Any]:
         ray_adapter.run_trial = originals["run_trial"]
         sweep_module._evaluate_selected = originals["evaluate"]
         sweep_module.run_tuner = originals["run_tuner"]
-        SweepRecorder.__init__, SweepRecorder.trial_started = originals["init"], originals["started"]
-        SweepRecorder.trial_result, SweepRecorder.trial_completed = originals["result"], originals["completed"]
-        SweepRecorder.trial_errored, SweepRecorder.flush = originals["errored"], originals["flush"]
+        JournalUploader.__init__, JournalUploader.drain = originals["init"], originals["drain"]
+        SweepRecorder.trial_started, SweepRecorder.trial_result = originals["started"], originals["result"]
+        SweepRecorder.trial_completed, SweepRecorder.trial_errored = originals["completed"], originals["errored"]
     backlog = [v for _, v in sampler.samples]
     events = counts["start"] + counts["result"] + counts["complete"] + counts["error"]
     return {
