@@ -11,5 +11,8 @@ See benchmarks/README.md for what each one measures and the latest numbers.
 DEFAULT_BENCHMARKS = (
     "throughput", "public_setup", "bucketing", "preprocessing", "sweep_efficiency", "plain_optuna", "scaling",
 )
-OPT_IN_BENCHMARKS = ("search_efficiency",)
+# The scale set (--scale, or name them): a simulated 16-node cluster and a shared tracking server
+# under load, tens of minutes and most of the machine's memory.
+SCALE_BENCHMARKS = ("scale_cluster", "scale_tracking")
+OPT_IN_BENCHMARKS = ("search_efficiency", *SCALE_BENCHMARKS)
 ALL_BENCHMARKS = DEFAULT_BENCHMARKS + OPT_IN_BENCHMARKS

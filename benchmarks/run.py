@@ -1,7 +1,7 @@
-"""Run the benchmarks: `python -m benchmarks.run [NAME ...] [--quick] [--with-search]`.
+"""Run the benchmarks: `python -m benchmarks.run [NAME ...] [--quick] [--with-search] [--scale]`.
 
 Without names: every default benchmark (see benchmarks/__init__.py) in order; search_efficiency
-only with --with-search or when named. Each result goes to benchmarks/out/<NAME>.json; then
+only with --with-search or when named; the scale set (scale_cluster, scale_tracking) only with --scale or when named. Each result goes to benchmarks/out/<NAME>.json; then
 benchmarks/out/summary.md is rebuilt from all JSON files there (quick and full runs are labelled).
 """
 
@@ -15,7 +15,7 @@ import time
 import traceback
 from pathlib import Path
 
-from benchmarks import ALL_BENCHMARKS, DEFAULT_BENCHMARKS
+from benchmarks import ALL_BENCHMARKS, DEFAULT_BENCHMARKS, SCALE_BENCHMARKS
 from benchmarks.common import (
     OUT_DIR,
     Context,
@@ -34,6 +34,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("names", nargs="*", metavar="NAME", help=f"benchmarks to run: {', '.join(ALL_BENCHMARKS)}")
     parser.add_argument("--quick", action="store_true", help="tiny sizes: a smoke run of a few minutes")
     parser.add_argument("--with-search", action="store_true", help="also run search_efficiency (~11 min quiet, ~25 min or more under load)")
+    parser.add_argument("--scale", action="store_true", help="also run the scale set: a simulated cluster and a shared tracking server under load (needs PostgreSQL; ~30 min or more)")
     parser.add_argument("--out", type=Path, default=OUT_DIR, help=f"output folder (default {OUT_DIR})")
     parser.add_argument("--keep-work", action="store_true", help="keep the scratch folders (MLflow stores, Ray results)")
     args = parser.parse_args(argv)
@@ -106,6 +107,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     setup_environment()
     names = args.names or list(DEFAULT_BENCHMARKS) + (["search_efficiency"] if args.with_search else [])
+    if args.scale:
+        names += [n for n in SCALE_BENCHMARKS if n not in names]
     ctx = Context(quick=args.quick, out_dir=args.out, keep_work=args.keep_work)
     started = time.perf_counter()
     log(f"benchmarks: {', '.join(names)}{' (quick)' if args.quick else ''}; output in {args.out}")

@@ -1,0 +1,203 @@
+"""What the scale benchmarks share: a fresh PostgreSQL database, `orchestrate server` on it (in
+its own process group, stopped by group id), metric rows counted straight from the database,
+the driver process's CPU and memory from /proc, and least-squares fits over N."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+import uuid
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from benchmarks.common import Skip
+
+PG_HOST, PG_PORT, PG_USER = "127.0.0.1", 5432, "postgres"
+
+
+# -- PostgreSQL --------------------------------------------------------------------------------
+def _pg_connect(database: str = "postgres"):
+    import psycopg2
+
+    return psycopg2.connect(host=PG_HOST, port=PG_PORT, user=PG_USER, dbname=database, connect_timeout=5)
+
+
+class Database:
+    """A new, empty database on the local PostgreSQL (trust auth); drop() removes it."""
+
+    def __init__(self):
+        try:
+            connection = _pg_connect()
+        except Exception as exc:
+            raise Skip(f"PostgreSQL not reachable at {PG_HOST}:{PG_PORT} ({exc}); start it "
+                       "(`pg_ctlcluster 15 main start`) to run the scale benchmarks") from None
+        self.name = f"nli_bench_{uuid.uuid4().hex[:10]}"
+        connection.autocommit = True
+        connection.cursor().execute(f"CREATE DATABASE {self.name}")
+        connection.close()
+        self.uri = f"postgresql://{PG_USER}@{PG_HOST}:{PG_PORT}/{self.name}"
+
+    def query(self, sql: str, args: tuple = ()) -> list[tuple]:
+        connection = _pg_connect(self.name)
+        try:
+            with connection.cursor() as cursor:
+                cursor.execute(sql, args)
+                return cursor.fetchall()
+        finally:
+            connection.close()
+
+    def metric_rows(self, experiment_name: str, key: str) -> dict[str, tuple[int, int]]:
+        """Per trial (tag nli.trial_id; else the run's name): (rows of metric `key`, distinct
+        steps). One row per epoch means rows == distinct steps == epochs reported."""
+        rows = self.query(
+            """SELECT COALESCE(t.value, r.name), COUNT(m.step), COUNT(DISTINCT m.step)
+               FROM runs r JOIN experiments e ON e.experiment_id = r.experiment_id
+               LEFT JOIN tags t ON t.run_uuid = r.run_uuid AND t.key = 'nli.trial_id'
+               LEFT JOIN metrics m ON m.run_uuid = r.run_uuid AND m.key = %s
+               WHERE e.name = %s GROUP BY COALESCE(t.value, r.name)""",
+            (key, experiment_name),
+        )
+        return {name: (int(n), int(distinct)) for name, n, distinct in rows}
+
+    def drop(self) -> None:
+        connection = _pg_connect()
+        connection.autocommit = True
+        connection.cursor().execute(f"DROP DATABASE IF EXISTS {self.name} WITH (FORCE)")
+        connection.close()
+
+
+# -- the tracking server -----------------------------------------------------------------------
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _http_ok(url: str) -> bool:
+    try:
+        urllib.request.urlopen(url, timeout=2).close()
+        return True
+    except OSError:
+        return False
+
+
+class Server:
+    """`orchestrate server` (this checkout's code) over `backend`; stop() and start() again on
+    the same port for a restart."""
+
+    def __init__(self, backend: str, folder: Path, workers: int = 1):
+        self.backend, self.folder, self.workers = backend, folder, workers
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.proc: subprocess.Popen | None = None
+
+    def start(self, timeout_s: float = 120) -> float:
+        """Starts the server; returns the seconds until /health answered."""
+        started = time.perf_counter()
+        env = {k: v for k, v in os.environ.items() if k not in ("MLFLOW_TRACKING_URI", "RAY_ADDRESS")}
+        env["PYTHONPATH"] = str(Path(__file__).resolve().parents[1])
+        argv = [sys.executable, "-m", "orchestrator.cli", "server", "--backend-store-uri", self.backend,
+                "--artifacts-destination", str(self.folder / "artifacts"), "--host", "127.0.0.1",
+                "--port", str(self.port)]
+        if self.workers != 1:
+            argv += ["--workers", str(self.workers)]
+        self.folder.mkdir(parents=True, exist_ok=True)
+        with open(self.folder / "server.log", "ab") as log_file:
+            self.proc = subprocess.Popen(argv, env=env, stdout=log_file, stderr=subprocess.STDOUT,
+                                         stdin=subprocess.DEVNULL, start_new_session=True)
+        while not _http_ok(f"{self.url}/health"):
+            if self.proc.poll() is not None or time.perf_counter() - started > timeout_s:
+                tail = (self.folder / "server.log").read_text(errors="replace")[-3000:]
+                self.stop()
+                raise RuntimeError(f"`orchestrate server` did not come up at {self.url}:\n{tail}")
+            time.sleep(0.2)
+        return time.perf_counter() - started
+
+    def stop(self) -> None:
+        if self.proc is None:
+            return
+        for sig, wait_s in ((signal.SIGTERM, 10), (signal.SIGKILL, 10)):
+            try:
+                os.killpg(self.proc.pid, sig)
+            except ProcessLookupError:
+                break
+            try:
+                self.proc.wait(wait_s)
+                break
+            except subprocess.TimeoutExpired:
+                continue
+        try:  # what is left of the group (gunicorn/uvicorn workers outlive a leader)
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.proc = None
+
+
+# -- the driver process ------------------------------------------------------------------------
+def rss_bytes() -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    return 0
+
+
+def cpu_seconds() -> float:
+    """User + system CPU of this process (all its threads; not its children)."""
+    times = os.times()
+    return times.user + times.system
+
+
+class Sampler:
+    """Every `interval` s in a thread: this process's RSS (peak kept) and `probe()` (e.g. the
+    uploader's backlog; its samples are kept with their times)."""
+
+    def __init__(self, probe=None, interval: float = 0.5):
+        self.probe, self.interval = probe, interval
+        self.peak_rss = rss_bytes()
+        self.samples: list[tuple[float, Any]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="scale-sampler", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            self.peak_rss = max(self.peak_rss, rss_bytes())
+            if self.probe is not None:
+                value = self.probe()
+                if value is not None:
+                    self.samples.append((time.time(), value))
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.peak_rss = max(self.peak_rss, rss_bytes())
+
+
+# -- fits --------------------------------------------------------------------------------------
+def linear_fit(xs, ys) -> dict[str, float]:
+    """Least squares y = intercept + slope * x, with R² (nan with fewer than 2 distinct x)."""
+    x, y = np.asarray(xs, dtype=float), np.asarray(ys, dtype=float)
+    if len(set(x.tolist())) < 2:
+        return {"slope": float("nan"), "intercept": float("nan"), "r2": float("nan")}
+    slope, intercept = np.polyfit(x, y, 1)
+    residual = y - (intercept + slope * x)
+    total = float(((y - y.mean()) ** 2).sum())
+    r2 = 1 - float((residual**2).sum()) / total if total > 0 else 1.0
+    return {"slope": float(slope), "intercept": float(intercept), "r2": r2}
+
+
+def power_fit(xs, ys) -> dict[str, float]:
+    """Least squares in log-log: y = a * x^b (b ~ 1: linear growth, b ~ 0: constant)."""
+    x, y = np.log(np.asarray(xs, dtype=float)), np.log(np.maximum(np.asarray(ys, dtype=float), 1e-12))
+    if len(set(x.tolist())) < 2:
+        return {"a": float("nan"), "b": float("nan")}
+    b, log_a = np.polyfit(x, y, 1)
+    return {"a": float(np.exp(log_a)), "b": float(b)}
