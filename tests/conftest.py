@@ -11,6 +11,7 @@ import pytest
 # cluster (session-scoped).
 from cluster_support import fresh_postgres, logs_dir, postgres_uri, tracking  # noqa: F401
 from slurm_support import slurm_cluster  # noqa: F401
+from toy_configs import TOY
 
 from orchestrator.environment import configure_environment
 
@@ -35,6 +36,26 @@ def ray_session():
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="WARNING")
     yield ray
     ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def toy(tmp_path_factory):
+    """The toy corpus of toy_configs.TOY, prepared once per module."""
+    from nli_models.data import prepare_data
+
+    return prepare_data(TOY, cache_dir=tmp_path_factory.mktemp("prepared"))
+
+
+@pytest.fixture(scope="module")
+def one_thread():
+    """Torch on one thread for a module: tiny models gain nothing from a second thread and lose
+    much when the 2 cores are busy."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
 
 
 @pytest.fixture
