@@ -1,4 +1,5 @@
-"""Shared fixtures: environment for Ray/MLflow, the shared-data location, a local Ray instance."""
+"""Shared fixtures: environment for Ray/MLflow, the shared-data location, a local Ray instance,
+the prepared toy corpus and torch on one thread."""
 
 from __future__ import annotations
 
