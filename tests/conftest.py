@@ -1,4 +1,5 @@
-"""Shared fixtures: environment for Ray/MLflow, the shared-data location, a local Ray instance."""
+"""Shared fixtures: environment for Ray/MLflow, the shared-data location, a local Ray instance,
+the prepared toy corpus and torch on one thread."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import pytest
 # cluster (session-scoped).
 from cluster_support import fresh_postgres, logs_dir, postgres_uri, tracking  # noqa: F401
 from slurm_support import slurm_cluster  # noqa: F401
+from toy_configs import TOY
 
 from orchestrator.environment import configure_environment
 
@@ -37,6 +39,26 @@ def ray_session():
              logging_level="WARNING")
     yield ray
     ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def toy(tmp_path_factory):
+    """The toy corpus of toy_configs.TOY, prepared once per module."""
+    from nli_models.data import prepare_data
+
+    return prepare_data(TOY, cache_dir=tmp_path_factory.mktemp("prepared"))
+
+
+@pytest.fixture(scope="module")
+def one_thread():
+    """Torch on one thread for a module: tiny models gain nothing from a second thread and lose
+    much when the 2 cores are busy."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
 
 
 @pytest.fixture

@@ -7,23 +7,24 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
 import yaml
 from mlflow import MlflowClient
+from toy_configs import decomposable, toy_data
+
+from orchestrator.reaper import same_process
+from results import run_schema as rs
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 ORCHESTRATE = str(Path(sys.executable).with_name("orchestrate"))
 
 BASE_SPEC: dict[str, Any] = {
     "name": "tiny",
-    "model": {
-        "name": "decomposable",
-        "variant": "vanilla",
-        "args": {"embedding_dim": 16, "projection_dim": 16, "hidden_size": 16, "dropout": 0.0},
-    },
-    "data": {"corpus": "toy", "toy": {"size": 600, "seed": 0}},
+    "model": decomposable(dim=16, dropout=0.0),
+    "data": toy_data(600),
     "training": {"optimizer": "adam", "lr": 0.003, "batch_size": 32, "epochs": 3},
     "search": {
         "sampler": "grid",
@@ -73,6 +74,56 @@ def runs_of(folder: Path, experiment: str) -> tuple[list, list]:
     return parents, children
 
 
+def runs_so_far(folder: Path, experiment: str) -> tuple[list, list]:
+    """runs_of, or no runs while the store or the experiment does not exist yet."""
+    try:
+        return runs_of(folder, experiment)
+    except Exception:
+        return [], []
+
+
+def store_ready(log: Path) -> bool:
+    """The driver logging to `log` has created its store: reading it before races with MLflow's
+    schema migration."""
+    return "parent run" in log.read_text()
+
+
+def trial_running(folder: Path, experiment: str, log: Path, epochs_logged: int = 0):
+    """A condition: a trial run is RUNNING (with at least one epoch logged if `epochs_logged`)."""
+    def check() -> bool:
+        if not store_ready(log):
+            return False
+        _, children = runs_so_far(folder, experiment)
+        return any(
+            c.info.status == "RUNNING"
+            and (not epochs_logged or rs.METRIC_DEV_ACCURACY in c.data.metrics)
+            for c in children
+        )
+    return check
+
+
+def trials_finished(folder: Path, experiment: str, log: Path, count: int):
+    """A condition: at least `count` trial runs are FINISHED."""
+    def check() -> bool:
+        if not store_ready(log):
+            return False
+        _, children = runs_so_far(folder, experiment)
+        return sum(c.info.status == "FINISHED" for c in children) >= count
+    return check
+
+
+def wait_while_driving(condition, driver: subprocess.Popen, log: Path, what: str, timeout: float = 240):
+    """Poll until `condition()` is true while the driver lives; its value."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert driver.poll() is None, f"driver ended (rc {driver.returncode}) before {what}:\n{log.read_text()}"
+        value = condition()
+        if value:
+            return value
+        time.sleep(0.3)
+    raise AssertionError(f"timed out waiting for {what}:\n{log.read_text()}")
+
+
 def start_orchestrate(args: list[str], cwd: Path, log: Path) -> subprocess.Popen:
     """`orchestrate ARGS` in its own session, so the test can kill it and every process it
     started (the local Ray instance included) by process group. Output goes to `log` (a pipe
@@ -107,3 +158,16 @@ def kill_session(process: subprocess.Popen) -> None:
     except ProcessLookupError:
         pass
     process.wait(timeout=30)
+
+
+def assert_processes_gone(processes: dict[int, int], timeout: float = 30) -> None:
+    """Every process of `processes` (pid: start time, as orchestrator.reaper.descendants gives
+    them) has exited within `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    alive = processes
+    while time.monotonic() < deadline:
+        alive = {pid: start for pid, start in alive.items() if same_process(pid, start)}
+        if not alive:
+            return
+        time.sleep(0.5)
+    raise AssertionError(f"processes left behind: {sorted(alive)}")

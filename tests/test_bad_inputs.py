@@ -29,6 +29,7 @@ import pytest
 import torch
 import yaml
 from sweep_helpers import ORCHESTRATE
+from toy_configs import tiny_config
 
 TESTS = Path(__file__).resolve().parent
 REPO_ROOT = TESTS.parent
@@ -38,20 +39,8 @@ pytestmark = pytest.mark.timeout(1500)
 # -- the workspace --------------------------------------------------------------------------------
 
 TOY = {
-    "name": "bad",
-    "model": {
-        "name": "decomposable",
-        "variant": "vanilla",
-        "args": {"embedding_dim": 8, "projection_dim": 8, "hidden_size": 8, "dropout": 0.0},
-    },
-    "data": {"corpus": "toy", "toy": {"size": 150, "seed": 0}},
-    "training": {"epochs": 1, "batch_size": 16, "lr": 0.01},
-    "search": {
-        "sampler": "grid",
-        "space": {"lr": {"grid": [0.01]}},
-        "seeds": [1],
-        "resources": {"cpu": 1},
-    },
+    **tiny_config(name="bad"),
+    "search": {"sampler": "grid", "space": {"lr": {"grid": [0.01]}}, "seeds": [1], "resources": {"cpu": 1}},
 }
 GOOD_ROWS = [
     {"premise": "a man sleeps", "hypothesis": "a person sleeps", "label": "entailment"},
@@ -439,10 +428,18 @@ def run_cases(ws: Path, argvs: list[list[str]], report: Path) -> None:
 
 
 @pytest.fixture(scope="module")
-def outcomes(tmp_path_factory) -> list[dict]:
-    root = tmp_path_factory.mktemp("bad-inputs")
-    ws = root / "ws"
+def workspace(tmp_path_factory) -> Path:
+    """One workspace for the module (building it creates an MLflow store: seconds): every case
+    must leave it as it was, and every test checks that it did."""
+    ws = tmp_path_factory.mktemp("bad-inputs") / "ws"
     build_workspace(ws)
+    return ws
+
+
+@pytest.fixture(scope="module")
+def outcomes(workspace) -> list[dict]:
+    ws = workspace
+    root = ws.parent
     report = root / "report.json"
     env = {**os.environ, "NLI_DATA_DIR": str(root / "data-cache"), "MLFLOW_TRACKING_URI": f"sqlite:///{ws / 'mlruns.db'}"}
     # This module and the code under test importable in the child, as they are here.
@@ -480,10 +477,9 @@ def test_the_table_is_big_enough():
 
 
 @pytest.mark.parametrize("index", [0, 101, 104])
-def test_real_process_agrees(tmp_path, index):
+def test_real_process_agrees(workspace, tmp_path, index):
     spec, argv, expected = CASES[index]
-    ws = tmp_path / "ws"
-    build_workspace(ws)
+    ws = workspace
     before = tree_digest(ws)
     result = subprocess.run(
         [ORCHESTRATE, *ARGVS[index]], cwd=ws, capture_output=True, text=True, timeout=300,

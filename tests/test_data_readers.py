@@ -160,35 +160,32 @@ def test_generic_jsonl_with_column_and_label_mapping(tmp_path):
     ]
 
 
-def test_malformed_json_line_names_file_and_line(tmp_path):
-    path = tmp_path / "bad.jsonl"
-    path.write_text(json.dumps(snli_row("entailment")) + "\n\n{not json\n")
-    with pytest.raises(ValueError, match=r"bad\.jsonl:3: malformed JSON"):
-        read_snli(path)
+_NO_SENTENCE2 = {k: v for k, v in snli_row("entailment").items() if k != "sentence2"}
 
 
-def test_missing_field_names_file_line_and_field(tmp_path):
-    row = snli_row("entailment")
-    del row["sentence2"]
-    path = write_jsonl(tmp_path / "bad.jsonl", [snli_row("neutral"), row])
-    with pytest.raises(ValueError, match=r"bad\.jsonl:2: malformed line: no field 'sentence2'"):
-        read_snli(path)
-
-
-def test_wrong_number_of_tsv_fields_names_file_and_line(tmp_path):
-    path = tmp_path / "train.tsv"
-    path.write_text("index\tsentence1\tsentence2\tlabel\n0\ta\tb\tentailment\n1\tonly two\n")
-    with pytest.raises(ValueError, match=r"train\.tsv:3: malformed line: 2 tab-separated fields"):
-        read_rte(path)
-
-
-def test_headerless_tsv_short_line_names_file_and_line(tmp_path):
-    path = tmp_path / "scitail.tsv"
-    path.write_text("a\tb\tentails\nno tabs here\n")
-    with pytest.raises(
-        ValueError, match=r"scitail\.tsv:2: malformed line: 1 tab-separated field\(s\), no column 2"
-    ):
-        read_scitail(path)
+@pytest.mark.parametrize(
+    "reader,name,content,error",
+    [
+        (read_snli, "bad.jsonl", json.dumps(snli_row("entailment")) + "\n\n{not json\n",
+         r"bad\.jsonl:3: malformed JSON"),
+        (read_snli, "bad.jsonl", json.dumps(snli_row("neutral")) + "\n" + json.dumps(_NO_SENTENCE2) + "\n",
+         r"bad\.jsonl:2: malformed line: no field 'sentence2'"),
+        (read_rte, "train.tsv", "index\tsentence1\tsentence2\tlabel\n0\ta\tb\tentailment\n1\tonly two\n",
+         r"train\.tsv:3: malformed line: 2 tab-separated fields"),
+        (read_scitail, "scitail.tsv", "a\tb\tentails\nno tabs here\n",
+         r"scitail\.tsv:2: malformed line: 1 tab-separated field\(s\), no column 2"),
+        (read_scitail, "x.tsv", b"a\tb\tentails\n\xff\xfe\tb\tneutral\n", r"x\.tsv:2: not valid UTF-8"),
+    ],
+    ids=["malformed_json", "missing_field", "tsv_field_count", "headerless_tsv_short_line", "invalid_utf8"],
+)
+def test_bad_line_names_file_and_line(tmp_path, reader, name, content, error):
+    path = tmp_path / name
+    if isinstance(content, bytes):
+        path.write_bytes(content)
+    else:
+        path.write_text(content)
+    with pytest.raises(ValueError, match=error):
+        reader(path)
 
 
 def test_unknown_label_names_label_location_and_allowed_labels(tmp_path):
@@ -199,10 +196,3 @@ def test_unknown_label_names_label_location_and_allowed_labels(tmp_path):
     assert "'entails'" in message
     assert "snli.jsonl:2" in message
     assert "entailment, neutral, contradiction" in message
-
-
-def test_invalid_utf8_names_line(tmp_path):
-    path = tmp_path / "x.tsv"
-    path.write_bytes(b"a\tb\tentails\n\xff\xfe\tb\tneutral\n")
-    with pytest.raises(ValueError, match=r"x\.tsv:2: not valid UTF-8"):
-        read_scitail(path)

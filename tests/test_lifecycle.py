@@ -7,21 +7,24 @@ from __future__ import annotations
 import json
 import os
 import signal
-import time
 from pathlib import Path
 
 import pytest
 import yaml
 from sweep_helpers import (
+    assert_processes_gone,
     client_for,
     kill_session,
     run_orchestrate,
     runs_of,
     start_orchestrate,
+    trial_running,
+    trials_finished,
+    wait_while_driving,
     write_spec,
 )
 
-from orchestrator.reaper import descendants, same_process
+from orchestrator.reaper import descendants
 from results import run_schema as rs
 
 pytestmark = pytest.mark.ray
@@ -40,59 +43,12 @@ def _spec(folder: Path, name: str, search: dict | None = None, epochs: int = EPO
     )
 
 
-def _runs(folder: Path, name: str):
-    try:
-        return runs_of(folder, name)
-    except Exception:  # the store or the experiment does not exist yet
-        return [], []
-
-
-def _wait_for(condition, driver, log: Path, what: str, timeout: float = 240):
-    """Poll until `condition()` is true while the driver lives; its value."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        assert driver.poll() is None, f"driver ended (rc {driver.returncode}) before {what}:\n{log.read_text()}"
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.3)
-    raise AssertionError(f"timed out waiting for {what}:\n{log.read_text()}")
-
-
-def _store_ready(log: Path) -> bool:
-    # Reading the store before the driver created it races with MLflow's schema migration.
-    return "parent run" in log.read_text()
-
-
-def _trial_running(folder: Path, name: str, log: Path, epochs_logged: int = 0):
-    """A trial run is RUNNING (with at least `epochs_logged` epochs logged)."""
-    def check():
-        if not _store_ready(log):
-            return False
-        _, children = _runs(folder, name)
-        return any(
-            c.info.status == "RUNNING"
-            and (not epochs_logged or rs.METRIC_DEV_ACCURACY in c.data.metrics)
-            for c in children
-        )
-    return check
-
-
 def _start(folder: Path, spec: Path, env: dict[str, str]):
     log = folder / "driver.log"
     with pytest.MonkeyPatch.context() as patch:
         for key, value in env.items():
             patch.setenv(key, value)
         return start_orchestrate(["sweep", str(spec)], cwd=folder, log=log), log
-
-
-def _finished(folder: Path, name: str, log: Path, count: int):
-    def check():
-        if not _store_ready(log):
-            return False
-        _, children = _runs(folder, name)
-        return sum(c.info.status == "FINISHED" for c in children) >= count
-    return check
 
 
 def _cli(args: list[str]):
@@ -106,18 +62,6 @@ def _cli(args: list[str]):
 
 def _processes(driver) -> dict[int, int]:
     return descendants(driver.pid)
-
-
-def _assert_gone(processes: dict[int, int], timeout: float = 30) -> None:
-    """Every process the sweep started (pid and start time) has exited."""
-    deadline = time.monotonic() + timeout
-    alive = processes
-    while time.monotonic() < deadline:
-        alive = {pid: start for pid, start in alive.items() if same_process(pid, start)}
-        if not alive:
-            return
-        time.sleep(0.5)
-    raise AssertionError(f"processes left behind: {sorted(alive)}")
 
 
 def _assert_interrupted(folder: Path, name: str, epochs: int = EPOCHS) -> tuple:
@@ -148,7 +92,7 @@ def _interrupt(driver, log: Path, signum: int, group: bool) -> int:
         code = driver.wait(timeout=180)
     finally:
         kill_session(driver)
-    _assert_gone(processes)
+    assert_processes_gone(processes)
     output = log.read_text()
     assert "Traceback" not in output and "Tuner.restore" not in output, output
     return code
@@ -180,7 +124,7 @@ def test_sigterm_with_pending_trials_then_sweeps_results_and_resume(tmp_path):
     and SLURM send, while the first trial runs and the others wait."""
     spec = _spec(tmp_path, "term", {"time_budget_s": 3600})
     driver, log = _start(tmp_path, spec, EPOCH_DELAY)
-    _wait_for(_trial_running(tmp_path, "term", log), driver, log, "a running trial")
+    wait_while_driving(trial_running(tmp_path, "term", log), driver, log, "a running trial")
     assert _interrupt(driver, log, signal.SIGTERM, group=False) == EXIT_INTERRUPTED
     assert "continue with: orchestrate sweep" in log.read_text() and "--resume" in log.read_text()
     parent, children = _assert_interrupted(tmp_path, "term")
@@ -212,8 +156,8 @@ def test_ctrl_c_during_the_last_trial_with_a_concurrency_limit(tmp_path):
     spec = _spec(tmp_path, "last", {"max_concurrent_trials": 1,
                                     "space": {"lr": {"grid": [0.001, 0.01]}, "dropout": {"grid": [0.0]}}})
     driver, log = _start(tmp_path, spec, EPOCH_DELAY)
-    _wait_for(_finished(tmp_path, "last", log, 1), driver, log, "the first trial's end")
-    _wait_for(_trial_running(tmp_path, "last", log, epochs_logged=1), driver, log, "the last trial's epoch 1")
+    wait_while_driving(trials_finished(tmp_path, "last", log, 1), driver, log, "the first trial's end")
+    wait_while_driving(trial_running(tmp_path, "last", log, epochs_logged=1), driver, log, "the last trial's epoch 1")
     assert _interrupt(driver, log, signal.SIGINT, group=True) == EXIT_INTERRUPTED  # Ctrl-C
     _, children = _assert_interrupted(tmp_path, "last")
     assert "interrupted: 1/2 trials done" in log.read_text()
@@ -224,9 +168,9 @@ def test_ctrl_c_during_the_last_trial_with_a_concurrency_limit(tmp_path):
 def test_second_ctrl_c_aborts_at_once_leaving_the_same_resumable_state(tmp_path):
     spec = _spec(tmp_path, "twice")
     driver, log = _start(tmp_path, spec, EPOCH_DELAY)
-    _wait_for(_trial_running(tmp_path, "twice", log), driver, log, "a running trial")
+    wait_while_driving(trial_running(tmp_path, "twice", log), driver, log, "a running trial")
     os.killpg(driver.pid, signal.SIGINT)
-    _wait_for(lambda: "send it again to abort" in log.read_text(), driver, log, "the first signal's notice")
+    wait_while_driving(lambda: "send it again to abort" in log.read_text(), driver, log, "the first signal's notice")
     assert _interrupt(driver, log, signal.SIGINT, group=True) == EXIT_INTERRUPTED
     assert "SIGINT again: aborting at once" in log.read_text()
     _assert_interrupted(tmp_path, "twice")
@@ -236,7 +180,7 @@ def test_second_ctrl_c_aborts_at_once_leaving_the_same_resumable_state(tmp_path)
 def test_ctrl_c_during_the_test_evaluation_records_no_test_metric(tmp_path):
     spec = _spec(tmp_path, "select", {"space": {"lr": {"grid": [0.003]}, "dropout": {"grid": [0.0]}}})
     driver, log = _start(tmp_path, spec, {"NLI_TEST_EVALUATION_DELAY_S": "30"})
-    _wait_for(lambda: "selecting on dev" in log.read_text(), driver, log, "the selection")
+    wait_while_driving(lambda: "selecting on dev" in log.read_text(), driver, log, "the selection")
     assert _interrupt(driver, log, signal.SIGINT, group=True) == EXIT_INTERRUPTED
     _, children = _assert_interrupted(tmp_path, "select")
     assert [c.info.status for c in children] == ["FINISHED"]

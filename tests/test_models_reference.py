@@ -31,6 +31,22 @@ def _batch(vocab=12, seed=3):
     return premise, premise_mask, hypothesis, hypothesis_mask
 
 
+def _small_model(name: str, variant: str, vocab_size: int = 12, embedding_dim: int = 5,
+                 hidden_size: int = 4, **args):
+    """A small model in eval mode, its weights drawn from seed 0."""
+    torch.manual_seed(0)
+    return build_model(name, vocab_size=vocab_size, embedding_dim=embedding_dim, num_classes=3,
+                       variant=variant, hidden_size=hidden_size, **args).eval()
+
+
+def _assert_batch_matches(model, reference, atol: float) -> None:
+    """The model on _batch() in float64 equals the reference loops within atol."""
+    batch = _batch()
+    got, want = model(*batch), reference(model, *batch)
+    assert got.dtype == torch.float64
+    assert torch.allclose(got, want, atol=atol), (got - want).abs().max()
+
+
 def _softmax(scores: list[float]) -> list[float]:
     top = max(scores)
     exps = [math.exp(s - top) for s in scores]
@@ -80,37 +96,15 @@ def _decomposable_reference(model, premise, premise_mask, hypothesis, hypothesis
 @pytest.mark.parametrize("init", ["default", "gaussian_0.01"])
 @torch.no_grad()
 def test_decomposable_matches_its_equations(variant, init):
-    torch.manual_seed(0)
-    model = build_model(
-        "decomposable",
-        vocab_size=12,
-        embedding_dim=5,
-        num_classes=3,
-        variant=variant,
-        hidden_size=4,
-        projection_dim=3,
-        init=init,
-    ).eval()
-    with torch.no_grad():  # distance biases of distinct values, so a wrong bucket shows
-        if model.intra is not None:
-            model.intra.distance_bias.copy_(torch.linspace(-1, 1, 22))
-    batch = _batch()
-    got, want = model(*batch), _decomposable_reference(model, *batch)
-    assert got.dtype == torch.float64
-    assert torch.allclose(got, want, atol=1e-10), (got - want).abs().max()
+    model = _small_model("decomposable", variant, projection_dim=3, init=init)
+    if model.intra is not None:  # distance biases of distinct values, so a wrong bucket shows
+        model.intra.distance_bias.copy_(torch.linspace(-1, 1, 22))
+    _assert_batch_matches(model, _decomposable_reference, atol=1e-10)
 
 
 def test_decomposable_intra_distance_buckets_beyond_ten_share_one_bias():
-    torch.manual_seed(0)
-    model = build_model(
-        "decomposable",
-        vocab_size=30,
-        embedding_dim=4,
-        num_classes=3,
-        variant="intra",
-        hidden_size=3,
-        projection_dim=3,
-    ).eval()
+    model = _small_model("decomposable", "intra", vocab_size=30, embedding_dim=4, hidden_size=3,
+                         projection_dim=3)
     with torch.no_grad():
         model.intra.distance_bias.copy_(torch.linspace(-1, 1, 22))
     ids = torch.arange(2, 16).unsqueeze(0)  # 14 words + NULL: distances up to 14
@@ -188,20 +182,8 @@ def _rocktaschel_reference(model, premise, premise_mask, hypothesis, hypothesis_
 )
 @torch.no_grad()
 def test_rocktaschel_matches_its_equations(variant, options):
-    torch.manual_seed(0)
-    model = build_model(
-        "rocktaschel",
-        vocab_size=12,
-        embedding_dim=5,
-        num_classes=3,
-        variant=variant,
-        hidden_size=4,
-        **options,
-    ).eval()
-    batch = _batch()
-    got, want = model(*batch), _rocktaschel_reference(model, *batch)
-    assert got.dtype == torch.float64
-    assert torch.allclose(got, want, atol=1e-10), (got - want).abs().max()
+    model = _small_model("rocktaschel", variant, **options)
+    _assert_batch_matches(model, _rocktaschel_reference, atol=1e-10)
 
 
 # -- Yin et al. 2016 --------------------------------------------------------------------------
@@ -267,40 +249,15 @@ def _abcnn_reference(model, premise, premise_mask, hypothesis, hypothesis_mask):
 @pytest.mark.parametrize("num_blocks", [1, 2])
 @torch.no_grad()
 def test_abcnn_matches_its_equations(variant, num_blocks):
-    torch.manual_seed(0)
-    model = build_model(
-        "abcnn",
-        vocab_size=12,
-        embedding_dim=5,
-        num_classes=3,
-        variant=variant,
-        hidden_size=4,
-        filter_width=3,
-        num_blocks=num_blocks,
-        max_length=8,
-    ).eval()
-    batch = _batch()
-    got, want = model(*batch), _abcnn_reference(model, *batch)
-    assert got.dtype == torch.float64
-    assert torch.allclose(got, want, atol=1e-9), (got - want).abs().max()
+    model = _small_model("abcnn", variant, filter_width=3, num_blocks=num_blocks, max_length=8)
+    _assert_batch_matches(model, _abcnn_reference, atol=1e-9)
 
 
 @torch.no_grad()
 def test_abcnn_layerwise_phase_one_is_the_one_block_network():
-    torch.manual_seed(0)
-    model = build_model(
-        "abcnn",
-        vocab_size=12,
-        embedding_dim=5,
-        num_classes=3,
-        variant="abcnn3",
-        hidden_size=4,
-        num_blocks=2,
-        max_length=8,
-    ).eval()
+    model = _small_model("abcnn", "abcnn3", num_blocks=2, max_length=8)
     model.train_blocks_up_to(1)
-    batch = _batch()
-    assert torch.allclose(model(*batch), _abcnn_reference(model, *batch), atol=1e-9)
+    _assert_batch_matches(model, _abcnn_reference, atol=1e-9)
     assert all(p.requires_grad for p in model.blocks[0].parameters())
     assert not any(p.requires_grad for p in model.blocks[1].parameters())
     model.train_blocks_up_to(2)

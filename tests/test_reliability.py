@@ -13,32 +13,26 @@ import time
 import urllib.request
 from pathlib import Path
 
+import pytest
 import torch
 import yaml
 from mlflow import MlflowClient
 from sweep_helpers import (
     ORCHESTRATE,
-    client_for,
     kill_session,
     run_orchestrate,
     runs_of,
     start_orchestrate,
+    trial_running,
+    wait_while_driving,
     write_spec,
 )
+from toy_configs import tiny_config
 
 from nli_models.training import CHECKPOINT_FILE, TRIAL_CONFIG_FILE
 from results import run_schema as rs
 
-TINY = {
-    "name": "tiny",
-    "model": {
-        "name": "decomposable",
-        "variant": "vanilla",
-        "args": {"embedding_dim": 8, "projection_dim": 8, "hidden_size": 8, "dropout": 0.0},
-    },
-    "data": {"corpus": "toy", "toy": {"size": 150, "seed": 0}},
-    "training": {"epochs": 1, "batch_size": 16, "lr": 0.01, "num_threads": 1},
-}
+TINY = tiny_config()
 
 
 class _Payload:
@@ -130,6 +124,32 @@ def test_diverging_trial_is_stopped_recorded_and_never_selected(tmp_path):
     assert parents[0].data.tags[rs.TAG_BEST_RUN] == good.info.run_id
 
 
+def _three_sweeps_at_once(tmp_path: Path, prefix: str, tracking_uri: str) -> None:
+    """Three one-trial `orchestrate sweep` (experiments PREFIX0-2, a folder each) started at the
+    same instant on `tracking_uri`: each exits 0 and records its parent and trial FINISHED."""
+    processes = []
+    for i in range(3):
+        folder = tmp_path / f"w{i}"
+        folder.mkdir()
+        spec = write_spec(folder, {
+            "name": f"{prefix}{i}", "training": {"epochs": 1},
+            "search": {"space": {"lr": {"grid": [0.003]}, "dropout": {"grid": [0.0]}},
+                       "tracking_uri": tracking_uri},
+        })
+        processes.append(subprocess.Popen(
+            [ORCHESTRATE, "sweep", str(spec)], cwd=folder, stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE, text=True, env={**os.environ, **_env(folder)},
+        ))
+    for process in processes:
+        _out, err = process.communicate(timeout=600)
+        assert process.returncode == 0, err
+    client = MlflowClient(tracking_uri=tracking_uri)
+    for i in range(3):
+        experiment = client.get_experiment_by_name(f"{prefix}{i}")
+        runs = client.search_runs([experiment.experiment_id])
+        assert sorted(r.info.status for r in runs) == ["FINISHED", "FINISHED"]
+
+
 def test_sweeps_starting_together_on_a_new_sqlite_store_all_succeed(tmp_path):
     """Without the creation lock, processes opening a new store together race MLflow's schema
     migration and the store is broken for good. Four processes open it the way a sweep does."""
@@ -141,27 +161,7 @@ def test_sweeps_starting_together_on_a_new_sqlite_store_all_succeed(tmp_path):
 
 def test_concurrent_sweeps_on_a_new_sqlite_store(tmp_path):
     """The user's view: three `orchestrate sweep` started at the same instant on a new store."""
-    processes = []
-    for i in range(3):
-        folder = tmp_path / f"w{i}"
-        folder.mkdir()
-        spec = write_spec(folder, {
-            "name": f"race{i}", "training": {"epochs": 1},
-            "search": {"space": {"lr": {"grid": [0.003]}, "dropout": {"grid": [0.0]}},
-                       "tracking_uri": f"sqlite:///{tmp_path / 'mlruns.db'}"},
-        })
-        processes.append(subprocess.Popen(
-            [ORCHESTRATE, "sweep", str(spec)], cwd=folder, stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE, text=True, env={**os.environ, **_env(folder)},
-        ))
-    for process in processes:
-        _out, err = process.communicate(timeout=600)
-        assert process.returncode == 0, err
-    client = client_for(tmp_path)
-    for i in range(3):
-        experiment = client.get_experiment_by_name(f"race{i}")
-        runs = client.search_runs([experiment.experiment_id])
-        assert sorted(r.info.status for r in runs) == ["FINISHED", "FINISHED"]
+    _three_sweeps_at_once(tmp_path, "race", f"sqlite:///{tmp_path / 'mlruns.db'}")
 
 
 def _trial_worker_pids(session: int) -> list[int]:
@@ -175,23 +175,18 @@ def test_sigkilled_trial_worker_leaves_its_trace_on_the_run(tmp_path):
     spec = write_spec(tmp_path, {
         "name": "killed-worker",
         "training": {"epochs": 4},
-        "data": {"toy": {"size": 3000}},
         "search": {"space": {"lr": {"grid": [0.003]}, "dropout": {"grid": [0.0]}}, "max_failures": 1},
     })
     log = tmp_path / "sweep.log"
-    process = start_orchestrate(["sweep", str(spec)], cwd=tmp_path, log=log)
+    # Epochs slowed by a sleep, not by more data: the worker is still training when the test has
+    # seen epoch 1 recorded, at no cost in CPU.
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("NLI_EPOCH_DELAY_S", "4")
+        process = start_orchestrate(["sweep", str(spec)], cwd=tmp_path, log=log)
     try:
-        deadline = time.monotonic() + 300
-        while True:  # one epoch recorded: the trial has a checkpoint to resume from
-            assert process.poll() is None, log.read_text()
-            assert time.monotonic() < deadline, log.read_text()
-            try:
-                _, children = runs_of(tmp_path, "killed-worker")
-            except AssertionError:  # no experiment yet
-                children = []
-            if children and rs.METRIC_DEV_ACCURACY in children[0].data.metrics:
-                break
-            time.sleep(1)
+        # One epoch recorded: the trial has a checkpoint to resume from.
+        wait_while_driving(trial_running(tmp_path, "killed-worker", log, epochs_logged=1), process, log,
+                           "the trial's first epoch", timeout=300)
         workers = _trial_worker_pids(process.pid)
         assert workers, subprocess.run(["ps", "-s", str(process.pid), "-o", "pid=,args="],
                                        capture_output=True, text=True).stdout
@@ -257,26 +252,6 @@ def test_sweeps_starting_together_on_a_new_server_over_postgres(fresh_postgres, 
                 break
             except OSError:
                 time.sleep(0.5)
-        processes = []
-        for i in range(3):
-            folder = tmp_path / f"w{i}"
-            folder.mkdir()
-            spec = write_spec(folder, {
-                "name": f"served{i}", "training": {"epochs": 1},
-                "search": {"space": {"lr": {"grid": [0.003]}, "dropout": {"grid": [0.0]}},
-                           "tracking_uri": url},
-            })
-            processes.append(subprocess.Popen(
-                [ORCHESTRATE, "sweep", str(spec)], cwd=folder, stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE, text=True, env={**os.environ, **_env(folder)},
-            ))
-        for process in processes:
-            _out, err = process.communicate(timeout=600)
-            assert process.returncode == 0, err
-        client = MlflowClient(tracking_uri=url)
-        for i in range(3):
-            experiment = client.get_experiment_by_name(f"served{i}")
-            runs = client.search_runs([experiment.experiment_id])
-            assert sorted(r.info.status for r in runs) == ["FINISHED", "FINISHED"]
+        _three_sweeps_at_once(tmp_path, "served", url)
     finally:
         kill_session(server)

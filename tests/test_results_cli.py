@@ -163,73 +163,34 @@ def store(tmp_path_factory) -> Store:
 
     snli = client.create_experiment("snli-rocktaschel", artifact_location=str(root / "artifacts"))
     parents["rock"] = start_sweep(client, snli, "snli-rocktaschel")
-    log(
-        "wbw_a",
-        snli,
-        "rock",
-        {**WBW, "lr": 0.001},
-        [
+    # (name, params, seeds, selected) of each configuration in the Rocktäschel sweep
+    rock_trials = [
+        ("wbw_a", {**WBW, "lr": 0.001}, [
             Seed(1, 0.80, test=0.80, per_class={"entailment": 0.9, "neutral": 0.7}),
             Seed(2, 0.82, test=0.82, per_class={"entailment": 0.9, "neutral": 0.8}),
-            Seed(
-                3,
-                0.84,
-                test=0.84,
-                per_class={"entailment": 0.9, "neutral": 0.9},
-                correct=WBW_CORRECT,
-            ),
-        ],
-        selected=True,
-    )
-    log(
-        "wbw_b",
-        snli,
-        "rock",
-        {**WBW, "lr": 0.0003},
-        [
+            Seed(3, 0.84, test=0.84, per_class={"entailment": 0.9, "neutral": 0.9}, correct=WBW_CORRECT),
+        ], True),
+        ("wbw_b", {**WBW, "lr": 0.0003}, [
             # A test metric a non-selected run should never have had: the table must ignore it.
             Seed(1, 0.79, test=ABSURD, per_class={"entailment": ABSURD}),
             Seed(2, 0.81),
             Seed(3, 0.83, early_stopped=True, trial_time=30.0),
-        ],
-        selected=False,
-    )
-    log(
-        "wbw_c",
-        snli,
-        "rock",
-        {**WBW, "lr": 0.01},
-        [
+        ], False),
+        ("wbw_c", {**WBW, "lr": 0.01}, [
             Seed(1, None, status="FAILED", trial_time=5.0),
             Seed(2, 0.99, status="KILLED", trial_time=7.0),  # best dev of all, but never finished
-        ],
-        selected=False,
-    )
-    log(
-        "att_a",
-        snli,
-        "rock",
-        {**ATT, "lr": 0.001},
-        [
-            Seed(1, 0.81, test=0.80),
-            Seed(2, 0.83, test=0.81, correct=ATT_CORRECT),
-        ],
-        selected=True,
-    )
+        ], False),
+        ("att_a", {**ATT, "lr": 0.001}, [Seed(1, 0.81, test=0.80), Seed(2, 0.83, test=0.81, correct=ATT_CORRECT)], True),
+    ]
+    for name, params, seeds, selected in rock_trials:
+        log(name, snli, "rock", params, seeds, selected)
     client.set_tag(parents["rock"], rs.TAG_BEST_RUN, runs["wbw_a", 3])
 
     # A first sweep selects dec_a; a later sweep adds dec_b, better on dev and never tested.
     dec = client.create_experiment("snli-decomposable", artifact_location=str(root / "artifacts"))
     parents["dec1"] = start_sweep(client, dec, "snli-decomposable")
     parents["dec2"] = start_sweep(client, dec, "snli-decomposable")
-    log(
-        "dec_a",
-        dec,
-        "dec1",
-        {**DEC, "lr": 0.05},
-        [Seed(1, 0.85, test=0.84), Seed(2, 0.86, test=0.85)],
-        selected=True,
-    )
+    log("dec_a", dec, "dec1", {**DEC, "lr": 0.05}, [Seed(1, 0.85, test=0.84), Seed(2, 0.86, test=0.85)], selected=True)
     log("dec_b", dec, "dec2", {**DEC, "lr": 0.025}, [Seed(1, 0.87), Seed(2, 0.88)], selected=False)
     return Store(uri, runs, parents)
 

@@ -4,19 +4,21 @@ from __future__ import annotations
 
 import os
 import signal
-import time
 
 import pytest
 from sweep_helpers import (
+    assert_processes_gone,
     client_for,
     kill_session,
     run_orchestrate,
     runs_of,
     start_orchestrate,
+    trials_finished,
+    wait_while_driving,
     write_spec,
 )
 
-from orchestrator.reaper import descendants, same_process
+from orchestrator.reaper import descendants
 from orchestrator.sweep import SweepExists, run_sweep
 from results import run_schema as rs
 from results.sweeps import load_sweeps
@@ -185,25 +187,6 @@ def test_tpe_on_a_choice_space_trains_each_configuration_once(ray_session, workd
     assert len(children) == 4 and len(points) == 4
 
 
-def _wait_for_finished_child(folder, experiment, process, log, timeout=240) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        assert process.poll() is None, log.read_text()
-        if "parent run" not in log.read_text():
-            # The driver has not created the store yet; two processes creating one SQLite
-            # store at once race in MLflow's schema migration.
-            time.sleep(0.5)
-            continue
-        try:
-            _, children = runs_of(folder, experiment)
-        except Exception:  # the store or the experiment does not exist yet
-            children = []
-        if any(c.info.status == "FINISHED" for c in children):
-            return
-        time.sleep(0.5)
-    raise AssertionError("no trial finished in time")
-
-
 def _driver_past_first_trial(folder, name):
     """A 4-trial sweep driven by `orchestrate sweep` in its own session, once a trial finished."""
     spec = write_spec(
@@ -212,7 +195,7 @@ def _driver_past_first_trial(folder, name):
     log = folder / "driver.log"
     driver = start_orchestrate(["sweep", str(spec)], cwd=folder, log=log)
     try:
-        _wait_for_finished_child(folder, name, driver, log)
+        wait_while_driving(trials_finished(folder, name, log, 1), driver, log, "a first trial's end")
     except BaseException:
         kill_session(driver)
         raise
@@ -225,12 +208,10 @@ def test_sigkill_then_resume_runs_each_trial_once(tmp_path):
     assert len(started) >= 3
     os.kill(driver.pid, signal.SIGKILL)  # the driver alone: what it started must go with it
     driver.wait(timeout=30)
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline and any(same_process(p, t) for p, t in started.items()):
-        time.sleep(0.5)
-    left = [p for p, t in started.items() if same_process(p, t)]
-    kill_session(driver)
-    assert not left, f"processes outlived the killed driver: {left}"
+    try:  # what outlived the killed driver
+        assert_processes_gone(started)
+    finally:
+        kill_session(driver)
     parents, children = runs_of(tmp_path, "killed")
     assert len(parents) == 1 and parents[0].info.status == "RUNNING"  # as the driver left it
     finished_before = {c.data.tags[rs.TAG_TRIAL_ID] for c in children if c.info.status == "FINISHED"}

@@ -10,6 +10,7 @@ import pytest
 import torch
 import yaml
 from click.testing import CliRunner
+from toy_configs import tiny_config
 
 from nli_models.registry import model_names
 from orchestrator.cli import main
@@ -20,17 +21,7 @@ EPOCH_LINE = re.compile(
 )
 TEST_LINE = re.compile(r"^test accuracy (\d\.\d{4}) \(best-on-dev weights; (.*)\)$")
 
-TINY = {
-    "name": "tiny",
-    "model": {
-        "name": "decomposable",
-        "variant": "vanilla",
-        "args": {"embedding_dim": 8, "projection_dim": 8, "hidden_size": 8, "dropout": 0.1},
-    },
-    "data": {"corpus": "toy", "toy": {"size": 150, "seed": 0}},
-    # One thread: tiny models gain nothing from two, and lose much when the cores are busy.
-    "training": {"epochs": 2, "batch_size": 16, "lr": 0.01, "num_threads": 1},
-}
+TINY = tiny_config(dropout=0.1, epochs=2)
 
 PAIRS = [
     ("a man is sleeping", "a person is sleeping", "entailment"),
@@ -228,40 +219,29 @@ def test_cuda_device_without_cuda(tmp_path):
 # -- bad input: the data ------------------------------------------------------------------------
 
 
-def test_malformed_jsonl_line_names_file_and_line(tmp_path):
-    config = jsonl_config(tmp_path, train="broken.jsonl")
+@pytest.mark.parametrize(
+    "index,line,expected",
+    [
+        (3, '{"premise": "a man is sleeping", "hypothesis": ', ["{file}:4:", "malformed JSON"]),
+        (6, json.dumps({"premise": "a man", "label": "neutral"}), ["{file}:7:", "'hypothesis'"]),
+        (
+            4,
+            json.dumps({"premise": "a man", "hypothesis": "a person", "label": "entails"}),
+            ["unknown label 'entails'", "{file}:5:", "entailment, neutral, contradiction"],
+        ),
+    ],
+    ids=["malformed_json", "missing_field", "unknown_label"],
+)
+def test_bad_corpus_line_names_file_and_line(tmp_path, index, line, expected):
+    """Line `index` of the good train.jsonl replaced by `line`: the error names the file, the
+    line number and what is wrong."""
+    config = jsonl_config(tmp_path, train="bad.jsonl")
     lines = (tmp_path / "train.jsonl").read_text().splitlines()
-    lines[3] = '{"premise": "a man is sleeping", "hypothesis": '
-    (tmp_path / "broken.jsonl").write_text("\n".join(lines) + "\n")
+    lines[index] = line
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("\n".join(lines) + "\n")
     assert_bad_input(
-        run_train(write_config(tmp_path, config)),
-        f"{tmp_path / 'broken.jsonl'}:4:",
-        "malformed JSON",
-    )
-
-
-def test_missing_field_names_file_and_line(tmp_path):
-    config = jsonl_config(tmp_path, train="nofield.jsonl")
-    lines = (tmp_path / "train.jsonl").read_text().splitlines()
-    lines[6] = json.dumps({"premise": "a man", "label": "neutral"})
-    (tmp_path / "nofield.jsonl").write_text("\n".join(lines) + "\n")
-    assert_bad_input(
-        run_train(write_config(tmp_path, config)),
-        f"{tmp_path / 'nofield.jsonl'}:7:",
-        "'hypothesis'",
-    )
-
-
-def test_unknown_label_is_named(tmp_path):
-    config = jsonl_config(tmp_path, train="labels.jsonl")
-    lines = (tmp_path / "train.jsonl").read_text().splitlines()
-    lines[4] = json.dumps({"premise": "a man", "hypothesis": "a person", "label": "entails"})
-    (tmp_path / "labels.jsonl").write_text("\n".join(lines) + "\n")
-    assert_bad_input(
-        run_train(write_config(tmp_path, config)),
-        "unknown label 'entails'",
-        f"{tmp_path / 'labels.jsonl'}:5:",
-        "entailment, neutral, contradiction",
+        run_train(write_config(tmp_path, config)), *(e.format(file=bad) for e in expected)
     )
 
 

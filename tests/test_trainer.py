@@ -13,6 +13,7 @@ import math
 import numpy as np
 import pytest
 import torch
+from toy_configs import TOY, decomposable, toy_run_config
 
 from nli_models.config import ConfigError, RunConfig, TrainingConfig, validate_config
 from nli_models.data import prepare_data
@@ -21,38 +22,17 @@ from nli_models.training import DeviceUnavailable, Trainer, make_trainer, resolv
 from nli_models.training.metrics import Evaluation, class_accuracy, evaluate
 from nli_models.training.trainer import build_for_data
 
-TOY = {"corpus": "toy", "toy": {"size": 300, "seed": 0}}
-DECOMPOSABLE = {
-    "name": "decomposable",
-    "variant": "vanilla",
-    "args": {"embedding_dim": 16, "projection_dim": 16, "hidden_size": 16, "dropout": 0.3},
-}
+DECOMPOSABLE = decomposable(dropout=0.3)
 ROCKTASCHEL = {
     "name": "rocktaschel",
     "variant": "word_by_word",
     "args": {"embedding_dim": 12, "hidden_size": 12, "dropout": 0.3},
 }
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def run_config(model=DECOMPOSABLE, data=TOY, **training) -> RunConfig:
-    training = {"epochs": 3, "batch_size": 16, "lr": 0.01, **training}
-    return RunConfig.model_validate(
-        {"name": "test", "model": model, "data": data, "training": training}
-    )
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread():
-    # Tiny models gain nothing from a second thread and lose much when the 2 cores are busy.
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
-@pytest.fixture(scope="module")
-def toy(tmp_path_factory):
-    return prepare_data(TOY, cache_dir=tmp_path_factory.mktemp("prepared"))
+    return toy_run_config(model, data, **training)
 
 
 def weights(trainer: Trainer) -> dict[str, torch.Tensor]:

@@ -7,38 +7,18 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from toy_configs import decomposable, toy_run_config
 
 from nli_models.config import RunConfig
-from nli_models.data import prepare_data
 from nli_models.registry import build_model
 from nli_models.training import make_trainer
 
-TOY = {"corpus": "toy", "toy": {"size": 300, "seed": 0}}
-DECOMPOSABLE = {
-    "name": "decomposable",
-    "variant": "vanilla",
-    "args": {"embedding_dim": 16, "projection_dim": 16, "hidden_size": 16, "dropout": 0.1},
-}
+DECOMPOSABLE = decomposable(dropout=0.1)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def run_config(model=DECOMPOSABLE, **training) -> RunConfig:
-    training = {"epochs": 3, "batch_size": 16, "lr": 0.01, **training}
-    return RunConfig.model_validate(
-        {"name": "test", "model": model, "data": TOY, "training": training}
-    )
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
-@pytest.fixture(scope="module")
-def toy(tmp_path_factory):
-    return prepare_data(TOY, cache_dir=tmp_path_factory.mktemp("prepared"))
+    return toy_run_config(model, **training)
 
 
 def steps_per_epoch(toy, batch_size=16):
