@@ -480,8 +480,10 @@ class JournalUploader:
         while not self._stopping.is_set():
             self._wake.wait(timeout=1.0)
             self._wake.clear()
-            with contextlib.suppress(Exception):  # only when stopping: _failed gives up then
+            try:
                 self.upload_available(give_up=lambda exc: False)
+            except Exception as exc:  # stopping, or a journal line that is no record: drain
+                self._failed(lambda error: True, exc)  # gives up after max_wait_s, naming it
 
     def drain(self) -> None:
         """Wait until everything appended is uploaded; TrackingUnavailable once the store has

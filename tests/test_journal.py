@@ -17,7 +17,7 @@ import pytest
 from mlflow import MlflowClient
 
 from orchestrator.journal import Journal, JournalError, read_records
-from orchestrator.tracking import JournalUploader, SweepRecorder, Tracker
+from orchestrator.tracking import JournalUploader, SweepRecorder, Tracker, TrackingUnavailable
 from results import run_schema as rs
 from results.tracking import trial_params
 
@@ -150,3 +150,16 @@ def test_the_uploader_in_a_sweep_tails_the_journal_and_reports_how_far_behind_it
     uploader.stop()
     assert len(store.trial_runs(experiment_id, parent)) == 3
     assert Path(str(journal.path) + ".uploaded").exists()
+
+
+def test_a_journal_line_that_is_no_record_stops_the_sweeps_wait_with_its_place(sweep):
+    _, store, _, _, journal = sweep
+    uploader = JournalUploader(store, journal.path, max_wait_s=0.5)
+    uploader.start(journal)
+    record_sweep(journal, trials=1, epochs=1)  # lines 1-3
+    with open(journal.path, "a") as handle:  # e.g. a second writer that broke the format
+        handle.write("garbage\n")
+    journal.append("tags", "t000", {"tags": {}})
+    with pytest.raises(TrackingUnavailable, match=rf"{journal.path}:4: not a JSON line"):
+        uploader.drain()
+    uploader.stop()
