@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from test_data_encode import random_split
 
 from nli_models.config import ConfigError, RunConfig, validate_config
-from nli_models.data import Vocabulary, batch_indices, iterate_batches, numericalize, prepare_data
+from nli_models.data import batch_indices, iterate_batches, prepare_data
 from nli_models.data.encode import BUCKET_CHUNK_BATCHES, make_batch
 from nli_models.training import make_trainer
 from orchestrator.spec import logged_params
@@ -18,12 +19,7 @@ TOY = {"corpus": "toy", "toy": {"size": 120, "seed": 0}}
 
 
 def ragged_split(n=2000, seed=0):
-    rng = np.random.default_rng(seed)
-    words = [f"w{i}" for i in range(30)]
-    vocab = Vocabulary(["<pad>", "<unk>", *words])
-    premises = [list(rng.choice(words, rng.integers(1, 40))) for _ in range(n)]
-    hypotheses = [list(rng.choice(words, rng.integers(1, 15))) for _ in range(n)]
-    return numericalize("train", premises, hypotheses, rng.integers(0, 3, n).tolist(), vocab)
+    return random_split(n, seed)[0]  # premises of 1-39 tokens, hypotheses of 1-14
 
 
 def padded_tokens(split, batches) -> int:
