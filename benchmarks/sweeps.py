@@ -4,7 +4,7 @@ process with timers around its parts, and the workloads the sweep benchmarks sha
 Instrumented (by wrapping, nothing in the project is changed): the phases of ``run_sweep``
 (spec loading, MLflow store opening, parent run, data preparation, Ray start, Tune, the wait for
 the MLflow sender to drain, the paper protocol, closing runs, Ray shutdown), every ``Tracker``
-call made by the driver's main thread, every ``send_op`` of the background MLflow sender thread,
+call made by the driver's main thread, every record the journal uploader thread applies to MLflow,
 and the trial events Tune hands to the ``SweepRecorder`` (with Tune's per-iteration timing:
 ``time_this_iter_s``, ``time_total_s``). Trial times are read back from the MLflow child runs
 (``trial_time_s``, per-epoch ``epoch_time_s``) and checked against the events.
@@ -200,8 +200,7 @@ def run_instrumented_sweep(spec: dict[str, Any], folder: Path) -> dict[str, Any]
     """Run the sweep of ``spec`` in ``folder`` (fresh MLflow store, Ray results and data cache)
     and return wall time, phase times, tracking times, trial events and the MLflow trial runs."""
     import orchestrator.sweep as sweep_module
-    import orchestrator.tracking as tracking
-    from orchestrator.tracking import SweepRecorder, Tracker
+    from orchestrator.tracking import JournalUploader, SweepRecorder, Tracker
 
     spec_path = write_spec(spec, folder)
     previous_cache = os.environ.get("NLI_DATA_DIR")
@@ -230,12 +229,12 @@ def run_instrumented_sweep(spec: dict[str, Any], folder: Path) -> dict[str, Any]
             inst.wrap(sweep_module, name, f"phase.{phase}")
         for method in TRACKER_METHODS:
             inst.wrap(Tracker, method, f"tracker.{method}")
-        inst.wrap(tracking, "send_op", "sender.send_op")
+        inst.wrap(JournalUploader, "_apply", "sender.send_op")  # one journal record to MLflow
         inst.wrap(SweepRecorder, "trial_started", "recorder.trial_started", before=on_started)
         inst.wrap(SweepRecorder, "trial_result", "recorder.trial_result", before=on_result)
         inst.wrap(SweepRecorder, "trial_completed", "recorder.trial_completed", before=on_completed)
         inst.wrap(SweepRecorder, "trial_errored", "recorder.trial_errored", before=on_errored)
-        inst.wrap(SweepRecorder, "flush", "phase.mlflow_flush")
+        inst.wrap(JournalUploader, "drain", "phase.mlflow_flush")
         started_wall = time.time()
         started = time.perf_counter()
         sampler = CpuSampler()

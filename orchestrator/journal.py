@@ -100,10 +100,10 @@ def read_records(path: Path, offset: int = 0, first_line: int = 1) -> Iterator[t
 
 @dataclass
 class TrialProgress:
-    """What the journal holds of one trial: the last epoch recorded, and how it last ended."""
+    """What the journal holds of one trial: the last epoch recorded (a resumed driver does not
+    record an epoch again)."""
 
     last_epoch: int = 0
-    status: str | None = None  # FINISHED | FAILED | KILLED of the latest finish, None if none
 
 
 @dataclass
@@ -137,10 +137,6 @@ class Journal:
         progress = self.trials.setdefault(record.trial_id, TrialProgress())
         if record.kind == "metrics":
             progress.last_epoch = max(progress.last_epoch, int(record.data["step"]))
-        elif record.kind == "finish":
-            progress.status = record.data["status"]
-        elif record.kind == "start":
-            progress.status = None
 
     def append(self, kind: str, trial_id: str, data: dict[str, Any]) -> None:
         """Record one event, whole, before anyone may act on it."""
