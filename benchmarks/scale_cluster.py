@@ -15,7 +15,8 @@ same), then reports the metrics of ``orchestrator.ray_adapter.epoch_metrics`` (t
 fed stand-in values) with a checkpoint (a 64 KiB weights file and the trial's config.yaml, as a
 real trial writes) and resumes from its checkpoint as a real trial does.
 
-Per N, in one process and on one cluster, in alternating order:
+Per N, on one cluster, in alternating order, each path in a fresh Python process (so its peak
+RSS is its own: ``ru_maxrss`` of that process; the cluster runs in the benchmark's process):
 - ours: ``orchestrator.sweep.run_sweep`` (driver, Optuna random searcher, FIFO scheduler,
   SweepRecorder writing the journal, the JournalUploader thread, `orchestrate server` over a fresh PostgreSQL database), with
   ``ray_adapter.run_trial`` replaced by ``standin_trial`` in the driver (run_tuner looks the name
@@ -26,17 +27,26 @@ Per N, in one process and on one cluster, in alternating order:
 
 Measured: wall time of the whole call (ours: spec loading to the closed parent run; plain: Tuner
 construction to fit() returning), the ideal (Σ trial sleep / slots, or the longest trial), driver
-CPU seconds and peak RSS (this process, /proc), tracking events (trial starts, results, ends) per
+CPU seconds (/proc) and peak RSS (getrusage) of the path's process, tracking events (trial starts, results, ends) per
 second of Tune time, the uploader's lag (JournalUploader.behind(): journal records not yet in
 MLflow, sampled every 0.5 s) and its drain after Tune, and every trial's
 dev_accuracy rows in PostgreSQL against the epochs it reported.
+
+With NLI_SCALE_PROFILE=DIR each path's process also writes a cProfile of all its Python threads
+to DIR/scale_cluster-<N>-<path>.prof (profiled runs are slower: not for the timings).
+`python -m benchmarks.scale_cluster PATH SPEC ADDRESS OUT` is that process (internal).
 """
 
 from __future__ import annotations
 
+import argparse
+import contextlib
 import hashlib
 import json
 import os
+import resource
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -44,14 +54,16 @@ from typing import Any
 
 import yaml
 
-from benchmarks.common import Context, log, md_table, target
+from benchmarks.common import Context, log, md_table, setup_environment, target, write_json
 from benchmarks.scale_support import (
+    PROFILE_ENV,
     Database,
     Sampler,
     Server,
     cpu_seconds,
     linear_fit,
     power_fit,
+    profiled,
     rss_bytes,
 )
 
@@ -224,8 +236,7 @@ def run_ours(spec_path: Path, address: str) -> dict[str, Any]:
     events = counts["start"] + counts["result"] + counts["complete"] + counts["error"]
     return {
         "wall_s": wall, "tune_s": times.get("tune_s"), "flush_after_tune_s": times.get("flush_s"),
-        "driver_cpu_s": cpu_seconds() - cpu0, "driver_rss_start_mb": rss0 / 2**20,
-        "driver_peak_rss_mb": sampler.peak_rss / 2**20, "events": counts,
+        "driver_cpu_s": cpu_seconds() - cpu0, "driver_rss_start_mb": rss0 / 2**20, "events": counts,
         "events_per_s": events / times["tune_s"] if times.get("tune_s") else None,
         "uploader_backlog_max": max(backlog, default=0),
         "uploader_backlog_mean": sum(backlog) / len(backlog) if backlog else 0,
@@ -255,7 +266,6 @@ def run_plain(spec_path: Path, address: str) -> dict[str, Any]:
     spec = load_spec(spec_path)
     data = prepare_data(spec.data)
     rss0, cpu0 = rss_bytes(), cpu_seconds()
-    sampler = Sampler()
     begun = time.perf_counter()
     ray.init(address=address, log_to_driver=False, logging_level="WARNING")
     try:
@@ -278,12 +288,47 @@ def run_plain(spec_path: Path, address: str) -> dict[str, Any]:
     finally:
         ray.shutdown()
         wall = time.perf_counter() - begun
-        sampler.stop()
     return {
         "wall_s": wall, "driver_cpu_s": cpu_seconds() - cpu0, "driver_rss_start_mb": rss0 / 2**20,
-        "driver_peak_rss_mb": sampler.peak_rss / 2**20, "results": callback.results, "errors": errors,
+        "results": callback.results, "errors": errors,
         "trial_seconds": sum(callback.seconds.values()), "longest_trial_s": max(callback.seconds.values(), default=0),
     }
+
+
+PATHS = {"ours": run_ours, "plain": run_plain}
+
+
+def run_path(which: str, spec_path: Path, address: str) -> dict[str, Any]:
+    """One path in a fresh Python process (``main`` below); what it measured."""
+    out = spec_path.with_name(f"{spec_path.stem}-{which}.json")
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    subprocess.run([sys.executable, "-m", "benchmarks.scale_cluster", which, str(spec_path), address, str(out)],
+                   env=env, check=True, stdin=subprocess.DEVNULL)
+    return json.loads(out.read_text())
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.scale_cluster",
+                                     description="one path of the scale_cluster benchmark in this process")
+    parser.add_argument("path", choices=sorted(PATHS))
+    parser.add_argument("spec", type=Path)
+    parser.add_argument("address", help="the simulated cluster's Ray address")
+    parser.add_argument("out", type=Path, help="JSON file for what was measured")
+    args = parser.parse_args(argv)
+    setup_environment()
+    # Imported before the measurement: neither path counts the imports of torch, Ray, MLflow.
+    import ray.tune  # noqa: F401
+
+    import nli_models.data  # noqa: F401
+    import orchestrator.sweep  # noqa: F401
+
+    profile_dir = os.environ.get(PROFILE_ENV)
+    profile = (profiled(Path(profile_dir) / f"{NAME}-{args.spec.stem.rsplit('-', 1)[-1]}-{args.path}.prof")
+               if profile_dir else contextlib.nullcontext())
+    with profile:
+        result = PATHS[args.path](args.spec, args.address)
+    result["driver_peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+    write_json(args.out, result)
 
 
 def ideal_s(run: dict[str, Any], slots: int) -> float:
@@ -323,7 +368,7 @@ def measure(ctx: Context, sizes: tuple[int, ...]) -> dict[str, Any]:
             order = ("plain", "ours") if index % 2 == 0 else ("ours", "plain")
             row: dict[str, Any] = {"loadavg_before": list(os.getloadavg())}
             for which in order:
-                row[which] = (run_plain if which == "plain" else run_ours)(spec_path, cluster.address)
+                row[which] = run_path(which, spec_path, cluster.address)
                 log(f"scale_cluster: N={n} {which}: wall {row[which]['wall_s']:.1f} s "
                     f"(ideal {ideal_s(row[which], slots):.1f} s), load {os.getloadavg()[0]:.2f}")
             ours = row["ours"]
@@ -410,7 +455,7 @@ def run(ctx: Context) -> dict[str, Any]:
         f"{NODES} simulated nodes x {GPUS_PER_NODE} logical GPUs, {GPUS_PER_TRIAL} per trial ({slots} trials at once); "
         f"stand-in trials of {EPOCHS} epochs x {EPOCH_S:g} s x U[0.5, 1.5], checkpoint every epoch; Optuna random "
         "searcher, FIFO; ours = run_sweep with `orchestrate server` over PostgreSQL; plain = Tuner, no tracking. "
-        "Same cluster, same process, order alternating per N.\n\n"
+        "Same cluster, each path in its own process (peak RSS = its ru_maxrss), order alternating per N.\n\n"
         + md_table(["N", "ideal s", "plain s", "ours s", "ours/plain", "ours/ideal", "our driver CPU ms/trial",
                     "plain driver CPU ms/trial", "our peak RSS MB", "plain peak RSS MB", "tracking events/s",
                     "uploader backlog max", "drain after Tune s", "MLflow rows/reported", "load"], rows)
@@ -426,3 +471,7 @@ def run(ctx: Context) -> dict[str, Any]:
     return {"sizes": list(sizes), "nodes": NODES, "gpus_per_node": GPUS_PER_NODE, "epochs": EPOCHS,
             "epoch_s": EPOCH_S, "cluster_start_s": measured["cluster_start_s"], "runs": runs, "fits": fit,
             "targets": targets, "summary_md": summary}
+
+
+if __name__ == "__main__":
+    main()
