@@ -170,6 +170,7 @@ def run_ours(spec_path: Path, address: str) -> dict[str, Any]:
         "errored": SweepRecorder.trial_errored,
         "drain": JournalUploader.drain,
         "run_tuner": sweep_module.run_tuner,
+        "analysis": sweep_module._log_analysis,
     }
 
     def init(self, *args, **kwargs):
@@ -208,12 +209,19 @@ def run_ours(spec_path: Path, address: str) -> dict[str, Any]:
         finally:
             times["tune_s"] = time.perf_counter() - begun
 
+    def analysis(*args, **kwargs):  # the figures and tables logged to the parent at the end
+        begun = time.perf_counter()
+        try:
+            return originals["analysis"](*args, **kwargs)
+        finally:
+            times["analysis_s"] = time.perf_counter() - begun
+
     def evaluate(spec, data, outcome):  # stand-in weights cannot be evaluated
         return {rs.METRIC_TEST_ACCURACY: float(outcome.metrics["best_dev_accuracy"])}, b"stand-in\n"
 
     ray_adapter.run_trial = standin_trial
     sweep_module._evaluate_selected = evaluate
-    sweep_module.run_tuner = run_tuner
+    sweep_module.run_tuner, sweep_module._log_analysis = run_tuner, analysis
     JournalUploader.__init__, JournalUploader.drain = init, drain
     SweepRecorder.trial_started, SweepRecorder.trial_result = started, result
     SweepRecorder.trial_completed, SweepRecorder.trial_errored = completed, errored
@@ -228,7 +236,7 @@ def run_ours(spec_path: Path, address: str) -> dict[str, Any]:
         sampler.stop()
         ray_adapter.run_trial = originals["run_trial"]
         sweep_module._evaluate_selected = originals["evaluate"]
-        sweep_module.run_tuner = originals["run_tuner"]
+        sweep_module.run_tuner, sweep_module._log_analysis = originals["run_tuner"], originals["analysis"]
         JournalUploader.__init__, JournalUploader.drain = originals["init"], originals["drain"]
         SweepRecorder.trial_started, SweepRecorder.trial_result = originals["started"], originals["result"]
         SweepRecorder.trial_completed, SweepRecorder.trial_errored = originals["completed"], originals["errored"]
@@ -236,6 +244,7 @@ def run_ours(spec_path: Path, address: str) -> dict[str, Any]:
     events = counts["start"] + counts["result"] + counts["complete"] + counts["error"]
     return {
         "wall_s": wall, "tune_s": times.get("tune_s"), "flush_after_tune_s": times.get("flush_s"),
+        "analysis_s": times.get("analysis_s"),
         "driver_cpu_s": cpu_seconds() - cpu0, "driver_rss_start_mb": rss0 / 2**20, "events": counts,
         "events_per_s": events / times["tune_s"] if times.get("tune_s") else None,
         "uploader_backlog_max": max(backlog, default=0),
@@ -377,6 +386,7 @@ def measure(ctx: Context, sizes: tuple[int, ...]) -> dict[str, Any]:
             row["ratio_ours_to_plain"] = ours["wall_s"] / row["plain"]["wall_s"]
             row["loadavg_after"] = list(os.getloadavg())
             runs[str(n)] = row
+            ctx.out_dir.mkdir(parents=True, exist_ok=True)
             with open(ctx.out_dir / f"{NAME}.partial.jsonl", "a") as partial:  # kept if a larger N is cut short
                 partial.write(json.dumps({"n": n, **row}, default=str) + "\n")
             log(f"scale_cluster: N={n}: ours/plain {row['ratio_ours_to_plain']:.3f}; {row['tracking_check']}")

@@ -211,13 +211,14 @@ PROFILE_ENV = "NLI_SCALE_PROFILE"
 def profiled(path: Path):
     """cProfile of this process's Python threads while the block runs: the calling thread and
     every thread started meanwhile (the uploader, the heartbeat), each with its own profiler (one
-    profiles one thread), merged into one pstats file at ``path``. A thread still running at the
+    profiles one thread) timing the CPU its thread uses (time.thread_time: a thread waiting on a
+    lock or a socket costs nothing), merged into one pstats file at ``path``. A thread still running at the
     end is left out, and a note lists it in the log."""
     profiles: list[tuple[threading.Thread, cProfile.Profile]] = []
     original_run = threading.Thread.run
 
     def run(thread: threading.Thread) -> None:
-        profile = cProfile.Profile()
+        profile = cProfile.Profile(time.thread_time)
         profiles.append((thread, profile))
         profile.enable()
         try:
@@ -225,7 +226,7 @@ def profiled(path: Path):
         finally:
             profile.disable()
 
-    main = cProfile.Profile()
+    main = cProfile.Profile(time.thread_time)
     threading.Thread.run = run
     main.enable()
     try:
