@@ -27,9 +27,10 @@ RSS is its own: ``ru_maxrss`` of that process; the cluster runs in the benchmark
 
 Measured: wall time of the whole call (ours: spec loading to the closed parent run; plain: Tuner
 construction to fit() returning), the ideal (Σ trial sleep / slots, or the longest trial), driver
-CPU seconds (/proc) and peak RSS (getrusage) of the path's process, tracking events (trial starts, results, ends) per
-second of Tune time, the uploader's lag (JournalUploader.behind(): journal records not yet in
-MLflow, sampled every 0.5 s) and its drain after Tune, and every trial's
+CPU seconds (/proc) and peak RSS (getrusage) of the path's process, tracking events (trial
+starts, results, ends) per second of Tune time, the uploader's lag (JournalUploader.behind():
+journal records not yet in MLflow, sampled every 0.5 s), its thread's CPU seconds (/proc,
+sampled) and its drain after Tune, the analysis logged at the end, and every trial's
 dev_accuracy rows in PostgreSQL against the epochs it reported.
 
 With NLI_SCALE_PROFILE=DIR each path's process also writes a cProfile of all its Python threads
@@ -65,6 +66,7 @@ from benchmarks.scale_support import (
     power_fit,
     profiled,
     rss_bytes,
+    thread_cpu_seconds,
 )
 
 NAME = "scale_cluster"
@@ -227,7 +229,18 @@ def run_ours(spec_path: Path, address: str) -> dict[str, Any]:
     SweepRecorder.trial_completed, SweepRecorder.trial_errored = completed, errored
     rss0, cpu0 = rss_bytes(), cpu_seconds()
     # The uploader's lag: journal records not yet in MLflow (JournalUploader.behind()).
-    sampler = Sampler(lambda: uploaders[-1].behind() if uploaders else None)
+    uploader_cpu: list[float] = []  # the uploader thread's CPU seconds, last sample kept
+
+    def probe():
+        if not uploaders:
+            return None
+        thread = uploaders[-1]._thread
+        cpu = thread_cpu_seconds(thread) if thread is not None else None
+        if cpu is not None:
+            uploader_cpu[:] = [cpu]
+        return uploaders[-1].behind()
+
+    sampler = Sampler(probe)
     begun = time.perf_counter()
     try:
         summary = sweep_module.run_sweep(spec_path, new=True, address=address)
@@ -249,6 +262,7 @@ def run_ours(spec_path: Path, address: str) -> dict[str, Any]:
         "events_per_s": events / times["tune_s"] if times.get("tune_s") else None,
         "uploader_backlog_max": max(backlog, default=0),
         "uploader_backlog_mean": sum(backlog) / len(backlog) if backlog else 0,
+        "uploader_cpu_s": uploader_cpu[0] if uploader_cpu else None,
         "trial_seconds": sum(trial_seconds.values()), "longest_trial_s": max(trial_seconds.values(), default=0),
         "reported": reported, "state": summary.state, "done": summary.done, "failed": summary.failed,
     }
@@ -437,7 +451,8 @@ def run(ctx: Context) -> dict[str, Any]:
         o, p = r["ours"], r["plain"]
         rows.append((n, round(r["ideal_s"], 1), round(p["wall_s"], 1), round(o["wall_s"], 1),
                      round(r["ratio_ours_to_plain"], 3), round(o["wall_s"] / r["ideal_s"], 2),
-                     round(o["driver_cpu_s"] / n * 1000, 1), round(p["driver_cpu_s"] / n * 1000, 1),
+                     round(o["driver_cpu_s"] / n * 1000, 1), round((o.get("uploader_cpu_s") or 0) / n * 1000, 1),
+                     round(p["driver_cpu_s"] / n * 1000, 1),
                      round(o["driver_peak_rss_mb"], 0), round(p["driver_peak_rss_mb"], 0),
                      round(o["events_per_s"], 1), o["uploader_backlog_max"], round(o["flush_after_tune_s"] or 0, 2),
                      f"{r['tracking_check']['rows_in_mlflow']}/{r['tracking_check']['events_reported']}",
@@ -467,7 +482,7 @@ def run(ctx: Context) -> dict[str, Any]:
         "searcher, FIFO; ours = run_sweep with `orchestrate server` over PostgreSQL; plain = Tuner, no tracking. "
         "Same cluster, each path in its own process (peak RSS = its ru_maxrss), order alternating per N.\n\n"
         + md_table(["N", "ideal s", "plain s", "ours s", "ours/plain", "ours/ideal", "our driver CPU ms/trial",
-                    "plain driver CPU ms/trial", "our peak RSS MB", "plain peak RSS MB", "tracking events/s",
+                    "of it uploader thread", "plain driver CPU ms/trial", "our peak RSS MB", "plain peak RSS MB", "tracking events/s",
                     "uploader backlog max", "drain after Tune s", "MLflow rows/reported", "load"], rows)
         + f"\n\nFits over N (least squares): ours wall = {fit['ours_wall_s']['intercept']:.1f} + "
         f"{fit['ours_wall_s']['slope'] * 1000:.1f} ms x N; plain = {fit['plain_wall_s']['intercept']:.1f} + "

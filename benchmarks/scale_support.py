@@ -159,6 +159,19 @@ def cpu_seconds() -> float:
     return times.user + times.system
 
 
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def thread_cpu_seconds(thread: threading.Thread) -> float | None:
+    """User + system CPU of one live thread of this process (/proc/self/task); None once it ended."""
+    try:
+        stat = Path(f"/proc/self/task/{thread.native_id}/stat").read_text()
+    except OSError:
+        return None
+    fields = stat.rsplit(")", 1)[1].split()  # after the command name, which may hold spaces
+    return (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS  # utime, stime
+
+
 class Sampler:
     """Every `interval` s in a thread: `probe()` (e.g. the uploader's backlog), kept with the
     time of the sample when it is not None."""
