@@ -30,8 +30,9 @@ construction to fit() returning), the ideal (Σ trial sleep / slots, or the long
 CPU seconds (/proc) and peak RSS (getrusage) of the path's process, tracking events (trial
 starts, results, ends) per second of Tune time, the uploader's lag (JournalUploader.behind():
 journal records not yet in MLflow, sampled every 0.5 s), its thread's CPU seconds (/proc,
-sampled) and its drain after Tune, the analysis logged at the end, and every trial's
-dev_accuracy rows in PostgreSQL against the epochs it reported.
+sampled) and its drain after Tune, the analysis logged at the end, the tracking server's CPU
+(its process group, /proc) while each path ran, and every trial's dev_accuracy rows in
+PostgreSQL against the epochs it reported.
 
 With NLI_SCALE_PROFILE=DIR each path's process also writes a cProfile of all its Python threads
 to DIR/scale_cluster-<N>-<path>.prof (profiled runs are slower: not for the timings).
@@ -62,6 +63,7 @@ from benchmarks.scale_support import (
     Sampler,
     Server,
     cpu_seconds,
+    group_cpu_seconds,
     linear_fit,
     power_fit,
     profiled,
@@ -391,7 +393,9 @@ def measure(ctx: Context, sizes: tuple[int, ...]) -> dict[str, Any]:
             order = ("plain", "ours") if index % 2 == 0 else ("ours", "plain")
             row: dict[str, Any] = {"loadavg_before": list(os.getloadavg())}
             for which in order:
+                server_cpu = group_cpu_seconds(server.proc.pid)
                 row[which] = run_path(which, spec_path, cluster.address)
+                row[which]["server_cpu_s"] = group_cpu_seconds(server.proc.pid) - server_cpu
                 log(f"scale_cluster: N={n} {which}: wall {row[which]['wall_s']:.1f} s "
                     f"(ideal {ideal_s(row[which], slots):.1f} s), load {os.getloadavg()[0]:.2f}")
             ours = row["ours"]

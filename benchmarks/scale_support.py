@@ -162,6 +162,20 @@ def cpu_seconds() -> float:
 _CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
+def group_cpu_seconds(group_id: int) -> float:
+    """User + system CPU of the live processes of a process group (e.g. the tracking server and
+    its workers), from /proc."""
+    total = 0
+    for stat_file in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat_file.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # ended meanwhile
+        if int(fields[2]) == group_id:  # pgrp
+            total += int(fields[11]) + int(fields[12])
+    return total / _CLOCK_TICKS
+
+
 def thread_cpu_seconds(thread: threading.Thread) -> float | None:
     """User + system CPU of one live thread of this process (/proc/self/task); None once it ended."""
     try:
