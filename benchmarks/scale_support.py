@@ -15,7 +15,6 @@ import subprocess
 import sys
 import threading
 import time
-import urllib.request
 import uuid
 from pathlib import Path
 from typing import Any
@@ -23,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from benchmarks.common import Skip
+from results.tracking_uri import probe_http
 
 PG_HOST, PG_PORT, PG_USER = "127.0.0.1", 5432, "postgres"
 
@@ -85,14 +85,6 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def _http_ok(url: str) -> bool:
-    try:
-        urllib.request.urlopen(url, timeout=2).close()
-        return True
-    except OSError:
-        return False
-
-
 class Server:
     """`orchestrate server` (this checkout's code) over `backend`; stop() and start() again on
     the same port for a restart."""
@@ -117,7 +109,7 @@ class Server:
         with open(self.folder / "server.log", "ab") as log_file:
             self.proc = subprocess.Popen(argv, env=env, stdout=log_file, stderr=subprocess.STDOUT,
                                          stdin=subprocess.DEVNULL, start_new_session=True)
-        while not _http_ok(f"{self.url}/health"):
+        while probe_http(self.url) is not None:  # the CLI's reachability probe (GET /health)
             if self.proc.poll() is not None or time.perf_counter() - started > timeout_s:
                 tail = (self.folder / "server.log").read_text(errors="replace")[-3000:]
                 self.stop()

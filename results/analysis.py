@@ -37,18 +37,12 @@ from matplotlib.figure import Figure
 from results.evp import evp_table, plot_evp
 from results.figures import figure_files, new_figure
 from results.params import parse_param, short_value
-from results.schema import EXPERIMENT, Column, arrow_table, describe
+from results.schema import arrow_table, describe, table_columns
 from results.selection import eligible
 from results.table import searched_params
 from results.tracking import TrialRun
 
-COLUMNS: tuple[Column, ...] = (
-    EXPERIMENT,
-    Column("param", pa.string(), "a searched hyperparameter (its value differs between trials)"),
-    Column("evaluator", pa.string(), "Optuna importance evaluator: fanova or ped_anova"),
-    Column("importance", pa.float64(), "normalised importance (the params of one evaluator sum to 1)"),
-    Column("n_trials", pa.int64(), "FINISHED trials the study was rebuilt from"),
-)
+COLUMNS = table_columns("importance")
 
 __doc__ += describe(COLUMNS)
 

@@ -33,13 +33,18 @@ if TYPE_CHECKING:
     from results.compare import PairedComparison
 
 
-def _suffix(expected: str):
-    def check(_ctx: click.Context, param: click.Parameter, value: Path | None) -> Path | None:
-        if value is not None and value.suffix != expected:
-            raise click.BadParameter(f"must end in {expected}, got {value}", param=param)
-        return value
+class _FileWithSuffix(click.Path):
+    """A file to write, as a Path, whose name must end in ``suffix``."""
 
-    return check
+    def __init__(self, suffix: str):
+        super().__init__(dir_okay=False, path_type=Path)
+        self.suffix = suffix
+
+    def convert(self, value, param, ctx) -> Path:
+        path = super().convert(value, param, ctx)
+        if path.suffix != self.suffix:
+            self.fail(f"must end in {self.suffix}, got {path}", param, ctx)
+        return path
 
 
 @dataclass
@@ -58,8 +63,7 @@ class _Outputs:
 @click.option(
     "--out",
     required=True,
-    type=click.Path(dir_okay=False, path_type=Path),
-    callback=_suffix(".parquet"),
+    type=_FileWithSuffix(".parquet"),
     help="Results table to write, e.g. results/tables/snli.parquet.",
 )
 @click.option(
@@ -84,8 +88,7 @@ class _Outputs:
 )
 @click.option(
     "--evp",
-    type=click.Path(dir_okay=False, path_type=Path),
-    callback=_suffix(".png"),
+    type=_FileWithSuffix(".png"),
     help="Plot expected validation performance (Dodge et al. 2019) per model configuration "
     "over trials to this PNG, with .pdf and .svg beside it, and over wall-clock hours to "
     "STEM.hours.png/.pdf/.svg; its table goes beside it with suffix .parquet.",

@@ -27,25 +27,11 @@ from matplotlib.patches import Patch
 
 from results.figures import new_figure
 from results.run_schema import METRIC_TRIAL_TIME
-from results.schema import EXPERIMENT, Column, arrow_table, describe
+from results.schema import arrow_table, describe, table_columns
 from results.selection import eligible
 from results.tracking import TrialRun
 
-COLUMNS: tuple[Column, ...] = (
-    EXPERIMENT,
-    Column("corpus", pa.string(), "nli.corpus of the configuration's trials (null if untagged)"),
-    Column("model_config", pa.string(), "nli.model_config tag"),
-    Column("n", pa.int64(), "number of trials drawn, 1..n_draws"),
-    Column("expected_best_dev_accuracy", pa.float64(), "E[max of n draws of best_dev_accuracy]"),
-    Column("std", pa.float64(), "standard deviation of that maximum"),
-    Column("n_draws", pa.int64(), "N: FINISHED trial runs of the model configuration"),
-    Column(
-        "budget_hours",
-        pa.float64(),
-        "wall-clock budget of n trials: n x the mean trial_time_s of the draws, in hours "
-        "(Dodge et al. 2019, Fig. 1's x-axis in time); null when no draw logged its time",
-    ),
-)
+COLUMNS = table_columns("evp")
 
 __doc__ += describe(COLUMNS)
 

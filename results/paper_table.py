@@ -27,32 +27,9 @@ from results.published import (
     same_corpus,
 )
 from results.render import render
-from results.schema import Column, arrow_table, describe
+from results.schema import arrow_table, describe, table_columns
 
-COLUMNS: tuple[Column, ...] = (
-    Column("table", pa.string(), "table of the paper"),
-    Column("row", pa.string(), "the paper's row label"),
-    Column("dataset", pa.string(), "dataset of the published row"),
-    Column("experiment", pa.string(), "our matching row's experiment; null when none matches"),
-    Column("model_config", pa.string(), "our matching row's model configuration"),
-    Column("theta_m", pa.int64(), "our |θ|M"),
-    Column("published_theta_m", pa.int64(), "the paper's |θ|M as printed (252K -> 252000)"),
-    Column("train_running", pa.float64(), "our running train accuracy (%), not an evaluation"),
-    Column("published_train", pa.float64(), "the paper's train accuracy (%)"),
-    Column("dev", pa.float64(), "our dev accuracy (%)"),
-    Column("published_dev", pa.float64(), "the paper's dev accuracy (%)"),
-    Column("test", pa.float64(), "our test accuracy (%)"),
-    Column("published_test", pa.float64(), "the paper's test accuracy (%)"),
-    Column("delta", pa.float64(), "test - published_test, percentage points"),
-    Column("reproductions", pa.string(), "known public reproductions of the row (test %)"),
-    Column(
-        "comparable",
-        pa.bool_(),
-        "our run's protocol matches everything the paper states; null when none of ours matches",
-    ),
-    Column("differences", pa.string(), "JSON list: each way our protocol differs from the paper's"),
-    Column("note", pa.string(), "caveat on the published figure"),
-)
+COLUMNS = table_columns("paper")
 
 __doc__ += "\nColumns:\n\n" + describe(COLUMNS)
 

@@ -42,7 +42,7 @@ import pyarrow as pa
 
 from results.params import same_value
 from results.run_schema import CLASS_ACCURACY_PREFIX, DEV_CLASS_ACCURACY_PREFIX
-from results.schema import Column, arrow_table, describe
+from results.schema import arrow_table, describe, table_columns
 
 if TYPE_CHECKING:
     import pandas as pd  # imported where used: `orchestrate --help` must not load pandas
@@ -301,33 +301,7 @@ PAPERS: dict[str, tuple[PublishedRow, ...]] = {
     "gajbhiye2018": GAJBHIYE2018,
 }
 
-COLUMNS: tuple[Column, ...] = (
-    Column("paper", pa.string(), "paper key, e.g. rocktaschel2016"),
-    Column("table", pa.string(), "table of the paper the published value comes from"),
-    Column("row", pa.string(), "the paper's row label"),
-    Column("dataset", pa.string(), "dataset of the published value"),
-    Column(
-        "metric",
-        pa.string(),
-        "train_accuracy, dev_accuracy, test_accuracy, <split>_accuracy.<label>, theta_wm or theta_m",
-    ),
-    Column(
-        "published", pa.float64(), "published value (accuracy in percent, parameters as a count)"
-    ),
-    Column(
-        "experiment", pa.string(), "our matching row's experiment; null when no row of ours matches"
-    ),
-    Column(
-        "model_config",
-        pa.string(),
-        "our matching row's model configuration; null when none matches",
-    ),
-    Column(
-        "ours", pa.float64(), "our value in the published unit; null when not run or not tracked"
-    ),
-    Column("difference", pa.float64(), "ours - published (percentage points for accuracies)"),
-    Column("note", pa.string(), "caveat on comparing this published value"),
-)
+COLUMNS = table_columns("comparison")
 
 __doc__ += "\nComparison table columns (one row per published value and matching row of ours):\n\n"
 __doc__ += describe(COLUMNS)

@@ -40,7 +40,7 @@ from results.run_schema import (
     PARAM_SEED,
     PARAM_VARIANT,
 )
-from results.schema import EXPERIMENT, Column, arrow_table, describe
+from results.schema import Column, arrow_table, describe, table_columns
 from results.selection import seed_runs, select_configuration
 from results.stats import Summary, summarise
 from results.tracking import TrialRun
@@ -69,79 +69,10 @@ def _summary_columns(metric: str, what: str) -> list[Column]:
     ]
 
 
-COLUMNS: tuple[Column, ...] = (
-    Column("experiment", pa.string(), "MLflow experiment (one per sweep spec name)"),
-    Column("corpus", pa.string(), "nli.corpus tag: the corpus the row was trained on (snli, sick, ...)"),
-    Column(
-        "protocol",
-        pa.string(),
-        "JSON object of the selected run's protocol fingerprint (nli.protocol.* tags: training "
-        "file and size, vectors, budget, init, optimizer, batch size); null for runs without it",
-    ),
-    Column(
-        "model_config",
-        pa.string(),
-        "nli.model_config tag: the architecture a paper-table row describes",
-    ),
-    Column("model", pa.string(), "registered model name (param model)"),
-    Column("variant", pa.string(), "model variant (param variant)"),
-    Column("k", pa.int64(), "hidden size (param hidden_size); null if not logged"),
-    Column("theta_wm", pa.int64(), "|θ|W+M: trainable parameters including tuned word embeddings"),
-    Column("theta_m", pa.int64(), "|θ|M: trainable parameters without word embeddings"),
-    Column(
-        "hyperparameters",
-        pa.string(),
-        "JSON object of the selected configuration's params except seed, values typed",
-    ),
-    Column(
-        "searched_hyperparameters",
-        pa.string(),
-        "JSON object of the selected configuration's values of the params that differ between the "
-        "row's trials (the searched ones), in name order; {} when nothing varied",
-    ),
-    Column("config_key", pa.string(), "nli.config_key of the selected configuration"),
-    Column(
-        "selected_run_id",
-        pa.string(),
-        "the selected configuration's seed-run with the best dev accuracy (its predictions feed McNemar)",
-    ),
-    Column("parent_run_id", pa.string(), "sweep (parent) run of selected_run_id"),
-    Column(
-        "selection_matches_tag",
-        pa.bool_(),
-        "whether the runs tagged nli.selected are exactly the recomputed selection; null if none is tagged",
-    ),
-    Column("n_trials", pa.int64(), "trial runs searched for this model configuration, any status"),
-    Column("n_configs", pa.int64(), "distinct hyperparameter configurations (config_key) searched"),
-    Column("n_seeds", pa.int64(), "FINISHED seed-runs of the selected configuration"),
-    Column(
-        "train_accuracy_running",
-        pa.float64(),
-        "mean best_train_accuracy_running over seeds: the running accuracy over the training "
-        "batches of the best dev epoch, not an evaluation of the train set",
-    ),
-    *_summary_columns("dev_accuracy", "best_dev_accuracy"),
-    *_summary_columns("test_accuracy", "test_accuracy (seeds that logged it)"),
-    Column(
-        "test_accuracy_per_class",
-        pa.string(),
-        'JSON object label -> mean test_accuracy.<label> over seeds, e.g. {"entailment": 0.9}; null without test metrics',
-    ),
-    Column(
-        "dev_accuracy_per_class",
-        pa.string(),
-        "JSON object label -> mean dev_accuracy.<label> over seeds (Parikh Table 2); null if not logged",
-    ),
-    Column(
-        "epochs_trained",
-        pa.float64(),
-        "mean epochs_trained over the selected configuration's seeds",
-    ),
-    Column(
-        "total_trial_time_s",
-        pa.float64(),
-        "sum of trial_time_s over all trials of the row (the search's compute time)",
-    ),
+COLUMNS = table_columns(
+    "results",
+    dev_accuracy_summary=_summary_columns("dev_accuracy", "best_dev_accuracy"),
+    test_accuracy_summary=_summary_columns("test_accuracy", "test_accuracy (seeds that logged it)"),
 )
 
 __doc__ += describe(COLUMNS)
@@ -230,19 +161,7 @@ def searched_params(configurations: Sequence[Mapping[str, object]]) -> list[str]
     )
 
 
-SEED_COLUMNS: tuple[Column, ...] = (
-    EXPERIMENT,
-    Column("model_config", pa.string(), "nli.model_config of the row"),
-    Column("seed", pa.int64(), "param seed"),
-    Column("run_id", pa.string(), "the seed's trial run"),
-    Column(
-        "train_accuracy_running",
-        pa.float64(),
-        "best_train_accuracy_running of the seed's run (running accuracy over its best-dev epoch)",
-    ),
-    Column("dev_accuracy", pa.float64(), "best_dev_accuracy of the seed's run"),
-    Column("test_accuracy", pa.float64(), "test_accuracy of the seed's run; null if not logged"),
-)
+SEED_COLUMNS = table_columns("seeds")
 
 
 def seed_table(trials: Sequence[TrialRun], table: pa.Table, test_metrics: TestMetrics) -> pa.Table:

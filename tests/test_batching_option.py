@@ -60,7 +60,9 @@ def test_random_batches_are_cut_from_the_seeded_permutation():
     batches = batch_indices(split, 32, True, 7, 2, pool_batches=None)
     order = np.random.default_rng([7, 2]).permutation(100)
     assert [b.tolist() for b in batches] == [order[i:i + 32].tolist() for i in range(0, 100, 32)]
-    assert len(list(iterate_batches(split, 32, True, 7, 2, pool_batches=None))) == 4
+    padded = list(iterate_batches(split, batches))
+    assert [len(b) for b in padded] == [32, 32, 32, 4]
+    assert padded[1].label.tolist() == split.labels[order[32:64]].tolist()
 
 
 def test_bad_pool_size_is_refused():

@@ -37,7 +37,7 @@ def test_numericalize_flat_arrays_round_trip():
 
 def test_batches_are_padded_with_correct_masks():
     split, premises, vocab = random_split(n=37)
-    batches = list(iterate_batches(split, batch_size=8, shuffle=False))
+    batches = list(iterate_batches(split, batch_indices(split, batch_size=8, shuffle=False)))
     assert [len(b) for b in batches] == [8, 8, 8, 8, 5]
     first = batches[0]
     assert first.premise.dtype == torch.int64 and first.premise_mask.dtype == torch.bool
@@ -55,7 +55,7 @@ def test_every_example_exactly_once_per_epoch():
     for shuffle in (False, True):
         rows = np.concatenate(batch_indices(split, 32, shuffle=shuffle, seed=0, epoch=3))
         assert sorted(rows.tolist()) == list(range(len(split)))
-    labels = torch.cat([b.label for b in iterate_batches(split, 32, shuffle=True, seed=1)])
+    labels = torch.cat([b.label for b in iterate_batches(split, batch_indices(split, 32, shuffle=True, seed=1))])
     assert sorted(labels.tolist()) == sorted(split.labels.tolist())
 
 
@@ -68,7 +68,7 @@ def test_shuffled_batches_are_deterministic_per_seed_and_epoch():
     assert order(0, 0) == order(0, 0)
     assert order(0, 0) != order(0, 1)
     assert order(0, 0) != order(1, 0)
-    a, b = (list(iterate_batches(split, 32, True, seed=5, epoch=2)) for _ in range(2))
+    a, b = (list(iterate_batches(split, batch_indices(split, 32, True, seed=5, epoch=2))) for _ in range(2))
     assert all(torch.equal(x.premise, y.premise) for x, y in zip(a, b, strict=True))
 
 
@@ -78,7 +78,7 @@ def padding(batches):
 
 def test_bucketing_reduces_padding_against_random_batches():
     split, _, _ = random_split(n=2000)
-    bucketed = list(iterate_batches(split, 32, shuffle=True, seed=0))
+    bucketed = list(iterate_batches(split, batch_indices(split, 32, shuffle=True, seed=0)))
     rng = np.random.default_rng(0)
     order = rng.permutation(len(split))
     random_batches = [make_batch(split, order[i : i + 32]) for i in range(0, len(split), 32)]

@@ -6,6 +6,7 @@ import pytest
 
 from nli_models.data.readers import (
     Columns,
+    Labels,
     read_jsonl,
     read_multinli,
     read_rte,
@@ -151,8 +152,7 @@ def test_generic_jsonl_with_column_and_label_mapping(tmp_path):
     split = read_jsonl(
         path,
         Columns(premise="p", hypothesis="h", label="y", pair_id="id"),
-        labels=("entailment", "not_entailment"),
-        label_map={"1": "entailment", "0": "not_entailment"},
+        Labels(("entailment", "not_entailment"), mapped={"1": "entailment", "0": "not_entailment"}),
     )
     assert [(e.label, e.pair_id) for e in split.examples] == [
         ("entailment", "7"),

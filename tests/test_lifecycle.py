@@ -26,9 +26,11 @@ from sweep_helpers import (
 
 from orchestrator.reaper import descendants
 from results import run_schema as rs
+from results.sweeps import load_sweeps
 
 pytestmark = pytest.mark.ray
 EPOCHS = 2
+FOUR_EPOCHS = 4  # the 4-trial sweeps of _driver_past_first_trial, 4 epochs each
 EXIT_INTERRUPTED = 3
 # Each epoch lasts this much longer, so that a trial seen running is still running when the
 # signal lands (toy epochs take a fraction of a second).
@@ -186,6 +188,55 @@ def test_ctrl_c_during_the_test_evaluation_records_no_test_metric(tmp_path):
     assert [c.info.status for c in children] == ["FINISHED"]
     assert "interrupted: 1/1 trials done" in log.read_text()
     _assert_resume_completes(tmp_path, spec, "select", planned=1)  # selects and tests, once
+
+
+def _driver_past_first_trial(folder: Path, name: str):
+    """A 4-trial sweep, one trial at a time, driven by `orchestrate sweep` once a trial finished."""
+    spec = write_spec(
+        folder,
+        {"name": name, "training": {"epochs": FOUR_EPOCHS}, "search": {"max_concurrent_trials": 1}},
+    )
+    driver, log = _start(folder, spec, {})
+    try:
+        wait_while_driving(trials_finished(folder, name, log, 1), driver, log, "a first trial's end")
+    except BaseException:
+        kill_session(driver)
+        raise
+    return spec, driver, log
+
+
+def test_ctrl_c_with_trials_pending_leaves_nothing_running_and_resume_finishes(tmp_path):
+    spec, driver, log = _driver_past_first_trial(tmp_path, "interrupted")
+    assert _interrupt(driver, log, signal.SIGINT, group=True) == EXIT_INTERRUPTED  # Ctrl-C
+    assert "--resume" in log.read_text()
+    _assert_interrupted(tmp_path, "interrupted", epochs=FOUR_EPOCHS)
+    _assert_resume_completes(tmp_path, spec, "interrupted", planned=4, epochs=FOUR_EPOCHS)
+
+
+def test_sigkill_then_resume_runs_each_trial_once(tmp_path):
+    spec, driver, _ = _driver_past_first_trial(tmp_path, "killed")
+    started = _processes(driver)  # gcs_server, raylet, agents, trial workers
+    assert len(started) >= 3
+    os.kill(driver.pid, signal.SIGKILL)  # the driver alone: what it started must go with it
+    driver.wait(timeout=30)
+    try:  # what outlived the killed driver
+        assert_processes_gone(started)
+    finally:
+        kill_session(driver)
+    parents, children = runs_of(tmp_path, "killed")
+    assert len(parents) == 1 and parents[0].info.status == "RUNNING"  # as the driver left it
+    finished_before = {c.data.tags[rs.TAG_TRIAL_ID] for c in children if c.info.status == "FINISHED"}
+    assert 1 <= len(finished_before) < 4
+    # ... but its dead driver's lease shows it as interrupted, at once.
+    (record,) = load_sweeps(client_for(tmp_path), parents[0].info.experiment_id, "killed")
+    assert record.state == rs.SWEEP_INTERRUPTED and record.planned == 4
+
+    refused = run_orchestrate(["sweep", str(spec)], cwd=tmp_path, timeout=120)
+    assert refused.returncode == 2 and "(interrupted); pass --resume" in refused.stderr
+    # The same parent, each trial once, a trial finished before the kill not re-run: each
+    # epoch logged exactly once.
+    resumed, _ = _assert_resume_completes(tmp_path, spec, "killed", planned=4, epochs=FOUR_EPOCHS)
+    assert resumed.info.run_id == parents[0].info.run_id
 
 
 def test_failed_data_check_writes_nothing_and_the_next_attempt_runs(tmp_path):

@@ -2,26 +2,11 @@
 
 from __future__ import annotations
 
-import os
-import signal
-
 import pytest
-from sweep_helpers import (
-    assert_processes_gone,
-    client_for,
-    kill_session,
-    run_orchestrate,
-    runs_of,
-    start_orchestrate,
-    trials_finished,
-    wait_while_driving,
-    write_spec,
-)
+from sweep_helpers import client_for, run_orchestrate, runs_of, write_spec
 
-from orchestrator.reaper import descendants
 from orchestrator.sweep import SweepExists, run_sweep
 from results import run_schema as rs
-from results.sweeps import load_sweeps
 
 pytestmark = pytest.mark.ray
 EPOCHS = 3
@@ -189,59 +174,6 @@ def test_tpe_on_a_choice_space_trains_each_configuration_once(ray_session, workd
     assert len(children) == 4 and len(points) == 4
 
 
-def _driver_past_first_trial(folder, name):
-    """A 4-trial sweep driven by `orchestrate sweep` in its own session, once a trial finished."""
-    spec = write_spec(
-        folder, {"name": name, "training": {"epochs": 4}, "search": {"max_concurrent_trials": 1}}
-    )
-    log = folder / "driver.log"
-    driver = start_orchestrate(["sweep", str(spec)], cwd=folder, log=log)
-    try:
-        wait_while_driving(trials_finished(folder, name, log, 1), driver, log, "a first trial's end")
-    except BaseException:
-        kill_session(driver)
-        raise
-    return spec, driver, log
-
-
-def test_sigkill_then_resume_runs_each_trial_once(tmp_path):
-    spec, driver, _ = _driver_past_first_trial(tmp_path, "killed")
-    started = descendants(driver.pid)  # gcs_server, raylet, agents, trial workers
-    assert len(started) >= 3
-    os.kill(driver.pid, signal.SIGKILL)  # the driver alone: what it started must go with it
-    driver.wait(timeout=30)
-    try:  # what outlived the killed driver
-        assert_processes_gone(started)
-    finally:
-        kill_session(driver)
-    parents, children = runs_of(tmp_path, "killed")
-    assert len(parents) == 1 and parents[0].info.status == "RUNNING"  # as the driver left it
-    finished_before = {c.data.tags[rs.TAG_TRIAL_ID] for c in children if c.info.status == "FINISHED"}
-    assert 1 <= len(finished_before) < 4
-    # ... but its dead driver's lease shows it as interrupted, at once.
-    client = client_for(tmp_path)
-    (record,) = load_sweeps(client, parents[0].info.experiment_id, "killed")
-    assert record.state == rs.SWEEP_INTERRUPTED and record.planned == 4
-
-    refused = run_orchestrate(["sweep", str(spec)], cwd=tmp_path, timeout=120)
-    assert refused.returncode == 2 and "(interrupted); pass --resume" in refused.stderr
-
-    resumed = run_orchestrate(["sweep", str(spec), "--resume"], cwd=tmp_path)
-    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
-
-    parents_after, children_after = runs_of(tmp_path, "killed")
-    assert sum(rs.METRIC_TEST_ACCURACY in c.data.metrics for c in children_after) == 1
-    assert [p.info.run_id for p in parents_after] == [parents[0].info.run_id]  # same parent reused
-    assert parents_after[0].info.status == "FINISHED"
-    assert len(children_after) == 4  # exactly the planned trials, none created twice
-    assert all(c.info.status == "FINISHED" for c in children_after)
-    client = client_for(tmp_path)
-    for child in children_after:
-        # A trial finished before the kill is not re-run: each epoch logged exactly once.
-        steps = _history(client, child.info.run_id, "dev_accuracy")
-        assert steps == [1, 2, 3, 4], (child.data.tags[rs.TAG_TRIAL_ID], steps)
-
-
 def test_failed_trial_is_retried_from_its_checkpoint(tmp_path):
     spec = write_spec(
         tmp_path,
@@ -339,25 +271,3 @@ def test_real_sweep_feeds_results_table_and_attention_maps(ray_session, workdir)
     assert figures == [f"attention_dev_{i:05d}.{fmt}" for i in (0, 3) for fmt in ("pdf", "png", "svg")]
     logged = client_for(workdir).list_artifacts(selected.info.run_id, "attention")
     assert sorted(a.path.rsplit("/", 1)[-1] for a in logged) == figures
-
-
-def test_ctrl_c_leaves_nothing_running_and_resume_finishes(tmp_path):
-    spec, driver, log = _driver_past_first_trial(tmp_path, "interrupted")
-    try:
-        os.killpg(driver.pid, signal.SIGINT)  # what Ctrl-C sends to the foreground group
-        assert driver.wait(timeout=120) == 3
-    finally:
-        kill_session(driver)
-    assert "--resume" in log.read_text()
-    parents, children = runs_of(tmp_path, "interrupted")
-    assert parents[0].info.status == "KILLED"
-    assert parents[0].data.tags[rs.TAG_SWEEP_STATE] == "interrupted"
-    assert all(run.info.status != "RUNNING" for run in parents + children)
-    assert not any(rs.METRIC_TEST_ACCURACY in c.data.metrics for c in children)  # no early test
-
-    resumed = run_orchestrate(["sweep", str(spec), "--resume"], cwd=tmp_path)
-    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
-    parents, children = runs_of(tmp_path, "interrupted")
-    assert parents[0].info.status == "FINISHED" and len(children) == 4
-    assert all(c.info.status == "FINISHED" for c in children)
-    assert sum(rs.METRIC_TEST_ACCURACY in c.data.metrics for c in children) == 1

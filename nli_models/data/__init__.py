@@ -10,7 +10,7 @@ from nli_models.data.corpora import CORPORA
 from nli_models.data.download import DownloadError, default_data_dir, download_corpus
 from nli_models.data.encode import EncodedSplit, batch_indices, iterate_batches, numericalize
 from nli_models.data.prepare import PreparedData, prepare_data
-from nli_models.data.readers import Columns, read_rte, read_sick, read_snli, read_tsv
+from nli_models.data.readers import Columns, Labels, read_rte, read_sick, read_snli, read_tsv
 from nli_models.data.records import NLIExample, NLISplit
 from nli_models.data.splits import grouped_holdout, subsample
 from nli_models.data.text import Vocabulary, tokenize
@@ -31,6 +31,7 @@ __all__ = [
     "DevHoldout",
     "DownloadError",
     "EncodedSplit",
+    "Labels",
     "NLIExample",
     "NLISplit",
     "PreparedData",

@@ -12,7 +12,7 @@ import json
 import os
 import tempfile
 import zipfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from itertools import chain
 from pathlib import Path
@@ -197,14 +197,8 @@ def make_batch(split: EncodedSplit, rows: np.ndarray) -> Batch:
     )
 
 
-def iterate_batches(
-    split: EncodedSplit,
-    batch_size: int,
-    shuffle: bool,
-    seed: int | None = None,
-    epoch: int = 0,
-    pool_batches: int | None = BUCKET_CHUNK_BATCHES,
-) -> Iterator[Batch]:
-    """One epoch of padded batches; see ``batch_indices`` for the order."""
-    for rows in batch_indices(split, batch_size, shuffle, seed, epoch, pool_batches):
+def iterate_batches(split: EncodedSplit, batches: Iterable[np.ndarray]) -> Iterator[Batch]:
+    """The padded batch of each array of rows of ``batches``, lazily: one epoch of
+    ``batch_indices(split, ...)`` as tensors, one batch in memory at a time."""
+    for rows in batches:
         yield make_batch(split, rows)

@@ -23,7 +23,7 @@ from nli_models.data.config import DataConfig, VectorsConfig
 from nli_models.data.corpora import CORPORA
 from nli_models.data.download import DOWNLOAD_URLS, default_data_dir
 from nli_models.data.encode import EncodedSplit, load_arrays, numericalize, save_arrays
-from nli_models.data.readers import Columns, read_jsonl, read_tsv
+from nli_models.data.readers import Columns, Labels, read_jsonl, read_tsv
 from nli_models.data.records import NLISplit
 from nli_models.data.splits import grouped_holdout, subsample
 from nli_models.data.text import Vocabulary, tokenize
@@ -185,13 +185,10 @@ def _reader(config: DataConfig):
     if config.corpus in CORPORA:
         return CORPORA[config.corpus].reader
     columns = Columns(**config.columns.model_dump())
+    labels = Labels(config.labels, config.label_map)
     if config.corpus == "jsonl":
-        return lambda path, name: read_jsonl(
-            path, columns, config.labels, config.label_map, name=name
-        )
-    return lambda path, name: read_tsv(
-        path, columns, config.labels, config.label_map, header=config.tsv_header, name=name
-    )
+        return lambda path, name: read_jsonl(path, columns, labels, name=name)
+    return lambda path, name: read_tsv(path, columns, labels, header=config.tsv_header, name=name)
 
 
 def _tokenize_split(split: NLISplit, lowercase: bool, memo: dict[str, list[str]]):

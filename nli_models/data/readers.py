@@ -2,7 +2,7 @@
 
 Every format goes through the same two steps: a row source that yields ``(location, row)`` pairs,
 where ``location`` is ``"file:line"``, and ``_build_split`` that maps a row onto an ``NLIExample``
-with a column mapping and a label mapping. The corpus readers (SNLI, MultiNLI, SICK, SciTail,
+with a column mapping (``Columns``) and a label scheme (``Labels``). The corpus readers (SNLI, MultiNLI, SICK, SciTail,
 RTE) are the generic JSONL/TSV readers with their corpus's columns and labels filled in.
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +39,16 @@ class Columns:
         """Every configured key, so a header can be checked once before any row is read."""
         optional = (self.pair_id, self.genre)
         return (self.premise, self.hypothesis, self.label, *(k for k in optional if k is not None))
+
+
+@dataclass(frozen=True)
+class Labels:
+    """A corpus's label set and how a row's raw label maps onto it: ``mapped`` renames raw labels
+    (SICK's ENTAILMENT -> entailment), a ``skipped`` one drops the row (SNLI's '-', counted)."""
+
+    allowed: tuple[str, ...] = NLI_LABELS
+    mapped: Mapping[str, str] = field(default_factory=dict)
+    skipped: tuple[str, ...] = ()
 
 
 def numbered_lines(path: str | Path) -> Iterator[tuple[str, str]]:
@@ -114,28 +124,25 @@ def _build_split(
     path: str | Path,
     rows: Iterable[tuple[str, Row]],
     columns: Columns,
-    labels: tuple[str, ...],
-    label_map: Mapping[str, str] | None = None,
-    skip_labels: Iterable[str] = (),
+    labels: Labels,
     keep: Callable[[str, Row], bool] | None = None,
 ) -> NLISplit:
     """Map rows onto examples; ``keep(location, row)`` filters rows (SICK's SemEval_set)."""
-    label_map = dict(label_map or {})
-    skip = set(skip_labels)
     examples: list[NLIExample] = []
     skipped = 0
     for location, row in rows:
         if keep is not None and not keep(location, row):
             continue
         raw_label = _field(row, columns.label, location).strip()
-        if raw_label in skip:
+        if raw_label in labels.skipped:
             skipped += 1
             continue
-        label = label_map.get(raw_label, raw_label)
-        if label not in labels:
+        label = labels.mapped.get(raw_label, raw_label)
+        if label not in labels.allowed:
             raise InputError(
-                f"{location}: unknown label {raw_label!r}; allowed labels: {', '.join(labels)}"
-                + (f" (or mapped: {', '.join(sorted(label_map))})" if label_map else "")
+                f"{location}: unknown label {raw_label!r}; allowed labels: "
+                f"{', '.join(labels.allowed)}"
+                + (f" (or mapped: {', '.join(sorted(labels.mapped))})" if labels.mapped else "")
             )
         examples.append(
             NLIExample(
@@ -149,30 +156,23 @@ def _build_split(
     return NLISplit(
         name=name,
         examples=examples,
-        labels=tuple(labels),
+        labels=tuple(labels.allowed),
         source=str(path),
-        meta={"skipped_labels": skipped} if skip else {},
+        meta={"skipped_labels": skipped} if labels.skipped else {},
     )
 
 
 def read_jsonl(
-    path: str | Path,
-    columns: Columns = Columns(),
-    labels: tuple[str, ...] = NLI_LABELS,
-    label_map: Mapping[str, str] | None = None,
-    skip_labels: Iterable[str] = (),
-    name: str = "train",
+    path: str | Path, columns: Columns = Columns(), labels: Labels = Labels(), name: str = "train"
 ) -> NLISplit:
     """Generic JSONL reader: one JSON object per line, fields named by ``columns``."""
-    return _build_split(name, path, jsonl_rows(path), columns, labels, label_map, skip_labels)
+    return _build_split(name, path, jsonl_rows(path), columns, labels)
 
 
 def read_tsv(
     path: str | Path,
     columns: Columns = Columns(),
-    labels: tuple[str, ...] = NLI_LABELS,
-    label_map: Mapping[str, str] | None = None,
-    skip_labels: Iterable[str] = (),
+    labels: Labels = Labels(),
     header: bool = True,
     name: str = "train",
 ) -> NLISplit:
@@ -180,8 +180,7 @@ def read_tsv(
     MultiNLI samples: ``Columns(label=0, premise=1, hypothesis=2)``."""
     if header:
         _require_header(path, columns.keys())
-    rows = tsv_rows(path, header=header)
-    return _build_split(name, path, rows, columns, labels, label_map, skip_labels)
+    return _build_split(name, path, tsv_rows(path, header=header), columns, labels)
 
 
 def _require_header(path: str | Path, names: Iterable[str | int], explain: str = "") -> None:
@@ -198,17 +197,18 @@ def _require_header(path: str | Path, names: Iterable[str | int], explain: str =
 
 # The '-' gold label marks pairs without annotator consensus; SNLI and MultiNLI papers drop them.
 _SNLI_COLUMNS = Columns("sentence1", "sentence2", "gold_label", pair_id="pairID")
+_SNLI_LABELS = Labels(NLI_LABELS, skipped=("-",))
 
 
 def read_snli(path: str | Path, name: str = "train") -> NLISplit:
     """SNLI 1.0 jsonl; pairs with gold label '-' are dropped (count in ``meta``)."""
-    return read_jsonl(path, _SNLI_COLUMNS, NLI_LABELS, skip_labels=("-",), name=name)
+    return read_jsonl(path, _SNLI_COLUMNS, _SNLI_LABELS, name=name)
 
 
 def read_multinli(path: str | Path, name: str = "train") -> NLISplit:
     """MultiNLI 1.0 jsonl (SNLI's fields plus ``genre``); '-' gold labels are dropped."""
     columns = Columns("sentence1", "sentence2", "gold_label", pair_id="pairID", genre="genre")
-    return read_jsonl(path, columns, NLI_LABELS, skip_labels=("-",), name=name)
+    return read_jsonl(path, columns, _SNLI_LABELS, name=name)
 
 
 # SICK ships as one file; the SemEval_set column says which split a pair belongs to.
@@ -233,15 +233,15 @@ def read_sick(path: str | Path, name: str = "train") -> NLISplit:
             )
         return semeval_set == wanted
 
-    label_map = {label.upper(): label for label in NLI_LABELS}
+    labels = Labels(NLI_LABELS, mapped={label.upper(): label for label in NLI_LABELS})
     rows = tsv_rows(path, header=True)
-    return _build_split(name, path, rows, _SICK_COLUMNS, NLI_LABELS, label_map, keep=keep)
+    return _build_split(name, path, rows, _SICK_COLUMNS, labels, keep=keep)
 
 
 def read_scitail(path: str | Path, name: str = "train") -> NLISplit:
     """SciTail 1.1 tsv_format: ``premise<TAB>hypothesis<TAB>label``, no header; 2 classes."""
     columns = Columns(premise=0, hypothesis=1, label=2)
-    return read_tsv(path, columns, SCITAIL_LABELS, header=False, name=name)
+    return read_tsv(path, columns, Labels(SCITAIL_LABELS), header=False, name=name)
 
 
 def read_rte(path: str | Path, name: str = "train") -> NLISplit:
@@ -258,4 +258,4 @@ def read_rte(path: str | Path, name: str = "train") -> NLISplit:
         explain="; GLUE hides the RTE test labels: use the labelled dev.tsv as the test split "
         "and carve a dev holdout out of train (data.dev_holdout)",
     )
-    return read_tsv(path, columns, RTE_LABELS, header=True, name=name)
+    return read_tsv(path, columns, Labels(RTE_LABELS), header=True, name=name)

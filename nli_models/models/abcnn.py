@@ -39,6 +39,7 @@ from torch import nn
 from nli_models.embeddings import WordEmbeddings
 from nli_models.models.arguments import ModelArguments, Rate, Size, variant_of
 from nli_models.models.layers import Dropout, masked_mean
+from nli_models.models.pair_classifier import PairClassifier, Sentences
 from nli_models.registry import PaperConfig, register_model
 
 _SCORES_PER_BLOCK = 2  # cosine similarity and Euclidean distance (§5.4.1)
@@ -167,7 +168,7 @@ def _paper_config(variant: str, num_blocks: int) -> PaperConfig:
 
 
 @register_model("abcnn")
-class ABCNN(nn.Module):
+class ABCNN(PairClassifier):
     Arguments = ABCNNArguments
     PAPER_CONFIGS = tuple(_paper_config(v, n) for v in VARIANTS for n in (1, 2))
 
@@ -206,40 +207,33 @@ class ABCNN(nn.Module):
         for i, block in enumerate(self.blocks, start=1):
             block.requires_grad_(i == k)
 
-    def forward(
-        self,
-        premise: torch.Tensor,
-        premise_mask: torch.Tensor,
-        hypothesis: torch.Tensor,
-        hypothesis_mask: torch.Tensor,
-        return_attention: bool = False,
-    ):
+    def classify(self, premise: Sentences, hypothesis: Sentences):
         """Attention maps are [B, Lh, Lp] ("block{i}_input", ABCNN-1/3) and
         [B, Lh + w - 1, Lp + w - 1] over convolution columns ("block{i}_conv", ABCNN-2/3)."""
         if self.attention_input:
-            premise, premise_mask = self._fit(premise, premise_mask)
-            hypothesis, hypothesis_mask = self._fit(hypothesis, hypothesis_mask)
-        x0 = self.dropout(self.word_embeddings(premise)) * premise_mask.unsqueeze(-1)
-        x1 = self.dropout(self.word_embeddings(hypothesis)) * hypothesis_mask.unsqueeze(-1)
+            premise, hypothesis = self._fit(premise), self._fit(hypothesis)
+        x0 = self.dropout(self.word_embeddings(premise.ids)) * premise.mask.unsqueeze(-1)
+        x1 = self.dropout(self.word_embeddings(hypothesis.ids)) * hypothesis.mask.unsqueeze(-1)
         scores = [
-            _similarity_scores(masked_mean(x0, premise_mask), masked_mean(x1, hypothesis_mask))
+            _similarity_scores(masked_mean(x0, premise.mask), masked_mean(x1, hypothesis.mask))
         ]
         weights = {}
         for i, block in enumerate(self.blocks[: self.active_blocks], start=1):
-            (x0, x1), summary, attention = block(x0, premise_mask, x1, hypothesis_mask)
+            (x0, x1), summary, attention = block(x0, premise.mask, x1, hypothesis.mask)
             scores.append(_similarity_scores(*summary))
             weights.update({f"block{i}_{k}": a.transpose(1, 2) for k, a in attention.items()})
         features = torch.cat(scores, dim=-1)
         logits = F.linear(features, self.output.weight[:, : features.shape[-1]], self.output.bias)
-        return (logits, weights) if return_attention else logits
+        return logits, weights
 
-    def _fit(self, ids: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def _fit(self, sentences: Sentences) -> Sentences:
         """Drop padding columns beyond max_length (W_0 has max_length columns)."""
+        ids, mask = sentences
         if ids.shape[1] <= self.max_length:
-            return ids, mask
+            return sentences
         if bool(mask[:, self.max_length :].any()):
             raise ValueError(
                 f"a sentence has {int(mask.sum(dim=1).max())} tokens but the model was built "
                 f"with max_length={self.max_length}"
             )
-        return ids[:, : self.max_length], mask[:, : self.max_length]
+        return Sentences(ids[:, : self.max_length], mask[:, : self.max_length])

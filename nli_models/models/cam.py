@@ -41,6 +41,7 @@ from nli_models.models.layers import (
     masked_softmax,
     run_lstm,
 )
+from nli_models.models.pair_classifier import PairClassifier, Sentences
 from nli_models.registry import PaperConfig, register_model
 
 
@@ -86,7 +87,7 @@ def _paper_config(variant: str, table_row: str, corpus: str) -> PaperConfig:
 
 
 @register_model("cam")
-class CombinedAttentionModel(nn.Module):
+class CombinedAttentionModel(PairClassifier):
     Arguments = CAMArguments
     PAPER_CONFIGS = tuple(
         _paper_config(variant, row, corpus)
@@ -123,17 +124,11 @@ class CombinedAttentionModel(nn.Module):
             nn.Linear(hidden_size, args.num_classes),
         )
 
-    def forward(
-        self,
-        premise: torch.Tensor,
-        premise_mask: torch.Tensor,
-        hypothesis: torch.Tensor,
-        hypothesis_mask: torch.Tensor,
-        return_attention: bool = False,
-    ):
+    def classify(self, premise: Sentences, hypothesis: Sentences):
         """Attention: "premise_intra" [B, 1, Lp], "hypothesis_intra" [B, 1, Lh] (eq. 4) and
         "hypothesis_to_premise" [B, Lh, Lp], "premise_to_hypothesis" [B, Lp, Lh] (eq. 7-8)."""
-        r_p, r_h = self._encode(premise, premise_mask), self._encode(hypothesis, hypothesis_mask)
+        premise_mask, hypothesis_mask = premise.mask, hypothesis.mask
+        r_p, r_h = self._encode(premise), self._encode(hypothesis)
         weights = {}
         if self.intra_attention is not None:
             r_p, weights["premise_intra"] = self._intra(r_p, premise_mask)
@@ -155,10 +150,10 @@ class CombinedAttentionModel(nn.Module):
             ],
             dim=-1,
         )
-        logits = self.classifier(relation)
-        return (logits, weights) if return_attention else logits
+        return self.classifier(relation), weights
 
-    def _encode(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    def _encode(self, sentences: Sentences) -> torch.Tensor:
+        ids, mask = sentences
         outputs, _ = run_lstm(self.encoder, self.dropout(self.word_embeddings(ids)), mask)
         return outputs  # eq. 1-2
 

@@ -36,6 +36,7 @@ from torch import nn
 from nli_models.embeddings import WordEmbeddings
 from nli_models.models.arguments import ModelArguments, Rate, Size, one_of, variant_of
 from nli_models.models.layers import Dropout, masked_softmax, masked_sum
+from nli_models.models.pair_classifier import PairClassifier, Sentences
 from nli_models.registry import PaperConfig, register_model
 
 MAX_DISTANCE = 10  # intra-attention: |i-j| above this shares one bias
@@ -102,7 +103,7 @@ class _IntraAttention(nn.Module):
 
 
 @register_model("decomposable")
-class DecomposableAttention(nn.Module):
+class DecomposableAttention(PairClassifier):
     Arguments = DecomposableArguments
     PAPER_CONFIGS = (
         _paper_config("vanilla", "Table 1: Our approach (vanilla)", 382_000),
@@ -134,17 +135,12 @@ class DecomposableAttention(nn.Module):
                     if id(parameter) not in embedding_ids:
                         parameter.normal_(0.0, PAPER_INIT_STD)
 
-    def forward(
-        self,
-        premise: torch.Tensor,
-        premise_mask: torch.Tensor,
-        hypothesis: torch.Tensor,
-        hypothesis_mask: torch.Tensor,
-        return_attention: bool = False,
-    ):
-        """Attention tensors include the NULL position at index 0 of both sentence axes."""
-        a, a_mask = self._represent(premise, premise_mask)
-        b, b_mask = self._represent(hypothesis, hypothesis_mask)
+    def classify(self, premise: Sentences, hypothesis: Sentences):
+        """Attention: "premise_to_hypothesis" [B, 1+Lp, 1+Lh], "hypothesis_to_premise"
+        [B, 1+Lh, 1+Lp] (eq. 2) and with intra, "premise_intra" [B, 1+Lp, 1+Lp] and
+        "hypothesis_intra" [B, 1+Lh, 1+Lh] (eq. 6): the NULL position is index 0 of every axis."""
+        a, a_mask = self._represent(premise)
+        b, b_mask = self._represent(hypothesis)
         weights = {}
         if self.intra is not None:
             a, weights["premise_intra"] = self.intra(a, a_mask)
@@ -156,15 +152,12 @@ class DecomposableAttention(nn.Module):
         v1 = masked_sum(self.compare(torch.cat([a, beta], dim=-1)), a_mask)  # eq. 3-4
         v2 = masked_sum(self.compare(torch.cat([b, alpha], dim=-1)), b_mask)
         logits = self.output(self.aggregate(torch.cat([v1, v2], dim=-1)))  # eq. 5
-        if not return_attention:
-            return logits
         weights.update(premise_to_hypothesis=to_b, hypothesis_to_premise=to_a)
         return logits, weights
 
-    def _represent(
-        self, ids: torch.Tensor, mask: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor]:
+    def _represent(self, sentences: Sentences) -> tuple[torch.Tensor, torch.Tensor]:
         """Unit-norm embeddings with NULL prepended, projected -> ([B, 1+L, P], mask [B, 1+L])."""
+        ids, mask = sentences
         words = F.normalize(self.word_embeddings(ids), dim=-1)
         null = self.null_embedding.expand(ids.shape[0], 1, -1)
         projected = self.projection(torch.cat([null, words], dim=1))

@@ -34,6 +34,7 @@ from torch import nn
 from nli_models.embeddings import PAD_INDEX, WordEmbeddings
 from nli_models.models.arguments import ModelArguments, Rate, Size, one_of, variant_of
 from nli_models.models.layers import AdditiveAttention, Dropout, run_lstm, run_lstm_outputs
+from nli_models.models.pair_classifier import PairClassifier, Sentences
 from nli_models.models.word_by_word import word_by_word_attention
 from nli_models.registry import PaperConfig, register_model
 
@@ -86,7 +87,7 @@ def _config(
 
 
 @register_model("rocktaschel")
-class Rocktaschel2016(nn.Module):
+class Rocktaschel2016(PairClassifier):
     Arguments = RocktaschelArguments
     PAPER_CONFIGS = (
         _config(
@@ -174,41 +175,27 @@ class Rocktaschel2016(nn.Module):
         self.w_x = nn.Linear(hidden_size, hidden_size, bias=False)
         self.output = nn.Linear(hidden_size * (2 if args.two_way else 1), num_classes)
 
-    def forward(
-        self,
-        premise: torch.Tensor,
-        premise_mask: torch.Tensor,
-        hypothesis: torch.Tensor,
-        hypothesis_mask: torch.Tensor,
-        return_attention: bool = False,
-    ):
+    def classify(self, premise: Sentences, hypothesis: Sentences):
         """Attention: "hypothesis_to_premise" [B, Lh, Lp] (word_by_word) or [B, 1, Lp]
-        (attention); two_way adds "premise_to_hypothesis" [B, Lp, Lh] or [B, 1, Lh]."""
-        pair, attention = self._read(premise, premise_mask, hypothesis, hypothesis_mask)
+        (attention); two_way adds "premise_to_hypothesis" [B, Lp, Lh] or [B, 1, Lh];
+        conditional has none."""
+        pair, attention = self._read(premise, hypothesis)
         if self.variant == "conditional":
-            logits = torch.tanh(self.output(self.dropout(pair)))
-            return (logits, {}) if return_attention else logits
+            return torch.tanh(self.output(self.dropout(pair))), {}
         weights = {"hypothesis_to_premise": attention}
         if self.two_way:
-            swapped, swapped_attention = self._read(
-                hypothesis, hypothesis_mask, premise, premise_mask
-            )
+            swapped, weights["premise_to_hypothesis"] = self._read(hypothesis, premise)
             pair = torch.cat([pair, swapped], dim=-1)
-            weights["premise_to_hypothesis"] = swapped_attention
-        logits = self.output(self.dropout(pair))
-        return (logits, weights) if return_attention else logits
+        return self.output(self.dropout(pair)), weights
 
     def _embed(self, ids: torch.Tensor) -> torch.Tensor:
         return self.dropout(self.projection(self.word_embeddings(ids)))
 
     def _read(
-        self,
-        premise: torch.Tensor,
-        premise_mask: torch.Tensor,
-        hypothesis: torch.Tensor,
-        hypothesis_mask: torch.Tensor,
+        self, premise: Sentences, hypothesis: Sentences
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Read the premise, then the hypothesis conditioned on it -> (h_N or h*, attention)."""
+        (premise, premise_mask), (hypothesis, hypothesis_mask) = premise, hypothesis
         outputs_premise, (_, c_premise) = run_lstm(
             self.premise_lstm, self._embed(premise), premise_mask
         )

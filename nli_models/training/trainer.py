@@ -30,7 +30,7 @@ import torch
 from torch import nn
 
 from nli_models.config import RunConfig, TrainingConfig
-from nli_models.data import PreparedData, iterate_batches
+from nli_models.data import PreparedData, batch_indices, iterate_batches
 from nli_models.errors import InputError, InputFileMissing
 from nli_models.registry import build_model, count_parameters
 from nli_models.training.metrics import Evaluation, evaluate
@@ -179,14 +179,16 @@ class Trainer:
     def _batches(self, split: str, shuffle: bool, epoch: int = 0):
         pin = self.device.type == "cuda"
         bucketed = self.config.batching == "bucketed"
-        for batch in iterate_batches(
-            self.data.splits[split],
+        examples = self.data.splits[split]
+        rows = batch_indices(
+            examples,
             self.config.batch_size,
             shuffle=shuffle,
             seed=self.config.seed,
             epoch=epoch,
             pool_batches=self.config.bucket_pool_batches if bucketed else None,
-        ):
+        )
+        for batch in iterate_batches(examples, rows):
             yield batch.pin_memory() if pin else batch
 
     def train_epoch(self, epoch: int) -> tuple[float, float]:

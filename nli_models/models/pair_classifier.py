@@ -1,0 +1,43 @@
+"""The contract every registered model meets: a batch of (premise, hypothesis) pairs in, class
+logits out, and on request the attention maps that the figures draw.
+
+A model subclasses ``PairClassifier`` and implements ``classify``; ``forward`` is the one place
+that states the inputs and what ``return_attention`` returns.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+from torch import nn
+
+
+class Sentences(NamedTuple):
+    """One side of a batch of pairs: token ids [B, L] and their padding mask [B, L] (True = word)."""
+
+    ids: torch.Tensor
+    mask: torch.Tensor
+
+
+class PairClassifier(nn.Module):
+    def forward(
+        self,
+        premise: torch.Tensor,
+        premise_mask: torch.Tensor,
+        hypothesis: torch.Tensor,
+        hypothesis_mask: torch.Tensor,
+        return_attention: bool = False,
+    ) -> torch.Tensor | tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """Logits [B, num_classes]; with ``return_attention``, (logits, attention maps by name),
+        the names and shapes each model's ``classify`` documents (empty where it has none)."""
+        logits, attention = self.classify(
+            Sentences(premise, premise_mask), Sentences(hypothesis, hypothesis_mask)
+        )
+        return (logits, attention) if return_attention else logits
+
+    def classify(
+        self, premise: Sentences, hypothesis: Sentences
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """(logits [B, num_classes], attention maps by name) of each pair of the batch."""
+        raise NotImplementedError
