@@ -15,7 +15,8 @@ same), then reports the metrics of ``orchestrator.ray_adapter.epoch_metrics`` (t
 fed stand-in values) with a checkpoint (a 64 KiB weights file and the trial's config.yaml, as a
 real trial writes) and resumes from its checkpoint as a real trial does.
 
-Per N, in one process and on one cluster, in alternating order:
+Per N, on one cluster, in alternating order, each path in a fresh Python process (so its peak
+RSS is its own: ``ru_maxrss`` of that process; the cluster runs in the benchmark's process):
 - ours: ``orchestrator.sweep.run_sweep`` (driver, Optuna random searcher, FIFO scheduler,
   SweepRecorder writing the journal, the JournalUploader thread, `orchestrate server` over a fresh PostgreSQL database), with
   ``ray_adapter.run_trial`` replaced by ``standin_trial`` in the driver (run_tuner looks the name
@@ -26,17 +27,28 @@ Per N, in one process and on one cluster, in alternating order:
 
 Measured: wall time of the whole call (ours: spec loading to the closed parent run; plain: Tuner
 construction to fit() returning), the ideal (Σ trial sleep / slots, or the longest trial), driver
-CPU seconds and peak RSS (this process, /proc), tracking events (trial starts, results, ends) per
-second of Tune time, the uploader's lag (JournalUploader.behind(): journal records not yet in
-MLflow, sampled every 0.5 s) and its drain after Tune, and every trial's
-dev_accuracy rows in PostgreSQL against the epochs it reported.
+CPU seconds (/proc) and peak RSS (getrusage) of the path's process, tracking events (trial
+starts, results, ends) per second of Tune time, the uploader's lag (JournalUploader.behind():
+journal records not yet in MLflow, sampled every 0.5 s), its thread's CPU seconds (/proc,
+sampled) and its drain after Tune, the analysis logged at the end, the tracking server's CPU
+(its process group, /proc) while each path ran, and every trial's dev_accuracy rows in
+PostgreSQL against the epochs it reported.
+
+With NLI_SCALE_PROFILE=DIR each path's process also writes a cProfile of all its Python threads
+to DIR/scale_cluster-<N>-<path>.prof (profiled runs are slower: not for the timings).
+`python -m benchmarks.scale_cluster PATH SPEC ADDRESS OUT` is that process (internal).
 """
 
 from __future__ import annotations
 
+import argparse
+import contextlib
 import hashlib
 import json
 import os
+import resource
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -44,15 +56,19 @@ from typing import Any
 
 import yaml
 
-from benchmarks.common import Context, log, md_table, target
+from benchmarks.common import Context, log, md_table, setup_environment, target, write_json
 from benchmarks.scale_support import (
+    PROFILE_ENV,
     Database,
     Sampler,
     Server,
     cpu_seconds,
+    group_cpu_seconds,
     linear_fit,
     power_fit,
+    profiled,
     rss_bytes,
+    thread_cpu_seconds,
 )
 
 NAME = "scale_cluster"
@@ -158,6 +174,7 @@ def run_ours(spec_path: Path, address: str) -> dict[str, Any]:
         "errored": SweepRecorder.trial_errored,
         "drain": JournalUploader.drain,
         "run_tuner": sweep_module.run_tuner,
+        "analysis": sweep_module._log_analysis,
     }
 
     def init(self, *args, **kwargs):
@@ -196,18 +213,36 @@ def run_ours(spec_path: Path, address: str) -> dict[str, Any]:
         finally:
             times["tune_s"] = time.perf_counter() - begun
 
+    def analysis(*args, **kwargs):  # the figures and tables logged to the parent at the end
+        begun = time.perf_counter()
+        try:
+            return originals["analysis"](*args, **kwargs)
+        finally:
+            times["analysis_s"] = time.perf_counter() - begun
+
     def evaluate(spec, data, outcome):  # stand-in weights cannot be evaluated
         return {rs.METRIC_TEST_ACCURACY: float(outcome.metrics["best_dev_accuracy"])}, b"stand-in\n"
 
     ray_adapter.run_trial = standin_trial
     sweep_module._evaluate_selected = evaluate
-    sweep_module.run_tuner = run_tuner
+    sweep_module.run_tuner, sweep_module._log_analysis = run_tuner, analysis
     JournalUploader.__init__, JournalUploader.drain = init, drain
     SweepRecorder.trial_started, SweepRecorder.trial_result = started, result
     SweepRecorder.trial_completed, SweepRecorder.trial_errored = completed, errored
     rss0, cpu0 = rss_bytes(), cpu_seconds()
     # The uploader's lag: journal records not yet in MLflow (JournalUploader.behind()).
-    sampler = Sampler(lambda: uploaders[-1].behind() if uploaders else None)
+    uploader_cpu: list[float] = []  # the uploader thread's CPU seconds, last sample kept
+
+    def probe():
+        if not uploaders:
+            return None
+        thread = uploaders[-1]._thread
+        cpu = thread_cpu_seconds(thread) if thread is not None else None
+        if cpu is not None:
+            uploader_cpu[:] = [cpu]
+        return uploaders[-1].behind()
+
+    sampler = Sampler(probe)
     begun = time.perf_counter()
     try:
         summary = sweep_module.run_sweep(spec_path, new=True, address=address)
@@ -216,7 +251,7 @@ def run_ours(spec_path: Path, address: str) -> dict[str, Any]:
         sampler.stop()
         ray_adapter.run_trial = originals["run_trial"]
         sweep_module._evaluate_selected = originals["evaluate"]
-        sweep_module.run_tuner = originals["run_tuner"]
+        sweep_module.run_tuner, sweep_module._log_analysis = originals["run_tuner"], originals["analysis"]
         JournalUploader.__init__, JournalUploader.drain = originals["init"], originals["drain"]
         SweepRecorder.trial_started, SweepRecorder.trial_result = originals["started"], originals["result"]
         SweepRecorder.trial_completed, SweepRecorder.trial_errored = originals["completed"], originals["errored"]
@@ -224,11 +259,12 @@ def run_ours(spec_path: Path, address: str) -> dict[str, Any]:
     events = counts["start"] + counts["result"] + counts["complete"] + counts["error"]
     return {
         "wall_s": wall, "tune_s": times.get("tune_s"), "flush_after_tune_s": times.get("flush_s"),
-        "driver_cpu_s": cpu_seconds() - cpu0, "driver_rss_start_mb": rss0 / 2**20,
-        "driver_peak_rss_mb": sampler.peak_rss / 2**20, "events": counts,
+        "analysis_s": times.get("analysis_s"),
+        "driver_cpu_s": cpu_seconds() - cpu0, "driver_rss_start_mb": rss0 / 2**20, "events": counts,
         "events_per_s": events / times["tune_s"] if times.get("tune_s") else None,
         "uploader_backlog_max": max(backlog, default=0),
         "uploader_backlog_mean": sum(backlog) / len(backlog) if backlog else 0,
+        "uploader_cpu_s": uploader_cpu[0] if uploader_cpu else None,
         "trial_seconds": sum(trial_seconds.values()), "longest_trial_s": max(trial_seconds.values(), default=0),
         "reported": reported, "state": summary.state, "done": summary.done, "failed": summary.failed,
     }
@@ -255,7 +291,6 @@ def run_plain(spec_path: Path, address: str) -> dict[str, Any]:
     spec = load_spec(spec_path)
     data = prepare_data(spec.data)
     rss0, cpu0 = rss_bytes(), cpu_seconds()
-    sampler = Sampler()
     begun = time.perf_counter()
     ray.init(address=address, log_to_driver=False, logging_level="WARNING")
     try:
@@ -278,12 +313,47 @@ def run_plain(spec_path: Path, address: str) -> dict[str, Any]:
     finally:
         ray.shutdown()
         wall = time.perf_counter() - begun
-        sampler.stop()
     return {
         "wall_s": wall, "driver_cpu_s": cpu_seconds() - cpu0, "driver_rss_start_mb": rss0 / 2**20,
-        "driver_peak_rss_mb": sampler.peak_rss / 2**20, "results": callback.results, "errors": errors,
+        "results": callback.results, "errors": errors,
         "trial_seconds": sum(callback.seconds.values()), "longest_trial_s": max(callback.seconds.values(), default=0),
     }
+
+
+PATHS = {"ours": run_ours, "plain": run_plain}
+
+
+def run_path(which: str, spec_path: Path, address: str) -> dict[str, Any]:
+    """One path in a fresh Python process (``main`` below); what it measured."""
+    out = spec_path.with_name(f"{spec_path.stem}-{which}.json")
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    subprocess.run([sys.executable, "-m", "benchmarks.scale_cluster", which, str(spec_path), address, str(out)],
+                   env=env, check=True, stdin=subprocess.DEVNULL)
+    return json.loads(out.read_text())
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.scale_cluster",
+                                     description="one path of the scale_cluster benchmark in this process")
+    parser.add_argument("path", choices=sorted(PATHS))
+    parser.add_argument("spec", type=Path)
+    parser.add_argument("address", help="the simulated cluster's Ray address")
+    parser.add_argument("out", type=Path, help="JSON file for what was measured")
+    args = parser.parse_args(argv)
+    setup_environment()
+    # Imported before the measurement: neither path counts the imports of torch, Ray, MLflow.
+    import ray.tune  # noqa: F401
+
+    import nli_models.data  # noqa: F401
+    import orchestrator.sweep  # noqa: F401
+
+    profile_dir = os.environ.get(PROFILE_ENV)
+    profile = (profiled(Path(profile_dir) / f"{NAME}-{args.spec.stem.rsplit('-', 1)[-1]}-{args.path}.prof")
+               if profile_dir else contextlib.nullcontext())
+    with profile:
+        result = PATHS[args.path](args.spec, args.address)
+    result["driver_peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+    write_json(args.out, result)
 
 
 def ideal_s(run: dict[str, Any], slots: int) -> float:
@@ -323,7 +393,9 @@ def measure(ctx: Context, sizes: tuple[int, ...]) -> dict[str, Any]:
             order = ("plain", "ours") if index % 2 == 0 else ("ours", "plain")
             row: dict[str, Any] = {"loadavg_before": list(os.getloadavg())}
             for which in order:
-                row[which] = (run_plain if which == "plain" else run_ours)(spec_path, cluster.address)
+                server_cpu = group_cpu_seconds(server.proc.pid)
+                row[which] = run_path(which, spec_path, cluster.address)
+                row[which]["server_cpu_s"] = group_cpu_seconds(server.proc.pid) - server_cpu
                 log(f"scale_cluster: N={n} {which}: wall {row[which]['wall_s']:.1f} s "
                     f"(ideal {ideal_s(row[which], slots):.1f} s), load {os.getloadavg()[0]:.2f}")
             ours = row["ours"]
@@ -332,6 +404,7 @@ def measure(ctx: Context, sizes: tuple[int, ...]) -> dict[str, Any]:
             row["ratio_ours_to_plain"] = ours["wall_s"] / row["plain"]["wall_s"]
             row["loadavg_after"] = list(os.getloadavg())
             runs[str(n)] = row
+            ctx.out_dir.mkdir(parents=True, exist_ok=True)
             with open(ctx.out_dir / f"{NAME}.partial.jsonl", "a") as partial:  # kept if a larger N is cut short
                 partial.write(json.dumps({"n": n, **row}, default=str) + "\n")
             log(f"scale_cluster: N={n}: ours/plain {row['ratio_ours_to_plain']:.3f}; {row['tracking_check']}")
@@ -382,7 +455,8 @@ def run(ctx: Context) -> dict[str, Any]:
         o, p = r["ours"], r["plain"]
         rows.append((n, round(r["ideal_s"], 1), round(p["wall_s"], 1), round(o["wall_s"], 1),
                      round(r["ratio_ours_to_plain"], 3), round(o["wall_s"] / r["ideal_s"], 2),
-                     round(o["driver_cpu_s"] / n * 1000, 1), round(p["driver_cpu_s"] / n * 1000, 1),
+                     round(o["driver_cpu_s"] / n * 1000, 1), round((o.get("uploader_cpu_s") or 0) / n * 1000, 1),
+                     round(p["driver_cpu_s"] / n * 1000, 1),
                      round(o["driver_peak_rss_mb"], 0), round(p["driver_peak_rss_mb"], 0),
                      round(o["events_per_s"], 1), o["uploader_backlog_max"], round(o["flush_after_tune_s"] or 0, 2),
                      f"{r['tracking_check']['rows_in_mlflow']}/{r['tracking_check']['events_reported']}",
@@ -410,9 +484,9 @@ def run(ctx: Context) -> dict[str, Any]:
         f"{NODES} simulated nodes x {GPUS_PER_NODE} logical GPUs, {GPUS_PER_TRIAL} per trial ({slots} trials at once); "
         f"stand-in trials of {EPOCHS} epochs x {EPOCH_S:g} s x U[0.5, 1.5], checkpoint every epoch; Optuna random "
         "searcher, FIFO; ours = run_sweep with `orchestrate server` over PostgreSQL; plain = Tuner, no tracking. "
-        "Same cluster, same process, order alternating per N.\n\n"
+        "Same cluster, each path in its own process (peak RSS = its ru_maxrss), order alternating per N.\n\n"
         + md_table(["N", "ideal s", "plain s", "ours s", "ours/plain", "ours/ideal", "our driver CPU ms/trial",
-                    "plain driver CPU ms/trial", "our peak RSS MB", "plain peak RSS MB", "tracking events/s",
+                    "of it uploader thread", "plain driver CPU ms/trial", "our peak RSS MB", "plain peak RSS MB", "tracking events/s",
                     "uploader backlog max", "drain after Tune s", "MLflow rows/reported", "load"], rows)
         + f"\n\nFits over N (least squares): ours wall = {fit['ours_wall_s']['intercept']:.1f} + "
         f"{fit['ours_wall_s']['slope'] * 1000:.1f} ms x N; plain = {fit['plain_wall_s']['intercept']:.1f} + "
@@ -426,3 +500,7 @@ def run(ctx: Context) -> dict[str, Any]:
     return {"sizes": list(sizes), "nodes": NODES, "gpus_per_node": GPUS_PER_NODE, "epochs": EPOCHS,
             "epoch_s": EPOCH_S, "cluster_start_s": measured["cluster_start_s"], "runs": runs, "fits": fit,
             "targets": targets, "summary_md": summary}
+
+
+if __name__ == "__main__":
+    main()

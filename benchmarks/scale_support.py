@@ -1,10 +1,14 @@
 """What the scale benchmarks share: a fresh PostgreSQL database, `orchestrate server` on it (in
 its own process group, stopped by group id), metric rows counted straight from the database,
-the driver process's CPU and memory from /proc, and least-squares fits over N."""
+the driver process's CPU and memory (/proc), least-squares fits over N, and a cProfile of
+every thread of a driver ($NLI_SCALE_PROFILE)."""
 
 from __future__ import annotations
 
+import contextlib
+import cProfile
 import os
+import pstats
 import signal
 import socket
 import subprocess
@@ -147,13 +151,39 @@ def cpu_seconds() -> float:
     return times.user + times.system
 
 
-class Sampler:
-    """Every `interval` s in a thread: this process's RSS (peak kept) and `probe()` (e.g. the
-    uploader's backlog; its samples are kept with their times)."""
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
-    def __init__(self, probe=None, interval: float = 0.5):
+
+def group_cpu_seconds(group_id: int) -> float:
+    """User + system CPU of the live processes of a process group (e.g. the tracking server and
+    its workers), from /proc."""
+    total = 0
+    for stat_file in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat_file.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # ended meanwhile
+        if int(fields[2]) == group_id:  # pgrp
+            total += int(fields[11]) + int(fields[12])
+    return total / _CLOCK_TICKS
+
+
+def thread_cpu_seconds(thread: threading.Thread) -> float | None:
+    """User + system CPU of one live thread of this process (/proc/self/task); None once it ended."""
+    try:
+        stat = Path(f"/proc/self/task/{thread.native_id}/stat").read_text()
+    except OSError:
+        return None
+    fields = stat.rsplit(")", 1)[1].split()  # after the command name, which may hold spaces
+    return (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS  # utime, stime
+
+
+class Sampler:
+    """Every `interval` s in a thread: `probe()` (e.g. the uploader's backlog), kept with the
+    time of the sample when it is not None."""
+
+    def __init__(self, probe, interval: float = 0.5):
         self.probe, self.interval = probe, interval
-        self.peak_rss = rss_bytes()
         self.samples: list[tuple[float, Any]] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="scale-sampler", daemon=True)
@@ -161,16 +191,13 @@ class Sampler:
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval):
-            self.peak_rss = max(self.peak_rss, rss_bytes())
-            if self.probe is not None:
-                value = self.probe()
-                if value is not None:
-                    self.samples.append((time.time(), value))
+            value = self.probe()
+            if value is not None:
+                self.samples.append((time.time(), value))
 
     def stop(self) -> None:
         self._stop.set()
         self._thread.join()
-        self.peak_rss = max(self.peak_rss, rss_bytes())
 
 
 # -- fits --------------------------------------------------------------------------------------
@@ -193,3 +220,45 @@ def power_fit(xs, ys) -> dict[str, float]:
         return {"a": float("nan"), "b": float("nan")}
     b, log_a = np.polyfit(x, y, 1)
     return {"a": float(np.exp(log_a)), "b": float(b)}
+
+
+# -- profiles ----------------------------------------------------------------------------------
+PROFILE_ENV = "NLI_SCALE_PROFILE"
+
+
+@contextlib.contextmanager
+def profiled(path: Path):
+    """cProfile of this process's Python threads while the block runs: the calling thread and
+    every thread started meanwhile (the uploader, the heartbeat), each with its own profiler (one
+    profiles one thread) timing the CPU its thread uses (time.thread_time: a thread waiting on a
+    lock or a socket costs nothing), merged into one pstats file at ``path``. A thread still running at the
+    end is left out, and a note lists it in the log."""
+    profiles: list[tuple[threading.Thread, cProfile.Profile]] = []
+    original_run = threading.Thread.run
+
+    def run(thread: threading.Thread) -> None:
+        profile = cProfile.Profile(time.thread_time)
+        profiles.append((thread, profile))
+        profile.enable()
+        try:
+            original_run(thread)
+        finally:
+            profile.disable()
+
+    main = cProfile.Profile(time.thread_time)
+    threading.Thread.run = run
+    main.enable()
+    try:
+        yield
+    finally:
+        main.disable()
+        threading.Thread.run = original_run
+        stats = pstats.Stats(main)
+        running = [thread.name for thread, _ in profiles if thread.is_alive()]
+        for thread, profile in profiles:
+            if not thread.is_alive():
+                stats.add(profile)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        stats.dump_stats(str(path))
+        if running:
+            print(f"{path}: threads still running, not in the profile: {', '.join(running)}", file=sys.stderr)

@@ -132,7 +132,7 @@ def run(ctx: Context) -> dict[str, Any]:
         f"and checkpoint while the trial waits). 'gaps between trials' = a slot empty between one trial's end and "
         f"the next one's start. 'tail imbalance' = slots idle at the end while the last trial finishes (uneven "
         f"trial lengths).\n\n"
-        f"MLflow: {tracking['sender_ops']} operations sent by the background thread in {tracking['sender_thread_s']:.2f} s "
+        f"MLflow: {tracking['sender_ops']} groups of a trial's records sent by the uploader thread in {tracking['sender_thread_s']:.2f} s "
         f"({tracking['per_trial_logging_s']:.3f} s per trial, {tracking['share_of_trial_time']:.2%} of trial time); "
         f"one-time driver-thread Tracker calls {tracking['one_time_s']:.2f} s (of which opening/creating the SQLite "
         f"store {tracking['store_open_s']:.2f} s); waiting for the sender to drain {tracking['flush_wait_s']:.2f} s.\n\n"

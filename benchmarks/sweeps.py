@@ -27,7 +27,7 @@ SWEEP_PHASES = (
 )
 TRACKER_METHODS = (
     "__init__", "check_reachable", "experiment_id", "sweeps", "trial_runs", "start_sweep", "log_metrics",
-    "set_tags", "log_text", "log_bytes", "reopen", "terminate", "find_trial_run",
+    "set_tags", "log_text", "log_bytes", "reopen", "terminate",
 )
 RESULT_KEYS = ("epoch", "epoch_time_s", "time_this_iter_s", "time_total_s", "training_iteration", "dev_accuracy",
                "best_dev_accuracy", "trial_finished")
@@ -229,7 +229,7 @@ def run_instrumented_sweep(spec: dict[str, Any], folder: Path) -> dict[str, Any]
             inst.wrap(sweep_module, name, f"phase.{phase}")
         for method in TRACKER_METHODS:
             inst.wrap(Tracker, method, f"tracker.{method}")
-        inst.wrap(JournalUploader, "_apply", "sender.send_op")  # one journal record to MLflow
+        inst.wrap(JournalUploader, "_apply_group", "sender.send_op")  # one trial's pending records to MLflow
         inst.wrap(SweepRecorder, "trial_started", "recorder.trial_started", before=on_started)
         inst.wrap(SweepRecorder, "trial_result", "recorder.trial_result", before=on_result)
         inst.wrap(SweepRecorder, "trial_completed", "recorder.trial_completed", before=on_completed)

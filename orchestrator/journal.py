@@ -23,7 +23,7 @@ import os
 import threading
 import time
 import urllib.parse
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -96,6 +96,27 @@ def read_records(path: Path, offset: int = 0, first_line: int = 1) -> Iterator[t
             if line.strip():
                 yield offset, _parse(line, path, line_number)
             line_number += 1
+
+
+def trial_groups(records: Sequence[Record]) -> list[list[int]]:
+    """The indexes of ``records`` in the groups an uploader applies together, ordered by their
+    first record: a trial's start, the epochs that follow it and its finish (``[start] metrics*
+    [finish]``, its records in journal order), or one record of another kind (tags, artifacts).
+    Applying the groups in this order keeps every trial's records in the order it recorded them;
+    records of different trials depend on nothing of each other."""
+    groups: list[list[int]] = []
+    open_groups: dict[tuple[str, str], list[int]] = {}  # trial -> its group that takes epochs
+    for index, record in enumerate(records):
+        trial = (record.parent_run_id, record.trial_id)
+        group = open_groups.pop(trial, None)
+        if group is not None and record.kind in ("metrics", "finish"):
+            group.append(index)
+        else:
+            group = [index]
+            groups.append(group)
+        if record.kind in ("start", "metrics"):
+            open_groups[trial] = group
+    return groups
 
 
 @dataclass

@@ -2,12 +2,13 @@
 
 Not Ray's MLflowLoggerCallback (one request per metric, no parent run). One tracking path: the
 driver appends every trial event to the sweep's journal (orchestrator/journal.py) and one
-uploader thread ships it, one log_batch per epoch, so neither the Tune loop nor training waits
-for the tracking server. While the server is unreachable the uploader falls behind and retries;
-the journal holds what is pending. At the end of a sweep the driver waits for the uploader; if
-the server has been away for NLI_TRACKING_MAX_WAIT_S seconds (default 120; plus one attempt of the
-MLflow client's own retries, MLFLOW_HTTP_REQUEST_MAX_RETRIES), it stops and says how to upload
-the journal later: `orchestrate sync`, the same uploader run over the file. Nothing is dropped.
+uploader thread ships it, the records a trial has pending in one log_batch, so neither the Tune
+loop nor training waits for the tracking server. While the server is unreachable the uploader
+falls behind and retries; the journal holds what is pending. At the end of a sweep the driver
+waits for the uploader; if the server has been away for NLI_TRACKING_MAX_WAIT_S seconds (default
+120; plus one attempt of the MLflow client's own retries, MLFLOW_HTTP_REQUEST_MAX_RETRIES), it
+stops and says how to upload the journal later: `orchestrate sync`, the same uploader run over
+the file. Nothing is dropped.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import contextlib
 import fcntl
 import getpass
 import hashlib
+import itertools
 import json
 import os
 import socket
@@ -27,7 +29,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -35,12 +37,17 @@ from typing import Any
 from mlflow import MlflowClient
 from mlflow.entities import Dataset, DatasetInput, InputTag, Metric, Param, RunTag
 from mlflow.utils.mlflow_tags import MLFLOW_DATASET_CONTEXT
+from mlflow.utils.validation import (
+    MAX_ENTITIES_PER_BATCH,
+    MAX_METRICS_PER_BATCH,
+    MAX_PARAMS_TAGS_PER_BATCH,
+)
 
 from nli_models.config import RunConfig
 from nli_models.data import PreparedData
 from nli_models.errors import mask_secrets
 from nli_models.training import protocol_fingerprint
-from orchestrator.journal import Journal, Record, read_records
+from orchestrator.journal import Journal, Record, read_records, trial_groups
 from orchestrator.spec import SweepSpec, apply_hyperparameters, config_key
 from results import run_schema as rs
 from results.files import write_output
@@ -71,6 +78,8 @@ FINAL_METRICS = {
 }
 
 
+READ_WINDOW = 5000  # journal records grouped at once (bounds what `orchestrate sync` holds)
+CURSOR_INTERVAL_S = 0.2  # the uploader rewrites its cursor file at most this often mid-window
 MAX_WAIT_ENV = "NLI_TRACKING_MAX_WAIT_S"
 DEFAULT_MAX_WAIT_S = 120.0
 
@@ -232,26 +241,6 @@ class Tracker:
     def terminate(self, run_id: str, status: str) -> None:
         self.client.set_terminated(run_id, status=status)
 
-    def last_logged_epoch(self, run_id: str) -> int:
-        """The last epoch a trial run holds metrics for (0 if none); an epoch's metrics are
-        logged in one batch, so any of them tells."""
-        logged = self.client.get_run(run_id).data.metrics
-        key = next((k for k in EPOCH_METRICS if k in logged), None)
-        if key is None:
-            return 0
-        return max(m.step for m in self.client.get_metric_history(run_id, key))
-
-    def find_trial_run(self, experiment_id: str, parent_run_id: str, trial_id: str) -> str | None:
-        runs = self.client.search_runs(
-            [experiment_id],
-            filter_string=(
-                f"tags.`{rs.TAG_PARENT_RUN}` = '{parent_run_id}' "
-                f"and tags.`{rs.TAG_TRIAL_ID}` = '{trial_id}'"
-            ),
-            max_results=1,
-        )
-        return runs[0].info.run_id if runs else None
-
 
 ProtocolTags = Callable[[dict[str, Any]], dict[str, str]]
 
@@ -380,37 +369,95 @@ def retry_with_backoff(
 @dataclass
 class _TrialRun:
     """What the uploader knows of one trial's MLflow run: it makes every record idempotent by
-    (trial, step): an epoch at or below ``last_step`` is on the run already; a start or finish
-    older than the run's latest ending changes nothing."""
+    (trial, step): an epoch at or below ``last_step`` is on the run already; a start older than
+    the run's latest ending, or a finish not newer than it, changes nothing."""
 
     run_id: str
     last_step: int = 0
     ended_ms: int | None = None  # end time of the run's latest FINISHED/FAILED/KILLED
     has_params: bool = True
 
+    @classmethod
+    def found(cls, run) -> _TrialRun:
+        """From a run as a search returns it, without asking for more: the latest value the store
+        keeps of a metric is the one at its highest step, and an epoch's metrics go up in one
+        log_batch (its metrics are one transaction), so any epoch metric's step tells the last
+        epoch on the run."""
+        steps = [m.step for m in run.data.to_proto().metrics if m.key in EPOCH_METRICS]
+        ended = run.info.end_time if run.info.status != "RUNNING" else None
+        return cls(run.info.run_id, max(steps, default=0), ended, bool(run.data.params))
+
+
+@dataclass
+class _Batch:
+    """The entities of one log_batch call."""
+
+    params: list[Param] = field(default_factory=list)
+    metrics: list[Metric] = field(default_factory=list)
+    tags: list[RunTag] = field(default_factory=list)
+
+    def takes(self, other: _Batch) -> bool:
+        """Whether ``other`` fits in this batch within MLflow's limits on one request."""
+        params = len(self.params) + len(other.params)
+        metrics = len(self.metrics) + len(other.metrics)
+        tags = len(self.tags) + len(other.tags)
+        return (
+            max(params, tags) <= MAX_PARAMS_TAGS_PER_BATCH and metrics <= MAX_METRICS_PER_BATCH
+            and params + metrics + tags <= MAX_ENTITIES_PER_BATCH
+        )
+
+    def add(self, other: _Batch) -> None:
+        self.params += other.params
+        self.metrics += other.metrics
+        self.tags += other.tags
+
+
+def batches(parts: list[_Batch]) -> list[_Batch]:
+    """``parts`` (one per journal record, in order) packed in order into as few log_batch calls
+    as MLflow's limits allow. A record is never split across calls, so every call puts whole
+    epochs on the run (the metrics of one call are one transaction in the store)."""
+    packed: list[_Batch] = []
+    for part in parts:
+        if not (part.params or part.metrics or part.tags):
+            continue
+        if not packed or not packed[-1].takes(part):
+            packed.append(_Batch())
+        packed[-1].add(part)
+    return packed
+
 
 class JournalUploader:
     """The one path from a journal to MLflow. In a sweep, a thread tails the journal as the driver
-    appends; `orchestrate sync` runs the same code over the file. Every record is applied
-    idempotently (see _TrialRun), so an uploader killed anywhere, or run twice, loses and doubles
-    nothing. While the store is unreachable it keeps retrying (the journal holds what is
-    pending); ``drain`` gives up once it has been unreachable for ``max_wait_s``.
+    appends; `orchestrate sync` runs the same code over the file. It reads what the journal holds
+    after its cursor, groups it by trial (journal.trial_groups) and sends each group in as few
+    requests as MLflow takes: a trial that is behind by several epochs catches up in one
+    log_batch. Every record is applied idempotently (see _TrialRun), so an uploader killed
+    anywhere, or run twice, loses and doubles nothing. While the store is unreachable it keeps
+    retrying (the journal holds what is pending); ``drain`` gives up once it has been unreachable
+    for ``max_wait_s``.
+
+    What the store already holds of a sweep is read once, with one search for all of the sweep's
+    trial runs, the first time a record of that sweep is applied; after that the uploader knows
+    every run it creates, so a trial it has not seen is new.
 
     A cursor file (JOURNAL.uploaded) remembers how far it got for one store (a hash of the URI),
-    so a resumed sweep or a second sync does not re-read what that store already has."""
+    so a resumed sweep or a second sync does not re-read what that store already has. It only
+    moves past records that are all on the store."""
 
     def __init__(self, tracker: Tracker, path: Path, max_wait_s: float | None = None):
         self.tracker = tracker
         self.path = Path(path)
         self.max_wait_s = default_max_wait_s() if max_wait_s is None else max_wait_s
-        self.uploaded = 0  # records applied (those before the cursor included)
+        self.uploaded = 0  # records before the cursor (applied)
         self.failing_since: float | None = None  # monotonic time of the first failure in a row
         self.last_error = ""
-        self._runs: dict[str, _TrialRun] = {}
+        self._runs: dict[tuple[str, str], _TrialRun] = {}  # (parent run, trial) -> its run
+        self._searched: set[str] = set()  # parent runs whose trial runs were read from the store
         self._cursor_path = self.path.with_name(self.path.name + ".uploaded")
         self._store = hashlib.sha256(tracker.tracking_uri.encode()).hexdigest()[:16]
         self._offset, self._line = 0, 1
         self._read_cursor()
+        self._cursor_written_at = time.monotonic()
         self._wake = threading.Event()
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
@@ -430,28 +477,46 @@ class JournalUploader:
         cursor = {"store": self._store, "offset": self._offset, "line": self._line,
                   "records": self.uploaded}
         write_output(self._cursor_path, json.dumps(cursor))
+        self._cursor_written_at = time.monotonic()
 
     # -- uploading --------------------------------------------------------------------------
     def upload_available(self, give_up: Callable[[Exception], bool] = lambda exc: True) -> int:
-        """Apply every complete record after the cursor; returns how many. A record that fails is
+        """Apply every complete record after the cursor; returns how many. A group that fails is
         retried until ``give_up(error)`` (by default at once: the error is raised)."""
-        applied, written_at = 0, time.monotonic()
-        for offset, record in read_records(self.path, self._offset, self._line):
-            retry_with_backoff(partial(self._apply, record), partial(self._failed, give_up),
-                               wait=self._stopping.wait)
+        applied = 0
+        while True:
+            records = read_records(self.path, self._offset, self._line)
+            window = list(itertools.islice(records, READ_WINDOW))
+            applied += self._apply_window(window, give_up)
+            if len(window) < READ_WINDOW:
+                return applied
+
+    def _apply_window(self, window: list[tuple[int, Record]],
+                      give_up: Callable[[Exception], bool]) -> int:
+        """Apply ``window`` (records right after the cursor) group by group, moving the cursor past
+        the records before the first one not applied yet."""
+        records = [record for _, record in window]
+        applied = [False] * len(records)
+        done, first_line = 0, self._line  # records of the window before the cursor
+        for group in trial_groups(records):
+            retry_with_backoff(partial(self._apply_group, [records[i] for i in group]),
+                               partial(self._failed, give_up), wait=self._stopping.wait)
             if self.failing_since is not None:
                 print(f"MLflow at {mask_secrets(self.tracker.tracking_uri)} answers again; "
                       f"uploading what {self.path} holds", file=sys.stderr)
                 self.failing_since = None
-            self._offset, self._line = offset, self._line + 1
-            self.uploaded += 1
-            applied += 1
-            if time.monotonic() - written_at > 1.0:
+            for index in group:
+                applied[index] = True
+            before = done
+            while done < len(records) and applied[done]:
+                done += 1
+            self.uploaded += done - before
+            self._offset, self._line = window[done - 1][0], first_line + done
+            if time.monotonic() - self._cursor_written_at > CURSOR_INTERVAL_S:
                 self._write_cursor()
-                written_at = time.monotonic()
-        if applied:
+        if records:
             self._write_cursor()
-        return applied
+        return len(records)
 
     def _failed(self, give_up: Callable[[Exception], bool], exc: Exception) -> bool:
         self.last_error = f"{exc.__class__.__name__}: {mask_secrets(str(exc))[:300]}"
@@ -507,53 +572,65 @@ class JournalUploader:
         if self._thread is not None:
             self._thread.join(timeout=30)
 
-    # -- one record -------------------------------------------------------------------------
+    # -- one group of a trial's records -----------------------------------------------------
     def _run(self, record: Record) -> _TrialRun | None:
-        """The trial's run as the uploader knows it, looked up in the store the first time."""
-        known = self._runs.get(record.trial_id)
-        if known is not None:
-            return known
-        run_id = self.tracker.find_trial_run(record.experiment_id, record.parent_run_id, record.trial_id)
-        if run_id is None:
-            return None
-        run = self.tracker.client.get_run(run_id)
-        ended = run.info.end_time if run.info.status != "RUNNING" else None
-        known = _TrialRun(run_id, self.tracker.last_logged_epoch(run_id), ended, bool(run.data.params))
-        self._runs[record.trial_id] = known
-        return known
+        """The trial's run; the store is searched once per sweep, the first time it is needed."""
+        if record.parent_run_id not in self._searched:
+            for run in self.tracker.trial_runs(record.experiment_id, record.parent_run_id):
+                trial = (record.parent_run_id, run.data.tags.get(rs.TAG_TRIAL_ID, ""))
+                self._runs.setdefault(trial, _TrialRun.found(run))
+            self._searched.add(record.parent_run_id)
+        return self._runs.get((record.parent_run_id, record.trial_id))
 
-    def _apply(self, record: Record) -> None:
-        client = self.tracker.client
-        run = self._run(record)
-        if record.kind == "start":
-            self._start(record, run)
+    def _apply_group(self, records: list[Record]) -> None:
+        """One group of journal.trial_groups: the start's run, then one log_batch with its params,
+        every epoch not on the run yet and the finish's metrics and tags (more calls only beyond
+        MLflow's limits), then the finish's status. Safe to run again after a failure anywhere:
+        it sends only what the run does not show yet (see _TrialRun)."""
+        first, client = records[0], self.tracker.client
+        run = self._run(first)
+        if first.kind == "start":
+            run = self._start(first, run)
+        elif run is None:
+            raise KeyError(f"{self.path}: trial {first.trial_id} has no start record before its "
+                           f"{first.kind}")
+        if first.kind == "tags":
+            client.log_batch(run.run_id, tags=[RunTag(k, v) for k, v in first.data["tags"].items()])
             return
-        if run is None:
-            raise KeyError(f"{self.path}: trial {record.trial_id} has no start record before its {record.kind}")
-        if record.kind == "metrics":
-            step = int(record.data["step"])
-            if step > run.last_step:
-                client.log_batch(run.run_id, metrics=[
-                    Metric(k, v, record.time_ms, step) for k, v in record.data["values"].items()
-                ])
-                run.last_step = step
-        elif record.kind == "finish":
-            if run.ended_ms is not None and run.ended_ms > record.time_ms:
-                return  # a later ending is already on the run
-            client.log_batch(
-                run.run_id,
-                metrics=[Metric(k, v, record.time_ms, 0) for k, v in record.data["values"].items()],
-                tags=[RunTag(k, v) for k, v in record.data["tags"].items()],
-            )
-            client.set_terminated(run.run_id, status=record.data["status"], end_time=record.time_ms)
-            run.ended_ms = record.time_ms
-        elif record.kind == "tags":
-            client.log_batch(run.run_id, tags=[RunTag(k, v) for k, v in record.data["tags"].items()])
-        elif record.kind == "artifacts":
-            if Path(record.data["path"]).exists():
-                client.log_artifacts(run.run_id, record.data["path"], record.data["dest"])
+        if first.kind == "artifacts":
+            if Path(first.data["path"]).exists():
+                client.log_artifacts(run.run_id, first.data["path"], first.data["dest"])
+            return
+        parts: list[_Batch] = []
+        if first.kind == "start" and not run.has_params:
+            params = first.data["params"]
+            searched = first.data.get("searched", list(params))
+            parts.append(_Batch(params=trial_param_entities(params, searched)))
+        finish = None
+        for record in records:
+            step = int(record.data.get("step", 0))
+            if record.kind == "metrics" and step > run.last_step:
+                values = record.data["values"]
+                parts.append(_Batch(metrics=[Metric(k, v, record.time_ms, step) for k, v in values.items()]))
+            elif record.kind == "finish" and (run.ended_ms is None or run.ended_ms < record.time_ms):
+                finish = record  # newer than the run's ending (an ending at its time is this one)
+                parts.append(_Batch(
+                    metrics=[Metric(k, v, record.time_ms, 0) for k, v in record.data["values"].items()],
+                    tags=[RunTag(k, v) for k, v in record.data["tags"].items()],
+                ))
+        for batch in batches(parts):
+            client.log_batch(run.run_id, metrics=batch.metrics, params=batch.params, tags=batch.tags)
+            run.last_step = max([run.last_step, *(m.step for m in batch.metrics)])
+            run.has_params = run.has_params or bool(batch.params)
+        if finish is not None:
+            client.set_terminated(run.run_id, status=finish.data["status"], end_time=finish.time_ms)
+            run.ended_ms = finish.time_ms
 
-    def _start(self, record: Record, run: _TrialRun | None) -> None:
+    def _start(self, record: Record, run: _TrialRun | None) -> _TrialRun:
+        """The trial's run: created, or RUNNING again for a resumed or retried trial. A run without
+        params (new, or left by an uploader that died right after creating it) gets its dataset
+        input here and its params in the group's log_batch: params last, so a run with params has
+        everything its start records."""
         client = self.tracker.client
         params = record.data["params"]
         if run is None:
@@ -571,16 +648,13 @@ class JournalUploader:
                 },
             )
             run = _TrialRun(created.info.run_id, has_params=False)
-            self._runs[record.trial_id] = run
-        elif run.ended_ms is None or run.ended_ms < record.time_ms:
+            self._runs[(record.parent_run_id, record.trial_id)] = run
+        elif run.ended_ms is not None and run.ended_ms < record.time_ms:
             client.update_run(run.run_id, status="RUNNING")  # a resumed or retried trial
             run.ended_ms = None
-        if not run.has_params:  # also repairs a run whose uploader died right after creating it
-            searched = record.data.get("searched", list(params))
-            client.log_batch(run.run_id, params=trial_param_entities(params, searched))
-            if record.data.get("dataset"):
-                client.log_inputs(run.run_id, datasets=_dataset_entities(record.data["dataset"]))
-            run.has_params = True
+        if not run.has_params and record.data.get("dataset"):
+            client.log_inputs(run.run_id, datasets=_dataset_entities(record.data["dataset"]))
+        return run
 
 
 def upload_journal(path: Path, tracking_uri: str) -> int:

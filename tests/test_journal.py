@@ -11,12 +11,13 @@ import signal
 import subprocess
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 import pytest
 from mlflow import MlflowClient
 
-from orchestrator.journal import Journal, JournalError, read_records
+from orchestrator.journal import Journal, JournalError, Record, read_records, trial_groups
 from orchestrator.tracking import JournalUploader, SweepRecorder, Tracker, TrackingUnavailable
 from results import run_schema as rs
 from results.tracking import trial_params
@@ -162,3 +163,104 @@ def test_a_journal_line_that_is_no_record_stops_the_sweeps_wait_with_its_place(s
     with pytest.raises(TrackingUnavailable, match=rf"{journal.path}:4: not a JSON line"):
         uploader.drain()
     uploader.stop()
+
+
+class CountingClient:
+    """An MlflowClient that counts its calls by method and keeps the arguments of log_batch;
+    ``fail_log_batch`` makes that call (1-based) raise once, as a store that went away would."""
+
+    def __init__(self, client: MlflowClient, fail_log_batch: int | None = None):
+        self.client, self.fail_log_batch = client, fail_log_batch
+        self.calls: Counter[str] = Counter()
+        self.batches: list[dict] = []
+
+    def __getattr__(self, name: str):
+        method = getattr(self.client, name)
+
+        def counted(*args, **kwargs):
+            self.calls[name] += 1
+            if name == "log_batch":
+                if self.calls[name] == self.fail_log_batch:
+                    raise ConnectionError("the store went away")
+                self.batches.append(kwargs)
+            return method(*args, **kwargs)
+
+        return counted
+
+
+def counting(store: Tracker, **options) -> CountingClient:
+    store.client = CountingClient(store.client, **options)
+    return store.client
+
+
+def epoch_steps(client: MlflowClient, run_id: str) -> dict[str, list[int]]:
+    return {key: sorted(m.step for m in client.get_metric_history(run_id, key))
+            for key in (rs.METRIC_DEV_ACCURACY, rs.METRIC_TRAIN_LOSS)}
+
+
+def test_records_are_grouped_by_trial_in_journal_order():
+    kinds = [("a", "start"), ("b", "start"), ("a", "metrics"), ("b", "metrics"), ("a", "metrics"),
+             ("a", "finish"), ("a", "artifacts"), ("b", "tags"), ("b", "metrics"), ("a", "start"),
+             ("a", "metrics")]
+    records = [Record(kind, trial, {}, 0, "e", "p") for trial, kind in kinds]
+    assert trial_groups(records) == [[0, 2, 4, 5], [1, 3], [6], [7], [8], [9, 10]]
+
+
+def test_many_epochs_of_a_trial_go_up_in_few_requests_each_epoch_whole(sweep):
+    """600 epochs of one trial (1,200 metrics): one search, the run, two log_batch calls within
+    MLflow's limits (an epoch never split between them), its status; every epoch once."""
+    uri, store, experiment_id, parent, journal = sweep
+    record_sweep(journal, trials=1, epochs=600)
+    client = counting(store)
+    assert JournalUploader(store, journal.path).upload_available() == 602
+    assert client.calls == {"search_runs": 1, "create_run": 1, "log_batch": 2, "set_terminated": 1}
+    for batch in client.batches:
+        assert len(batch["metrics"]) <= 1000 and len(batch["params"]) <= 100 and len(batch["tags"]) <= 100
+        assert len(batch["metrics"]) + len(batch["params"]) + len(batch["tags"]) <= 1000
+    calls_of_step = {}
+    for index, batch in enumerate(client.batches):
+        for metric in batch["metrics"]:
+            calls_of_step.setdefault(metric.step, set()).add(index)
+    assert all(len(calls) == 1 for calls in calls_of_step.values())
+    [run] = store.trial_runs(experiment_id, parent)
+    assert run.info.status == "FINISHED"
+    assert epoch_steps(MlflowClient(uri), run.info.run_id) == {
+        rs.METRIC_DEV_ACCURACY: list(range(1, 601)), rs.METRIC_TRAIN_LOSS: list(range(1, 601))}
+
+
+def test_the_store_is_searched_once_per_sweep_not_per_trial(sweep):
+    """A second upload of the whole journal (no cursor) reads what the store holds with one search
+    and, finding every record on it, sends nothing."""
+    _, store, experiment_id, parent, journal = sweep
+    record_sweep(journal)
+    first = counting(store)
+    JournalUploader(store, journal.path).upload_available()
+    assert first.calls["search_runs"] == 1 and first.calls["create_run"] == TRIALS
+    journal.path.with_name(journal.path.name + ".uploaded").unlink()
+    again = counting(store)
+    assert JournalUploader(store, journal.path).upload_available() == RECORDS
+    assert again.calls == {"search_runs": 1}
+    assert len(store.trial_runs(experiment_id, parent)) == TRIALS
+
+
+def test_a_batch_that_fails_half_way_is_finished_by_the_next_uploader(sweep):
+    """The store goes away after the first of a trial's two log_batch calls: the cursor stays
+    before the trial, and the next uploader (another process, knowing only the store) sends the
+    epochs the run lacks, none twice."""
+    uri, store, experiment_id, parent, journal = sweep
+    record_sweep(journal, trials=1, epochs=600)
+    counting(store, fail_log_batch=2)
+    with pytest.raises(ConnectionError):
+        JournalUploader(store, journal.path).upload_available()
+    [run] = store.trial_runs(experiment_id, parent)
+    on_run = epoch_steps(MlflowClient(uri), run.info.run_id)[rs.METRIC_DEV_ACCURACY]
+    assert on_run == list(range(1, len(on_run) + 1)) and 0 < len(on_run) < 600
+    assert not journal.path.with_name(journal.path.name + ".uploaded").exists()
+
+    fresh = Tracker(uri)
+    resumed = counting(fresh)
+    assert JournalUploader(fresh, journal.path).upload_available() == 602
+    assert resumed.calls == {"search_runs": 1, "log_batch": 1, "set_terminated": 1}
+    assert epoch_steps(MlflowClient(uri), run.info.run_id) == {
+        rs.METRIC_DEV_ACCURACY: list(range(1, 601)), rs.METRIC_TRAIN_LOSS: list(range(1, 601))}
+    assert MlflowClient(uri).get_run(run.info.run_id).info.status == "FINISHED"
