@@ -20,6 +20,10 @@ DEFAULTS = {
     "TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S": "0",
     "RAY_AIR_NEW_OUTPUT": "0",
     "OMP_WAIT_POLICY": "PASSIVE",
+    # Against a tracking server, MlflowClient.set_terminated prints two "View run/experiment" lines
+    # to stdout for every trial run it ends and fetches the run once more to do so: terminal noise
+    # in a sweep (which prints its own links) and one extra request per trial.
+    "MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT": "true",
 }
 
 
