@@ -24,11 +24,12 @@ import pytest
 from cluster_support import (
     BIN,
     Group,
+    RayHead,
     base_env,
     free_port,
-    http_ok,
+    node_ports,
     orchestrate,
-    stop_all,
+    stop_ray_nodes,
     wait_for,
     write_spec,
 )
@@ -39,14 +40,6 @@ pytestmark = [pytest.mark.ray, pytest.mark.timeout(900)]
 
 
 # -- Ray cluster ------------------------------------------------------------------------------
-def _node_ports() -> list[str]:
-    ports = []
-    for flag in ("--node-manager-port", "--object-manager-port", "--dashboard-agent-listen-port",
-                 "--dashboard-agent-grpc-port", "--runtime-env-agent-port", "--metrics-export-port"):
-        ports += [flag, str(free_port())]
-    return ports
-
-
 class Cluster:
     def __init__(self, dashboard: str, groups: list[Group]):
         self.address = dashboard
@@ -62,41 +55,30 @@ class Cluster:
 def ray_cluster(postgres_uri, logs_dir):
     """A head (2 CPUs) and a worker node (1 CPU); each node has its own temp dir, as separate
     machines would (a shared one lets a node delete the other's unpacked job working dir)."""
-    gcs, dashboard = free_port(), free_port()
-    head_tmp = tempfile.mkdtemp(prefix="nlirh", dir="/tmp")  # short: Ray's socket paths
+    head = RayHead(num_cpus=2, logs=logs_dir)
     worker_tmp = tempfile.mkdtemp(prefix="nlirw", dir="/tmp")
-    ray = str(BIN / "ray")
-    groups: list[Group] = []
+    groups = [head.group]
     try:
         groups.append(Group(
-            [ray, "start", "--head", "--block", "--node-ip-address", "127.0.0.1",
-             "--port", str(gcs), "--dashboard-host", "127.0.0.1", "--dashboard-port", str(dashboard),
-             "--ray-client-server-port", str(free_port()), "--num-cpus", "2", "--num-gpus", "0",
-             "--temp-dir", head_tmp, "--disable-usage-stats", *_node_ports()],
-            logs_dir / "ray-head.log",
-        ))
-        url = f"http://127.0.0.1:{dashboard}"
-        wait_for(lambda: http_ok(f"{url}/api/version"), 90, f"the Ray dashboard at {url}", groups=groups)
-        groups.append(Group(
-            [ray, "start", "--address", f"127.0.0.1:{gcs}", "--block", "--node-ip-address",
+            [str(BIN / "ray"), "start", "--address", head.address, "--block", "--node-ip-address",
              "127.0.0.1", "--num-cpus", "1", "--num-gpus", "0", "--temp-dir", worker_tmp,
-             *_node_ports()],
+             *node_ports()],
             logs_dir / "ray-worker.log",
         ))
 
         def two_nodes() -> bool:
             try:
-                with urllib.request.urlopen(f"{url}/nodes?view=summary", timeout=5) as response:
+                with urllib.request.urlopen(f"{head.dashboard}/nodes?view=summary", timeout=5) as response:
                     nodes = json.load(response)["data"]["summary"]
             except (OSError, ValueError, KeyError):
                 return False
             return sum(n["raylet"]["state"] == "ALIVE" for n in nodes) >= 2
 
         wait_for(two_nodes, 90, "the worker node to join", groups=groups)
-        yield Cluster(url, groups)
+        yield Cluster(head.dashboard, groups)
     finally:
-        stop_all(groups)
-        shutil.rmtree(head_tmp, ignore_errors=True)
+        stop_ray_nodes(groups)
+        shutil.rmtree(head.temp_dir, ignore_errors=True)
         shutil.rmtree(worker_tmp, ignore_errors=True)
 
 
