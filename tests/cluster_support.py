@@ -93,16 +93,6 @@ class Group:
         self._log.close()
 
 
-def stop_all(groups: list[Group]) -> None:
-    for group in groups:  # SIGTERM every group first so nodes shut down side by side
-        try:
-            os.killpg(group.pid, signal.SIGTERM)
-        except ProcessLookupError:
-            pass
-    for group in groups:
-        group.stop()
-
-
 def wait_for(predicate, timeout_s: float, what: str, poll_s: float = 0.5, groups=()):
     deadline = time.monotonic() + timeout_s
     while True:
@@ -123,6 +113,54 @@ def http_ok(url: str) -> bool:
         return True
     except OSError:
         return False
+
+
+# -- Ray --------------------------------------------------------------------------------------
+def stop_ray_nodes(groups: list[Group]) -> None:
+    """End Ray nodes (`ray start --block` groups) by process group, at once: their processes end
+    with the group, and workers (in groups of their own) exit once their raylet is gone. Given
+    SIGTERM, `ray start` outlasted a 5 s grace every time."""
+    for group in groups:
+        group.stop(grace_s=0)
+
+
+def node_ports() -> list[str]:
+    """Free ports for a Ray node's own servers: two nodes (or Ray instances) on one machine must
+    not both take Ray's fixed defaults."""
+    ports = []
+    for flag in ("--node-manager-port", "--object-manager-port", "--dashboard-agent-listen-port",
+                 "--dashboard-agent-grpc-port", "--runtime-env-agent-port", "--metrics-export-port"):
+        ports += [flag, str(free_port())]
+    return ports
+
+
+class RayHead:
+    """`ray start --head --block` on 127.0.0.1 in its own process group, with a temp dir of its
+    own: `address` (GCS) is what `orchestrate sweep --address` and a worker node join,
+    `dashboard` what `orchestrate submit/jobs/logs --address` talk to."""
+
+    def __init__(self, num_cpus: int, logs: Path):
+        gcs, dashboard = free_port(), free_port()
+        self.address = f"127.0.0.1:{gcs}"
+        self.dashboard = f"http://127.0.0.1:{dashboard}"
+        self.temp_dir = tempfile.mkdtemp(prefix="nlirh", dir="/tmp")  # short: Ray's socket paths
+        self.group = Group(
+            [str(BIN / "ray"), "start", "--head", "--block", "--node-ip-address", "127.0.0.1",
+             "--port", str(gcs), "--dashboard-host", "127.0.0.1", "--dashboard-port", str(dashboard),
+             "--ray-client-server-port", str(free_port()), "--num-cpus", str(num_cpus),
+             "--num-gpus", "0", "--temp-dir", self.temp_dir, "--disable-usage-stats", *node_ports()],
+            logs / "ray-head.log",
+        )
+        try:
+            wait_for(lambda: http_ok(f"{self.dashboard}/api/version"), 90,
+                     f"the Ray dashboard at {self.dashboard}", groups=[self.group])
+        except BaseException:
+            self.stop()
+            raise
+
+    def stop(self) -> None:
+        stop_ray_nodes([self.group])
+        shutil.rmtree(self.temp_dir, ignore_errors=True)
 
 
 # -- PostgreSQL -------------------------------------------------------------------------------

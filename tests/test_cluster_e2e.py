@@ -24,11 +24,12 @@ import pytest
 from cluster_support import (
     BIN,
     Group,
+    RayHead,
     base_env,
     free_port,
-    http_ok,
+    node_ports,
     orchestrate,
-    stop_all,
+    stop_ray_nodes,
     wait_for,
     write_spec,
 )
@@ -39,14 +40,6 @@ pytestmark = [pytest.mark.ray, pytest.mark.timeout(900)]
 
 
 # -- Ray cluster ------------------------------------------------------------------------------
-def _node_ports() -> list[str]:
-    ports = []
-    for flag in ("--node-manager-port", "--object-manager-port", "--dashboard-agent-listen-port",
-                 "--dashboard-agent-grpc-port", "--runtime-env-agent-port", "--metrics-export-port"):
-        ports += [flag, str(free_port())]
-    return ports
-
-
 class Cluster:
     def __init__(self, dashboard: str, groups: list[Group]):
         self.address = dashboard
@@ -62,41 +55,30 @@ class Cluster:
 def ray_cluster(postgres_uri, logs_dir):
     """A head (2 CPUs) and a worker node (1 CPU); each node has its own temp dir, as separate
     machines would (a shared one lets a node delete the other's unpacked job working dir)."""
-    gcs, dashboard = free_port(), free_port()
-    head_tmp = tempfile.mkdtemp(prefix="nlirh", dir="/tmp")  # short: Ray's socket paths
+    head = RayHead(num_cpus=2, logs=logs_dir)
     worker_tmp = tempfile.mkdtemp(prefix="nlirw", dir="/tmp")
-    ray = str(BIN / "ray")
-    groups: list[Group] = []
+    groups = [head.group]
     try:
         groups.append(Group(
-            [ray, "start", "--head", "--block", "--node-ip-address", "127.0.0.1",
-             "--port", str(gcs), "--dashboard-host", "127.0.0.1", "--dashboard-port", str(dashboard),
-             "--ray-client-server-port", str(free_port()), "--num-cpus", "2", "--num-gpus", "0",
-             "--temp-dir", head_tmp, "--disable-usage-stats", *_node_ports()],
-            logs_dir / "ray-head.log",
-        ))
-        url = f"http://127.0.0.1:{dashboard}"
-        wait_for(lambda: http_ok(f"{url}/api/version"), 90, f"the Ray dashboard at {url}", groups=groups)
-        groups.append(Group(
-            [ray, "start", "--address", f"127.0.0.1:{gcs}", "--block", "--node-ip-address",
+            [str(BIN / "ray"), "start", "--address", head.address, "--block", "--node-ip-address",
              "127.0.0.1", "--num-cpus", "1", "--num-gpus", "0", "--temp-dir", worker_tmp,
-             *_node_ports()],
+             *node_ports()],
             logs_dir / "ray-worker.log",
         ))
 
         def two_nodes() -> bool:
             try:
-                with urllib.request.urlopen(f"{url}/nodes?view=summary", timeout=5) as response:
+                with urllib.request.urlopen(f"{head.dashboard}/nodes?view=summary", timeout=5) as response:
                     nodes = json.load(response)["data"]["summary"]
             except (OSError, ValueError, KeyError):
                 return False
             return sum(n["raylet"]["state"] == "ALIVE" for n in nodes) >= 2
 
         wait_for(two_nodes, 90, "the worker node to join", groups=groups)
-        yield Cluster(url, groups)
+        yield Cluster(head.dashboard, groups)
     finally:
-        stop_all(groups)
-        shutil.rmtree(head_tmp, ignore_errors=True)
+        stop_ray_nodes(groups)
+        shutil.rmtree(head.temp_dir, ignore_errors=True)
         shutil.rmtree(worker_tmp, ignore_errors=True)
 
 
@@ -174,60 +156,52 @@ def logged_epochs(client, name: str) -> int:
 
 
 # -- tests ------------------------------------------------------------------------------------
-def test_quickstart_submitted_to_two_node_cluster_logs_every_trial(ray_cluster, tracking, tmp_path):
+def test_quickstart_and_a_second_sweep_at_once_log_every_trial_to_the_shared_server(
+        ray_cluster, tracking, tmp_path):
+    """Two sweeps submitted together run side by side on the two nodes and share the server
+    without losing a run: the quickstart as shipped, submitted with the console script, and a
+    smaller one whose storage_path is a URI (as s3://... would be), which Tune and the sweep
+    take as given. (One test for both: each job costs a driver's start on the cluster.)"""
     from orchestrator.spec import grid_points, load_spec
 
-    # The quickstart as shipped, searching lr x dropout (4 trials; its hidden_size grid would
-    # double the time without testing more of the cluster path).
-    spec = write_spec(tmp_path / "spec", "cluster-quickstart", tracking.url,
-                      grid={"lr": [0.001, 0.003], "dropout": [0.0, 0.2]})
-    loaded = load_spec(spec)
+    # The quickstart searching lr x dropout (4 trials; its hidden_size grid would double the time
+    # without testing more of the cluster path).
+    quickstart, other = "cluster-quickstart", "cluster-concurrent"
+    grid = {"lr": [0.001, 0.003], "dropout": [0.0, 0.2]}
+    quickstart_spec = write_spec(tmp_path / "spec", quickstart, tracking.url, grid=grid)
+    other_spec = write_spec(tmp_path / "other", other, tracking.url, epochs=2, toy_size=1000,
+                            grid=grid, storage_path=f"file://{tmp_path}/other-results")
+    loaded = load_spec(quickstart_spec)
     trials, epochs = loaded.num_trials(), loaded.training.epochs
-    job_id = submit(ray_cluster, spec, subprocess_cli=True)
+    quickstart_job = submit(ray_cluster, quickstart_spec, subprocess_cli=True)
+    other_job = submit(ray_cluster, other_spec)
 
     listed = orchestrate("jobs", "--address", ray_cluster.address)
-    assert listed.returncode == 0 and job_id in listed.stdout, listed.stdout + listed.stderr
+    assert listed.returncode == 0 and quickstart_job in listed.stdout, listed.stdout + listed.stderr
 
-    logs = wait_succeeded(ray_cluster, job_id)
-    assert f"sweep finished: {trials} trials (0 failed)" in logs
-    parent, children = assert_complete(tracking.client(), "cluster-quickstart", trials, epochs)
-    assert "sweep.test_accuracy" in parent.data.metrics  # the selected configuration was tested
-    names = sorted(loaded.search.space)
-    expected = sorted(tuple(str(point[k]) for k in names) for point in grid_points(loaded))
-    assert sorted(tuple(c.data.params[k] for k in names) for c in children) == expected
-    # Artifacts went through the server to its destination; Tune results to storage_path.
-    assert list(tracking.artifacts.rglob("spec.yaml")), "the spec artifact is not in the server's store"
-    assert list((tmp_path / "spec" / "ray_results").glob("cluster-quickstart-*/*/checkpoint_*"))
-
-    shown = orchestrate("logs", job_id, "--address", ray_cluster.address)
-    assert shown.returncode == 0 and "sweep finished" in shown.stdout
-    followed = orchestrate("logs", job_id, "--address", ray_cluster.address, "--follow")
-    assert followed.returncode == 0 and "sweep finished" in followed.stdout
-    assert "SUCCEEDED" in followed.stderr
-
-
-def test_two_sweeps_at_once_share_the_server_without_losing_runs(ray_cluster, tracking, tmp_path):
-    # b's storage_path is a URI (as s3://... would be): Tune and the sweep take it as given.
-    grid = {"lr": [0.001, 0.003], "dropout": [0.0, 0.2]}
-    specs = {
-        "cluster-concurrent-a": write_spec(tmp_path / "a", "cluster-concurrent-a", tracking.url,
-                                           epochs=2, toy_size=1000, grid=grid),
-        "cluster-concurrent-b": write_spec(tmp_path / "b", "cluster-concurrent-b", tracking.url,
-                                           epochs=2, toy_size=1000, grid=grid,
-                                           storage_path=f"file://{tmp_path}/b-results"),
-    }
-    job_ids = {name: submit(ray_cluster, spec) for name, spec in specs.items()}
-    for job_id in job_ids.values():
+    for job_id in (quickstart_job, other_job):
         logs = wait_succeeded(ray_cluster, job_id)
         assert "sweep finished: 4 trials (0 failed)" in logs
         assert "Traceback" not in logs and "unreachable" not in logs, logs[-4000:]
     client = tracking.client()
-    run_ids = set()
-    for name in specs:
-        parent, children = assert_complete(client, name, trials=4, epochs=2)
-        run_ids |= {parent.info.run_id, *(c.info.run_id for c in children)}
+    parent, children = assert_complete(client, quickstart, trials, epochs)
+    assert "sweep.test_accuracy" in parent.data.metrics  # the selected configuration was tested
+    names = sorted(loaded.search.space)
+    expected = sorted(tuple(str(point[k]) for k in names) for point in grid_points(loaded))
+    assert sorted(tuple(c.data.params[k] for k in names) for c in children) == expected
+    other_parent, other_children = assert_complete(client, other, trials=4, epochs=2)
+    run_ids = {r.info.run_id for r in (parent, *children, other_parent, *other_children)}
     assert len(run_ids) == 10
-    assert list((tmp_path / "b-results").glob("cluster-concurrent-b-*/*/checkpoint_*"))
+    # Artifacts went through the server to its destination; Tune results to storage_path.
+    assert list(tracking.artifacts.rglob("spec.yaml")), "the spec artifact is not in the server's store"
+    assert list((tmp_path / "spec" / "ray_results").glob(f"{quickstart}-*/*/checkpoint_*"))
+    assert list((tmp_path / "other-results").glob(f"{other}-*/*/checkpoint_*"))
+
+    shown = orchestrate("logs", quickstart_job, "--address", ray_cluster.address)
+    assert shown.returncode == 0 and "sweep finished" in shown.stdout
+    followed = orchestrate("logs", quickstart_job, "--address", ray_cluster.address, "--follow")
+    assert followed.returncode == 0 and "sweep finished" in followed.stdout
+    assert "SUCCEEDED" in followed.stderr
 
 
 def test_server_outage_mid_sweep_loses_nothing(ray_cluster, tracking, tmp_path):

@@ -30,7 +30,7 @@ from results.sweeps import load_sweeps
 
 pytestmark = pytest.mark.ray
 EPOCHS = 2
-FOUR_EPOCHS = 4  # the 4-trial sweeps of _driver_past_first_trial, 4 epochs each
+FOUR_EPOCHS = 4  # the sweep cut by SIGKILL and by Ctrl-C, one trial at a time
 EXIT_INTERRUPTED = 3
 # Each epoch lasts this much longer, so that a trial seen running is still running when the
 # signal lands (toy epochs take a fraction of a second).
@@ -168,7 +168,8 @@ def test_ctrl_c_during_the_last_trial_with_a_concurrency_limit(tmp_path):
 
 
 def test_second_ctrl_c_aborts_at_once_leaving_the_same_resumable_state(tmp_path):
-    spec = _spec(tmp_path, "twice")
+    # Two trials, both running when the signals land: the resume trains two, not four.
+    spec = _spec(tmp_path, "twice", {"space": {"lr": {"grid": [0.001, 0.01]}, "dropout": {"grid": [0.0]}}})
     driver, log = _start(tmp_path, spec, EPOCH_DELAY)
     wait_while_driving(trial_running(tmp_path, "twice", log), driver, log, "a running trial")
     os.killpg(driver.pid, signal.SIGINT)
@@ -176,45 +177,27 @@ def test_second_ctrl_c_aborts_at_once_leaving_the_same_resumable_state(tmp_path)
     assert _interrupt(driver, log, signal.SIGINT, group=True) == EXIT_INTERRUPTED
     assert "SIGINT again: aborting at once" in log.read_text()
     _assert_interrupted(tmp_path, "twice")
-    _assert_resume_completes(tmp_path, spec, "twice", planned=4)
+    _assert_resume_completes(tmp_path, spec, "twice", planned=2)
 
 
-def test_ctrl_c_during_the_test_evaluation_records_no_test_metric(tmp_path):
-    spec = _spec(tmp_path, "select", {"space": {"lr": {"grid": [0.003]}, "dropout": {"grid": [0.0]}}})
-    driver, log = _start(tmp_path, spec, {"NLI_TEST_EVALUATION_DELAY_S": "30"})
-    wait_while_driving(lambda: "selecting on dev" in log.read_text(), driver, log, "the selection")
-    assert _interrupt(driver, log, signal.SIGINT, group=True) == EXIT_INTERRUPTED
-    _, children = _assert_interrupted(tmp_path, "select")
-    assert [c.info.status for c in children] == ["FINISHED"]
-    assert "interrupted: 1/1 trials done" in log.read_text()
-    _assert_resume_completes(tmp_path, spec, "select", planned=1)  # selects and tests, once
-
-
-def _driver_past_first_trial(folder: Path, name: str):
-    """A 4-trial sweep, one trial at a time, driven by `orchestrate sweep` once a trial finished."""
+def test_sigkill_then_resume_then_ctrl_c_with_trials_pending_then_resume_runs_each_trial_once(tmp_path):
+    """One sweep, one trial at a time, cut twice: the driver alone SIGKILLed once a trial has
+    finished, then its resume interrupted by Ctrl-C once another has, with trials still pending;
+    the second resume finishes it. (One sweep for both interruptions: each sweep costs drivers'
+    starts.)"""
+    name, planned = "killed", 5
     spec = write_spec(
-        folder,
-        {"name": name, "training": {"epochs": FOUR_EPOCHS}, "search": {"max_concurrent_trials": 1}},
+        tmp_path,
+        {"name": name, "training": {"epochs": FOUR_EPOCHS}, "search": {
+            "space": {"lr": {"grid": [0.001, 0.002, 0.003, 0.005, 0.01]}, "dropout": {"grid": [0.0]}},
+            "max_concurrent_trials": 1}},
     )
-    driver, log = _start(folder, spec, {})
+    driver, log = _start(tmp_path, spec, {})
     try:
-        wait_while_driving(trials_finished(folder, name, log, 1), driver, log, "a first trial's end")
+        wait_while_driving(trials_finished(tmp_path, name, log, 1), driver, log, "a first trial's end")
     except BaseException:
         kill_session(driver)
         raise
-    return spec, driver, log
-
-
-def test_ctrl_c_with_trials_pending_leaves_nothing_running_and_resume_finishes(tmp_path):
-    spec, driver, log = _driver_past_first_trial(tmp_path, "interrupted")
-    assert _interrupt(driver, log, signal.SIGINT, group=True) == EXIT_INTERRUPTED  # Ctrl-C
-    assert "--resume" in log.read_text()
-    _assert_interrupted(tmp_path, "interrupted", epochs=FOUR_EPOCHS)
-    _assert_resume_completes(tmp_path, spec, "interrupted", planned=4, epochs=FOUR_EPOCHS)
-
-
-def test_sigkill_then_resume_runs_each_trial_once(tmp_path):
-    spec, driver, _ = _driver_past_first_trial(tmp_path, "killed")
     started = _processes(driver)  # gcs_server, raylet, agents, trial workers
     assert len(started) >= 3
     os.kill(driver.pid, signal.SIGKILL)  # the driver alone: what it started must go with it
@@ -223,23 +206,45 @@ def test_sigkill_then_resume_runs_each_trial_once(tmp_path):
         assert_processes_gone(started)
     finally:
         kill_session(driver)
-    parents, children = runs_of(tmp_path, "killed")
+    parents, children = runs_of(tmp_path, name)
     assert len(parents) == 1 and parents[0].info.status == "RUNNING"  # as the driver left it
-    finished_before = {c.data.tags[rs.TAG_TRIAL_ID] for c in children if c.info.status == "FINISHED"}
-    assert 1 <= len(finished_before) < 4
+    finished_before = {c.data.tags[rs.TAG_TRIAL_ID]: c.info.run_id for c in children
+                       if c.info.status == "FINISHED"}
+    assert 1 <= len(finished_before) < planned
     # ... but its dead driver's lease shows it as interrupted, at once.
-    (record,) = load_sweeps(client_for(tmp_path), parents[0].info.experiment_id, "killed")
-    assert record.state == rs.SWEEP_INTERRUPTED and record.planned == 4
+    (record,) = load_sweeps(client_for(tmp_path), parents[0].info.experiment_id, name)
+    assert record.state == rs.SWEEP_INTERRUPTED and record.planned == planned
 
     refused = run_orchestrate(["sweep", str(spec)], cwd=tmp_path, timeout=120)
     assert refused.returncode == 2 and "(interrupted); pass --resume" in refused.stderr
-    # The same parent, each trial once, a trial finished before the kill not re-run: each
-    # epoch logged exactly once.
-    resumed, _ = _assert_resume_completes(tmp_path, spec, "killed", planned=4, epochs=FOUR_EPOCHS)
+
+    # Resumed, then Ctrl-C once one more trial has finished: the next one runs, the last waits.
+    log = tmp_path / "resumed.log"
+    driver = start_orchestrate(["sweep", str(spec), "--resume"], cwd=tmp_path, log=log)
+    try:
+        wait_while_driving(trials_finished(tmp_path, name, log, len(finished_before) + 1), driver, log,
+                           "a trial's end after the resume")
+    except BaseException:
+        kill_session(driver)
+        raise
+    assert _interrupt(driver, log, signal.SIGINT, group=True) == EXIT_INTERRUPTED  # Ctrl-C
+    assert "--resume" in log.read_text()
+    _assert_interrupted(tmp_path, name, epochs=FOUR_EPOCHS)
+
+    # The same parent, each trial once, a trial finished before either cut not re-run: each
+    # epoch logged exactly once, on the run it had.
+    resumed, children = _assert_resume_completes(tmp_path, spec, name, planned=planned, epochs=FOUR_EPOCHS)
     assert resumed.info.run_id == parents[0].info.run_id
+    by_trial = {c.data.tags[rs.TAG_TRIAL_ID]: c.info.run_id for c in children}
+    assert all(by_trial[trial] == run for trial, run in finished_before.items())
 
 
-def test_failed_data_check_writes_nothing_and_the_next_attempt_runs(tmp_path):
+def test_failed_data_check_writes_nothing_then_ctrl_c_during_the_test_evaluation_records_no_test_metric(
+        tmp_path):
+    """A sweep whose data check fails writes nothing; the next attempt needs no --resume/--new
+    and runs. A Ctrl-C while it evaluates the selected configuration on test leaves no test
+    metric; its resume selects and tests once, and `orchestrate best` gives a config that
+    `orchestrate train` reproduces. (One sweep for both claims: each costs a driver's start.)"""
     data = tmp_path / "corpus"
     spec = write_spec(
         tmp_path,
@@ -262,11 +267,14 @@ def test_failed_data_check_writes_nothing_and_the_next_attempt_runs(tmp_path):
         rows = [{"premise": f"a man plays {i % 7}", "hypothesis": f"someone {labels[i % 3]} {i % 5}",
                  "label": labels[i % 3]} for i in range(size)]
         (data / f"{split}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    ran = run_orchestrate(["sweep", str(spec)], cwd=tmp_path)  # no --resume/--new needed
-    assert ran.returncode == 0, ran.stdout + ran.stderr
-    parents, children = runs_of(tmp_path, "files")
-    assert len(parents) == 1 and parents[0].data.tags[rs.TAG_SWEEP_STATE] == rs.SWEEP_COMPLETED
-    assert len(children) == 1 and rs.METRIC_TEST_ACCURACY in children[0].data.metrics
+    # No --resume/--new needed: the failed attempt left no sweep behind.
+    driver, log = _start(tmp_path, spec, {"NLI_TEST_EVALUATION_DELAY_S": "30"})
+    wait_while_driving(lambda: "selecting on dev" in log.read_text(), driver, log, "the selection")
+    assert _interrupt(driver, log, signal.SIGINT, group=True) == EXIT_INTERRUPTED
+    _, children = _assert_interrupted(tmp_path, "files", epochs=1)
+    assert [c.info.status for c in children] == ["FINISHED"]
+    assert "interrupted: 1/1 trials done" in log.read_text()
+    _, children = _assert_resume_completes(tmp_path, spec, "files", planned=1, epochs=1)  # selects and tests, once
 
     # The selected configuration as a training config that `orchestrate train` runs as is:
     # training is deterministic, so it reproduces the selected trial's dev accuracy.

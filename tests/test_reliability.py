@@ -1,6 +1,12 @@
 """Issue 14 faults, driven through the real `orchestrate` process: a poisoned checkpoint runs
 nothing, a diverging trial is stopped and never selected, a new SQLite store survives sweeps
-that start together, and a retried trial says so on its run."""
+that start together, and a retried trial says so on its run.
+
+The sweeps whose claim is about the store, not about Ray (diverging, sweeps at once), join one
+Ray instance of the module (`orchestrate sweep --address`, fixture ray_head): three private Ray
+instances starting at once on 2 busy cores time out ("The current node timed out during
+startup"), and each start costs seconds of CPU that say nothing about the store.
+"""
 
 from __future__ import annotations
 
@@ -16,6 +22,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
+from cluster_support import RayHead
 from mlflow import MlflowClient
 from sweep_helpers import (
     ORCHESTRATE,
@@ -52,6 +59,14 @@ def _poison(path: Path, marker: Path) -> None:
 
 def _env(tmp_path: Path) -> dict:
     return {"NLI_DATA_DIR": str(tmp_path / "data-cache")}
+
+
+@pytest.fixture(scope="module")
+def ray_head(logs_dir):
+    """One Ray instance (2 CPUs, its own process group, stopped by group id) for the module."""
+    head = RayHead(num_cpus=2, logs=logs_dir)
+    yield head
+    head.stop()
 
 
 def test_poisoned_checkpoint_is_refused_by_train_resume(tmp_path):
@@ -94,7 +109,7 @@ def test_poisoned_checkpoint_artifact_is_refused_by_attention(tmp_path):
     assert not (tmp_path / "plots").exists()
 
 
-def test_diverging_trial_is_stopped_recorded_and_never_selected(tmp_path):
+def test_diverging_trial_is_stopped_recorded_and_never_selected(ray_head, tmp_path):
     # lr 1e10 is a finite number (the spec accepts it); the loss is NaN within two steps.
     spec = write_spec(
         tmp_path,
@@ -104,7 +119,8 @@ def test_diverging_trial_is_stopped_recorded_and_never_selected(tmp_path):
             "search": {"space": {"lr": {"grid": [1e10, 0.003]}, "dropout": {"grid": [0.0]}}},
         },
     )
-    result = run_orchestrate(["sweep", str(spec)], cwd=tmp_path, env=_env(tmp_path))
+    result = run_orchestrate(["sweep", str(spec), "--address", ray_head.address], cwd=tmp_path,
+                             env=_env(tmp_path))
     output = result.stdout + result.stderr
     assert result.returncode == 0, output
     assert "2 trials (0 failed), 1 diverged" in output
@@ -124,9 +140,10 @@ def test_diverging_trial_is_stopped_recorded_and_never_selected(tmp_path):
     assert parents[0].data.tags[rs.TAG_BEST_RUN] == good.info.run_id
 
 
-def _three_sweeps_at_once(tmp_path: Path, prefix: str, tracking_uri: str) -> None:
+def _three_sweeps_at_once(tmp_path: Path, prefix: str, tracking_uri: str, ray_address: str) -> None:
     """Three one-trial `orchestrate sweep` (experiments PREFIX0-2, a folder each) started at the
-    same instant on `tracking_uri`: each exits 0 and records its parent and trial FINISHED."""
+    same instant on `tracking_uri`, joining the Ray instance at `ray_address`: each exits 0 and
+    records its parent and trial FINISHED."""
     processes = []
     for i in range(3):
         folder = tmp_path / f"w{i}"
@@ -137,7 +154,7 @@ def _three_sweeps_at_once(tmp_path: Path, prefix: str, tracking_uri: str) -> Non
                        "tracking_uri": tracking_uri},
         })
         processes.append(subprocess.Popen(
-            [ORCHESTRATE, "sweep", str(spec)], cwd=folder, stdout=subprocess.PIPE,
+            [ORCHESTRATE, "sweep", str(spec), "--address", ray_address], cwd=folder, stdout=subprocess.PIPE,
             stderr=subprocess.PIPE, text=True, env={**os.environ, **_env(folder)},
         ))
     for process in processes:
@@ -159,9 +176,9 @@ def test_sweeps_starting_together_on_a_new_sqlite_store_all_succeed(tmp_path):
     assert set(names) <= {e.name for e in MlflowClient(tracking_uri=store).search_experiments()}
 
 
-def test_concurrent_sweeps_on_a_new_sqlite_store(tmp_path):
+def test_concurrent_sweeps_on_a_new_sqlite_store(ray_head, tmp_path):
     """The user's view: three `orchestrate sweep` started at the same instant on a new store."""
-    _three_sweeps_at_once(tmp_path, "race", f"sqlite:///{tmp_path / 'mlruns.db'}")
+    _three_sweeps_at_once(tmp_path, "race", f"sqlite:///{tmp_path / 'mlruns.db'}", ray_head.address)
 
 
 def _trial_worker_pids(session: int) -> list[int]:
@@ -230,7 +247,7 @@ def test_sweeps_starting_together_on_a_new_postgres_store_all_succeed(fresh_post
     assert set(names) <= found
 
 
-def test_sweeps_starting_together_on_a_new_server_over_postgres(fresh_postgres, tmp_path):
+def test_sweeps_starting_together_on_a_new_server_over_postgres(ray_head, fresh_postgres, tmp_path):
     """`orchestrate server` creates its database before it answers; sweeps started at once
     against it (as soon as it answers) all record their runs."""
     with socket.socket() as sock:
@@ -252,6 +269,6 @@ def test_sweeps_starting_together_on_a_new_server_over_postgres(fresh_postgres, 
                 break
             except OSError:
                 time.sleep(0.5)
-        _three_sweeps_at_once(tmp_path, "served", url)
+        _three_sweeps_at_once(tmp_path, "served", url, ray_head.address)
     finally:
         kill_session(server)

@@ -42,8 +42,10 @@ def _get(url: str, auth: tuple[str, str] | None = None) -> int:
         return 0
 
 
-@pytest.fixture
-def auth_server(tmp_path):
+@pytest.fixture(scope="module")
+def auth_server(tmp_path_factory):
+    """One server for the module's tests (each start costs seconds of imports and migrations)."""
+    tmp_path = tmp_path_factory.mktemp("auth-server")
     port = _free_port()
     url = f"http://127.0.0.1:{port}"
     env = {**os.environ, "MLFLOW_TRACKING_USERNAME": USER, "MLFLOW_TRACKING_PASSWORD": PASSWORD}

@@ -15,7 +15,6 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-import yaml
 from cluster_support import BIN, orchestrate, wait_for, write_spec
 
 from orchestrator.slurm_node import job_processes
@@ -100,46 +99,6 @@ def assert_each_trial_once(client, name: str, planned: int, epochs: int) -> list
 
 
 # -- tests ------------------------------------------------------------------------------------
-def test_quickstart_submitted_with_slurm_finishes_and_builds_the_results_table(
-        slurm_cluster, tracking, tmp_path):
-    spec = write_spec(tmp_path / "spec", "slurm-quickstart", tracking.url, epochs=3, toy_size=600,
-                      grid={"lr": [0.001, 0.003], "dropout": [0.0, 0.2]})
-    # --set travels to the job's sweep: 2 epochs, not the file's 3.
-    job_id = submit(spec, "--time", "15", "--set", "training.epochs=2", subprocess_cli=True)
-    listed = orchestrate("jobs")
-    assert listed.returncode == 0, listed.stderr
-    row = next(line.split() for line in listed.stdout.splitlines() if line.startswith(job_id))
-    assert row[1:3] == ["slurm", str(spec)] and row[-1].endswith("/4"), listed.stdout
-
-    assert wait_ended(slurm_cluster, spec, job_id) == "COMPLETED", output_of(spec, job_id)
-    assert_ray_gone(job_id)
-    output = output_of(spec, job_id)
-    assert "sweep finished: 4 trials (0 failed)" in output
-    assert "nli[" in output and "sweep exited with code 0" in output
-    assert_each_trial_once(tracking.client(), "slurm-quickstart", planned=4, epochs=2)
-
-    # The results table, from the tracking server alone.
-    table = tmp_path / "table.parquet"
-    built = orchestrate("results", "slurm-quickstart", "--tracking-uri", tracking.url,
-                        "--out", str(table), "--format", "md")
-    assert built.returncode == 0, built.stderr
-    rows = pd.read_parquet(table)
-    assert len(rows) == 1 and rows.iloc[0]["n_trials"] == 4
-    assert rows.iloc[0]["test_accuracy"] == rows.iloc[0]["test_accuracy"]  # tested: not NaN
-
-    # jobs, logs through SLURM: the finished job, all 4 trials done.
-    listed = orchestrate("jobs", "--json")
-    record = next(json.loads(line) for line in listed.stdout.splitlines()
-                  if json.loads(line)["job_id"] == job_id)
-    assert (record["backend"], record["state"], record["trials_done"], record["trials_planned"]) == (
-        "slurm", "COMPLETED", 4, 4)
-    shown = orchestrate("logs", job_id)
-    assert shown.returncode == 0 and "sweep finished: 4 trials" in shown.stdout
-    followed = orchestrate("logs", job_id, "--follow")
-    assert followed.returncode == 0 and "COMPLETED" in followed.stderr
-    assert (spec.parent / "logs" / f"nli-slurm-quickstart-{job_id}.sbatch").is_file()
-
-
 def test_stop_mid_sweep_then_resume_runs_exactly_the_planned_trials(slurm_cluster, tracking, tmp_path):
     name, epochs = "slurm-stop", 4
     spec = write_spec(tmp_path / "spec", name, tracking.url, epochs=epochs, toy_size=3000,
@@ -192,16 +151,29 @@ def test_time_limit_with_requeue_finishes_the_sweep_across_allocations(slurm_clu
     So that the limit lands mid-sweep however loaded the machine is, the test moves the running
     job's limit (scontrol update TimeLimit, as an admin may) once a first trial has finished, to
     1-2 minutes away: inside the 120 s warning window, so SLURM sends USR1 at its next check of
-    time limits (every 30 s). Trials run one at a time, so four are still to come then.
+    time limits (every 30 s). Trials run one at a time, so seven are still to come then, and each
+    lasts over 6 s however idle the machine is (~47 s in all): each of its 2 epochs sleeps 3 s
+    (NLI_EPOCH_DELAY_S, no CPU). Trained for time instead (8 epochs on 3,000 pairs), the trials
+    took ~3.5 s each on an idle machine and the sweep finished before the signal came.
+
+    The job is also the user's whole path through SLURM (one sweep to COMPLETED, so one job for
+    both): submitted with the console script, its `--set` overrides travel to both allocations'
+    sweeps, `orchestrate jobs` (table and JSON) and `orchestrate logs` (and `--follow`) show it,
+    and the results table is built from the tracking server alone.
     """
-    name, epochs, planned = "slurm-requeue", 8, 5
-    spec = write_spec(tmp_path / "spec", name, tracking.url, epochs=epochs, toy_size=3000,
-                      grid={"lr": [0.001, 0.002, 0.003, 0.005, 0.01], "dropout": [0.1]})
-    loaded = yaml.safe_load(spec.read_text())
-    loaded["search"]["max_concurrent_trials"] = 1
-    spec.write_text(yaml.safe_dump(loaded, sort_keys=False))
+    name, epochs, planned = "slurm-requeue", 2, 8
+    # The file says 1 epoch and 2 trials at a time; the job's sweeps run what --set says.
+    spec = write_spec(tmp_path / "spec", name, tracking.url, epochs=1, toy_size=600,
+                      grid={"lr": [0.001, 0.002, 0.003, 0.004, 0.005, 0.006, 0.008, 0.01], "dropout": [0.1]})
+    overrides = ["--set", f"training.epochs={epochs}", "--set", "search.max_concurrent_trials=1"]
     client = tracking.client()
-    job_id = submit(spec, "--time", "15", "--signal-before", "120", "--requeue")
+    job_id = submit(spec, "--time", "15", "--signal-before", "120", "--requeue",
+                    "--env", "NLI_EPOCH_DELAY_S=3", *overrides, subprocess_cli=True)
+    listed = orchestrate("jobs")
+    assert listed.returncode == 0, listed.stderr
+    row = next(line.split() for line in listed.stdout.splitlines() if line.startswith(job_id))
+    assert row[1:3] == ["slurm", str(spec)] and row[-1].endswith(f"/{planned}"), listed.stdout
+
     wait_for(lambda: finished_trials(client, name) >= 1, 300, "a first trial to finish", poll_s=1)
     elapsed = minutes(slurm_cluster.job(job_id)["RunTime"])
     slurm_cluster.run("scontrol", "update", f"JobId={job_id}", f"TimeLimit={elapsed + 1}")
@@ -229,6 +201,28 @@ def test_time_limit_with_requeue_finishes_the_sweep_across_allocations(slurm_clu
     assert "got SIGUSR1 (time_limit)" in first and f"requeueing job {job_id}" in first
     assert "sweep finished" not in first
     assert done_at_requeue and 1 <= done_at_requeue[0] < planned, done_at_requeue
-    assert later.splitlines()[0].rstrip().endswith(" --resume")
+    assert later.splitlines()[0].rstrip().endswith(" --resume " + " ".join(overrides))
     assert f"sweep finished: {planned} trials (0 failed)" in later
-    assert_each_trial_once(client, name, planned=planned, epochs=epochs)
+    assert "nli[" in later and "sweep exited with code 0" in later
+    assert_each_trial_once(client, name, planned=planned, epochs=epochs)  # --set's epochs, not 1
+
+    # The results table, from the tracking server alone.
+    table = tmp_path / "table.parquet"
+    built = orchestrate("results", name, "--tracking-uri", tracking.url, "--out", str(table),
+                        "--format", "md")
+    assert built.returncode == 0, built.stderr
+    rows = pd.read_parquet(table)
+    assert len(rows) == 1 and rows.iloc[0]["n_trials"] == planned
+    assert rows.iloc[0]["test_accuracy"] == rows.iloc[0]["test_accuracy"]  # tested: not NaN
+
+    # jobs, logs through SLURM: the finished job, all its trials done.
+    listed = orchestrate("jobs", "--json")
+    record = next(json.loads(line) for line in listed.stdout.splitlines()
+                  if json.loads(line)["job_id"] == job_id)
+    assert (record["backend"], record["state"], record["trials_done"], record["trials_planned"]) == (
+        "slurm", "COMPLETED", planned, planned)
+    shown = orchestrate("logs", job_id)
+    assert shown.returncode == 0 and f"sweep finished: {planned} trials" in shown.stdout
+    followed = orchestrate("logs", job_id, "--follow")
+    assert followed.returncode == 0 and "COMPLETED" in followed.stderr
+    assert (spec.parent / "logs" / f"nli-{name}-{job_id}.sbatch").is_file()
