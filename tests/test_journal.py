@@ -102,10 +102,14 @@ def test_a_run_created_by_an_uploader_that_died_before_its_params_is_repaired(sw
 
 
 def test_an_uploader_killed_mid_stream_loses_and_doubles_nothing(sweep):
-    """`orchestrate sync` (the uploader) is SIGKILLed while it uploads a 24-trial journal, then
+    """`orchestrate sync` (the uploader) is SIGKILLed while it uploads a 96-trial journal, then
     run again, twice: every trial has exactly one run, FINISHED, with every epoch once."""
+    # 96 trials: batched, 24 uploaded in under a second on an idle machine, before the cursor's
+    # first write (every 0.2 s) could be seen, so the kill came after the end.
+    trials = 96
+    records = trials * (EPOCHS + 2)
     uri, store, experiment_id, parent, journal = sweep
-    record_sweep(journal)
+    record_sweep(journal, trials=trials)
     journal.close()
     command = [sys.executable, "-m", "orchestrator.cli", "sync", str(journal.path), "--tracking-uri", uri]
     cursor = journal.path.with_name(journal.path.name + ".uploaded")
@@ -119,10 +123,10 @@ def test_an_uploader_killed_mid_stream_loses_and_doubles_nothing(sweep):
             uploaded = json.loads(cursor.read_text())["records"]
     os.killpg(sync.pid, signal.SIGKILL)
     sync.wait()
-    assert 0 < uploaded < RECORDS, f"not killed mid-stream ({uploaded} of {RECORDS} uploaded)"
+    assert 0 < uploaded < records, f"not killed mid-stream ({uploaded} of {records} uploaded)"
     client = MlflowClient(uri)
     partial = store.trial_runs(experiment_id, parent)
-    assert 0 < len(partial) and sum(r.info.status == "FINISHED" for r in partial) < TRIALS
+    assert 0 < len(partial) and sum(r.info.status == "FINISHED" for r in partial) < trials
 
     for expected in (r"uploaded [1-9]\d* operations", r"uploaded 0 operations"):
         rerun = subprocess.run(command, capture_output=True, text=True, timeout=300)
@@ -130,7 +134,7 @@ def test_an_uploader_killed_mid_stream_loses_and_doubles_nothing(sweep):
         assert re.search(expected, rerun.stdout), rerun.stdout
 
     runs = store.trial_runs(experiment_id, parent)
-    assert sorted(r.data.tags[rs.TAG_TRIAL_ID] for r in runs) == [f"t{t:03d}" for t in range(TRIALS)]
+    assert sorted(r.data.tags[rs.TAG_TRIAL_ID] for r in runs) == [f"t{t:03d}" for t in range(trials)]
     for run in runs:
         assert run.info.status == "FINISHED", run.data.tags[rs.TAG_TRIAL_ID]
         assert run.data.params["lr"] and json.loads(run.data.tags[rs.TAG_PARAMS_JSON])["seed"] == 1
