@@ -7,6 +7,7 @@ that states the inputs and what ``return_attention`` returns.
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from typing import NamedTuple
 
 import torch
@@ -20,7 +21,7 @@ class Sentences(NamedTuple):
     mask: torch.Tensor
 
 
-class PairClassifier(nn.Module):
+class PairClassifier(nn.Module, ABC):
     def forward(
         self,
         premise: torch.Tensor,
@@ -36,8 +37,8 @@ class PairClassifier(nn.Module):
         )
         return (logits, attention) if return_attention else logits
 
+    @abstractmethod
     def classify(
         self, premise: Sentences, hypothesis: Sentences
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """(logits [B, num_classes], attention maps by name) of each pair of the batch."""
-        raise NotImplementedError
