@@ -7,8 +7,11 @@ score and weighted-sum batched matmuls, convolutions. Not counted: element-wise 
 Training = forward × 3 (the backward pass costs about twice the forward: gradients with respect
 to both inputs and weights of every matmul).
 
-Lengths: LSTMs are run packed (``run_lstm``), so they cost per real token; every other layer
-runs on the padded [B, L] tensors and costs per padded position, as the hardware computes it.
+Lengths, as the CPU computes them: word-vector projections run once per distinct word of the
+batch (``layers.distinct_words``); decomposable attention's F, G and F_intra run on real words
+and NULL only (``layers.RealPositions``); Rocktäschel's LSTMs run over the padded rows (the
+premise's with its padding steps held, ``layers.run_lstm``) and CAM's BiLSTM packed, per real
+token; every other layer runs on the padded [B, L] tensors and costs per padded position.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ class BatchShape:
     hypothesis_padded: int  # Lh
     premise_tokens: int  # real premise tokens in the batch (sum of lengths)
     hypothesis_tokens: int
+    distinct_words: int  # distinct word ids over both sentences, padding included
 
 
 def linear(rows: int, d_in: int, d_out: int) -> int:
@@ -46,10 +50,10 @@ def feed_forward(rows: int, d_in: int, hidden: int) -> int:
 # --- Rocktäschel et al. (2016) ----------------------------------------------------------------
 
 
-def _rocktaschel_read(c: dict[str, Any], s: BatchShape, lp: int, lh: int, np_: int, nh: int) -> int:
+def _rocktaschel_read(c: dict[str, Any], s: BatchShape, lp: int, lh: int) -> int:
     e, k, b = c["embedding_dim"], c["hidden_size"], s.batch
-    flops = linear(b * (lp + lh), e, k)  # word-vector projection of both sentences
-    flops += lstm(np_, k, k) + lstm(nh, k, k)  # premise LSTM, hypothesis LSTM (packed)
+    flops = linear(s.distinct_words, e, k)  # word-vector projection, once per distinct word
+    flops += lstm(b * lp, k, k) + lstm(b * lh, k, k)  # premise, hypothesis LSTM (padded rows)
     variant = c.get("variant", "word_by_word")
     if variant == "conditional":
         return flops
@@ -68,9 +72,10 @@ def _rocktaschel_read(c: dict[str, Any], s: BatchShape, lp: int, lh: int, np_: i
 def rocktaschel(c: dict[str, Any], s: BatchShape) -> int:
     k, b, classes = c["hidden_size"], s.batch, c["num_classes"]
     lp, lh = s.premise_padded, s.hypothesis_padded
-    flops = _rocktaschel_read(c, s, lp, lh, s.premise_tokens, s.hypothesis_tokens)
-    if c.get("two_way"):  # the same weights once more with the sentences swapped
-        flops += _rocktaschel_read(c, s, lh, lp, s.hypothesis_tokens, s.premise_tokens)
+    flops = _rocktaschel_read(c, s, lp, lh)
+    if c.get("two_way"):  # the same weights once more with the sentences swapped (the
+        # projection is shared, but counted again: it is small)
+        flops += _rocktaschel_read(c, s, lh, lp)
     return flops + linear(b, k * (2 if c.get("two_way") else 1), classes)
 
 
@@ -80,17 +85,18 @@ def rocktaschel(c: dict[str, Any], s: BatchShape) -> int:
 def decomposable(c: dict[str, Any], s: BatchShape) -> int:
     e, p, h, b = c["embedding_dim"], c["projection_dim"], c["hidden_size"], s.batch
     la, lb = s.premise_padded + 1, s.hypothesis_padded + 1  # NULL prepended
-    flops = linear(b * (la + lb), e, p)  # projection
+    words = s.premise_tokens + s.hypothesis_tokens + 2 * b  # real words and the NULLs
+    flops = linear(s.distinct_words + 1, e, p)  # projection, once per distinct word and NULL
     d = p
     if c.get("variant") == "intra":
-        for length in (la, lb):  # F_intra, f_ij = F(a_i)·F(a_j), a'_i = Σ_j w_ij a_j
-            flops += feed_forward(b * length, p, h) + 2 * b * length * length * h
-            flops += 2 * b * length * length * p
+        flops += feed_forward(words, p, h)  # F_intra
+        for length in (la, lb):  # f_ij = F(a_i)·F(a_j), a'_i = Σ_j w_ij a_j
+            flops += 2 * b * length * length * h + 2 * b * length * length * p
         d = 2 * p
-    flops += feed_forward(b * (la + lb), d, h)  # attend F
+    flops += feed_forward(words, d, h)  # attend F
     flops += 2 * b * la * lb * h  # e_ij
     flops += 2 * (2 * b * la * lb * d)  # β = softmax(e) b, α = softmax(e)^T a
-    flops += feed_forward(b * (la + lb), 2 * d, h)  # compare G
+    flops += feed_forward(words, 2 * d, h)  # compare G
     flops += feed_forward(b, 2 * h, h) + linear(b, h, c["num_classes"])  # aggregate H, output
     return flops
 

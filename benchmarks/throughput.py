@@ -123,6 +123,7 @@ def shape_of(batch) -> BatchShape:
         hypothesis_padded=int(batch.hypothesis.shape[1]),
         premise_tokens=int(batch.premise_mask.sum()),
         hypothesis_tokens=int(batch.hypothesis_mask.sum()),
+        distinct_words=int(torch.cat([batch.premise.flatten(), batch.hypothesis.flatten()]).unique().numel()),
     )
 
 

@@ -7,7 +7,57 @@ import torch
 from torch import nn
 
 from nli_models.embeddings import WordEmbeddings
-from nli_models.models.layers import Dropout
+from nli_models.models.layers import Dropout, RealPositions, distinct_words, masked_sum
+
+
+def test_distinct_words_index_every_position_of_every_tensor():
+    premise = torch.tensor([[5, 3, 0, 0], [3, 3, 9, 2]])
+    hypothesis = torch.tensor([[9, 0], [7, 5]])
+    words, (premise_index, hypothesis_index) = distinct_words(premise, hypothesis)
+    assert words.tolist() == [0, 2, 3, 5, 7, 9]
+    assert torch.equal(words[premise_index], premise) and torch.equal(words[hypothesis_index], hypothesis)
+    assert premise_index.shape == premise.shape and hypothesis_index.shape == hypothesis.shape
+
+
+def _ragged(batch: int, length: int, lengths: list[int], width: int) -> tuple[torch.Tensor, torch.Tensor]:
+    values = torch.randn(batch, length, width, dtype=torch.float64, requires_grad=True)
+    return values, torch.arange(length) < torch.tensor(lengths)[:, None]
+
+
+def test_real_positions_give_a_padded_run_s_values_and_gradients_at_real_words():
+    """A per-word layer run on the real words of two batches at once: equal to running it on
+    the padded batches (zero at padding; masked sums), values and every gradient (float64)."""
+    torch.manual_seed(3)
+    layer = nn.Sequential(nn.Linear(4, 6), nn.ReLU(), nn.Linear(6, 5)).double()
+    a, a_mask = _ragged(3, 5, [5, 1, 3], 4)
+    b, b_mask = _ragged(3, 2, [2, 2, 1], 4)
+    words = RealPositions(a_mask, b_mask)
+    applied = words.apply(layer, a, b)
+    summed = words.summed(layer, a, b)
+    expected = [layer(x) * m.unsqueeze(-1) for x, m in ((a, a_mask), (b, b_mask))]
+    expected_sums = [masked_sum(layer(x), m) for x, m in ((a, a_mask), (b, b_mask))]
+    for got, want in zip(applied + summed, expected + expected_sums, strict=True):
+        torch.testing.assert_close(got, want, rtol=0, atol=1e-12)
+    weights = [torch.randn_like(t) for t in expected + expected_sums]
+
+    def loss(outputs):
+        return sum((o * w).sum() for o, w in zip(outputs, weights, strict=True))
+
+    inputs = [a, b, *layer.parameters()]
+    got = torch.autograd.grad(loss(applied + summed), inputs)
+    want = torch.autograd.grad(loss(expected + expected_sums), inputs)
+    for g, w in zip(got, want, strict=True):
+        torch.testing.assert_close(g, w, rtol=0, atol=1e-12)
+    assert (applied[0][~a_mask] == 0).all() and (applied[1][~b_mask] == 0).all()
+
+
+def test_real_positions_never_show_padding_to_the_layer():
+    seen = []
+    a, a_mask = _ragged(2, 4, [1, 3], 2)
+    with torch.no_grad():
+        a[~a_mask] = float("nan")  # padding the layer must not read
+    RealPositions(a_mask).apply(lambda x: seen.append(x) or x, a)
+    assert seen[0].shape == (4, 2) and not seen[0].isnan().any()
 
 
 @pytest.mark.parametrize("p", [0.1, 0.4, 0.7])

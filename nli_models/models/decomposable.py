@@ -35,7 +35,12 @@ from torch import nn
 
 from nli_models.embeddings import WordEmbeddings
 from nli_models.models.arguments import ModelArguments, Rate, Size, one_of, variant_of
-from nli_models.models.layers import Dropout, masked_softmax, masked_sum
+from nli_models.models.layers import (
+    Dropout,
+    RealPositions,
+    distinct_words,
+    masked_softmax,
+)
 from nli_models.models.pair_classifier import PairClassifier, Sentences
 from nli_models.registry import PaperConfig, register_model
 
@@ -90,8 +95,10 @@ class _IntraAttention(nn.Module):
         self.f_intra = _feed_forward(dim, hidden_size, dropout)
         self.distance_bias = nn.Parameter(torch.zeros(2 * MAX_DISTANCE + 2))
 
-    def forward(self, a: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        hidden = self.f_intra(a)
+    def forward(
+        self, a: torch.Tensor, mask: torch.Tensor, hidden: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``hidden``: F_intra(a), computed by the caller on the real words (RealPositions)."""
         f = torch.bmm(hidden, hidden.transpose(1, 2))
         positions = torch.arange(a.shape[1], device=a.device)
         distance = positions.unsqueeze(1) - positions.unsqueeze(0)  # i - j
@@ -139,26 +146,35 @@ class DecomposableAttention(PairClassifier):
         """Attention: "premise_to_hypothesis" [B, 1+Lp, 1+Lh], "hypothesis_to_premise"
         [B, 1+Lh, 1+Lp] (eq. 2) and with intra, "premise_intra" [B, 1+Lp, 1+Lp] and
         "hypothesis_intra" [B, 1+Lh, 1+Lh] (eq. 6): the NULL position is index 0 of every axis."""
-        a, a_mask = self._represent(premise)
-        b, b_mask = self._represent(hypothesis)
+        (a, a_mask), (b, b_mask) = self._represent(premise, hypothesis)
+        # F_intra, F and G act on each word on its own: they run once over the real words of both
+        # sentences, not over padding (RealPositions).
+        words = RealPositions(a_mask, b_mask)
         weights = {}
         if self.intra is not None:
-            a, weights["premise_intra"] = self.intra(a, a_mask)
-            b, weights["hypothesis_intra"] = self.intra(b, b_mask)
-        e = torch.bmm(self.attend(a), self.attend(b).transpose(1, 2))  # eq. 1, [B, La, Lb]
+            hidden_a, hidden_b = words.apply(self.intra.f_intra, a, b)
+            a, weights["premise_intra"] = self.intra(a, a_mask, hidden_a)
+            b, weights["hypothesis_intra"] = self.intra(b, b_mask, hidden_b)
+        attend_a, attend_b = words.apply(self.attend, a, b)
+        e = torch.bmm(attend_a, attend_b.transpose(1, 2))  # eq. 1, [B, La, Lb]
         to_b = masked_softmax(e, b_mask.unsqueeze(1))  # eq. 2: β_i attends over b
         to_a = masked_softmax(e.transpose(1, 2), a_mask.unsqueeze(1))  # α_j attends over a
         beta, alpha = torch.bmm(to_b, b), torch.bmm(to_a, a)
-        v1 = masked_sum(self.compare(torch.cat([a, beta], dim=-1)), a_mask)  # eq. 3-4
-        v2 = masked_sum(self.compare(torch.cat([b, alpha], dim=-1)), b_mask)
+        v1, v2 = words.summed(  # eq. 3-4
+            self.compare, torch.cat([a, beta], dim=-1), torch.cat([b, alpha], dim=-1)
+        )
         logits = self.output(self.aggregate(torch.cat([v1, v2], dim=-1)))  # eq. 5
         weights.update(premise_to_hypothesis=to_b, hypothesis_to_premise=to_a)
         return logits, weights
 
-    def _represent(self, sentences: Sentences) -> tuple[torch.Tensor, torch.Tensor]:
-        """Unit-norm embeddings with NULL prepended, projected -> ([B, 1+L, P], mask [B, 1+L])."""
-        ids, mask = sentences
-        words = F.normalize(self.word_embeddings(ids), dim=-1)
-        null = self.null_embedding.expand(ids.shape[0], 1, -1)
-        projected = self.projection(torch.cat([null, words], dim=1))
-        return projected, torch.cat([torch.ones_like(mask[:, :1]), mask], dim=1)
+    def _represent(self, premise: Sentences, hypothesis: Sentences):
+        """Unit-norm embeddings with NULL prepended, projected -> ([B, 1+Lp, P], mask [B, 1+Lp]),
+        ([B, 1+Lh, P], mask [B, 1+Lh]); each distinct word of the batch, and NULL, is normalised
+        and projected once (NULL is row 0 of the projected table)."""
+        words, indices = distinct_words(premise.ids, hypothesis.ids)
+        rows = torch.cat([self.null_embedding.unsqueeze(0), F.normalize(self.word_embeddings(words), dim=-1)])
+        table = self.projection(rows)
+        return [
+            (table[F.pad(index + 1, (1, 0))], F.pad(mask, (1, 0), value=True))
+            for index, mask in zip(indices, (premise.mask, hypothesis.mask), strict=True)
+        ]

@@ -7,6 +7,8 @@ padding); ``sequence_lengths`` checks the latter because packing an LSTM relies 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
@@ -50,6 +52,60 @@ def masked_max(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return values.masked_fill(~mask.unsqueeze(-1), float("-inf")).amax(dim=1)
 
 
+def distinct_words(*ids: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    """The distinct word ids of a batch, and per ``ids`` tensor each position's index into them.
+
+    A layer applied to each word on its own (the lookup, decomposable attention's normalisation,
+    a projection) then runs once per distinct word, ``table[index]`` gathering it back, instead of
+    once per position: a batch of 32 SNLI pairs has ~1,500 positions, half of them padding, and
+    ~400 distinct words. Each row is the same computation; the gather's backward sums a word's
+    gradients before the layer's, which changes only the order of a float sum.
+    """
+    words, inverse = torch.unique(torch.cat([i.reshape(-1) for i in ids]), return_inverse=True)
+    indices = inverse.split([i.numel() for i in ids])
+    return words, [index.view_as(i) for index, i in zip(indices, ids, strict=True)]
+
+
+class RealPositions:
+    """The real (not padding) positions of a few batches of sentences, for a layer that acts on
+    each word on its own (decomposable attention's F and G): ``apply`` runs it once over the real
+    words of all the batches, stacked as [N, D], and puts each batch's back in its padded shape,
+    zero at padding. The layer's result at a real position is the same; padding, about 45% of the
+    positions of a random SNLI batch, costs no matmul and no dropout mask."""
+
+    def __init__(self, *masks: torch.Tensor):
+        self.masks = masks
+        # Per batch: the flat index (row * L + position) and the row of each real position.
+        self.rows, self.flat = [], []
+        for mask in masks:
+            rows, positions = mask.nonzero(as_tuple=True)
+            self.rows.append(rows)
+            self.flat.append(rows * mask.shape[1] + positions)
+        self.counts = [len(rows) for rows in self.rows]
+
+    def _stacked(self, layer: nn.Module, values: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+        words = torch.cat([
+            v.reshape(-1, v.shape[-1]).index_select(0, flat)
+            for v, flat in zip(values, self.flat, strict=True)
+        ])
+        return layer(words).split(self.counts)
+
+    def apply(self, layer: nn.Module, *values: torch.Tensor) -> list[torch.Tensor]:
+        """``layer`` on each batch's real words -> per batch [B, L, D_out], zero at padding."""
+        return [
+            words.new_zeros(mask.numel(), words.shape[-1]).index_copy(0, flat, words).view(*mask.shape, -1)
+            for words, mask, flat in zip(self._stacked(layer, values), self.masks, self.flat, strict=True)
+        ]
+
+    def summed(self, layer: nn.Module, *values: torch.Tensor) -> list[torch.Tensor]:
+        """``layer`` on each batch's real words, summed over each sentence -> per batch [B, D_out]
+        (``masked_sum`` of the padded result)."""
+        return [
+            words.new_zeros(mask.shape[0], words.shape[-1]).index_add(0, rows, words)
+            for words, mask, rows in zip(self._stacked(layer, values), self.masks, self.rows, strict=True)
+        ]
+
+
 def sequence_lengths(mask: torch.Tensor) -> torch.Tensor:
     """Real-token count per row; raises if a row is empty or its padding is not at the end."""
     lengths = mask.sum(dim=1)
@@ -61,6 +117,14 @@ def sequence_lengths(mask: torch.Tensor) -> torch.Tensor:
     return lengths
 
 
+# A padding step's input gate pre-activation gets -PADDING_HOLD and its forget gate's +PADDING_HOLD,
+# so the sigmoids are exactly 0 and 1 (they saturate beyond ~17 in float32, ~9 in float16): the cell
+# state passes the step unchanged and the step passes no gradient to anything else. The rest of
+# the pre-activation is b + W_hh h (the padding input is zeroed, |h| < 1), far below 1e4 unless the
+# weights have blown up; 1e4 is finite in float16 and bfloat16, so 0 x PADDING_HOLD stays 0.
+PADDING_HOLD = 1e4
+
+
 def run_lstm(
     lstm: nn.LSTM,
     inputs: torch.Tensor,
@@ -70,21 +134,20 @@ def run_lstm(
     """Run a batch_first LSTM over rows of different lengths.
 
     The returned (h_n, c_n) is the state after each row's last real token (not after its
-    padding), and the outputs at padding positions are zero. A bidirectional LSTM runs packed.
-    A unidirectional one runs in segments of time instead (``_run_segments``): the same
-    recurrence, row by row, but each segment is one call of the LSTM on a padded tensor, which
-    on CPU is oneDNN's fused kernel, where a packed sequence runs a loop of small operators per
-    time step (3x slower for Rocktäschel's attention model at SNLI lengths, batch 32).
+    padding), and the outputs at padding positions are zero. On CPU a one-layer unidirectional
+    LSTM runs as one call over the padded rows with the padding steps held (``_run_held``): one
+    oneDNN fused kernel, where a packed sequence runs a loop of small operators per time step
+    (3x slower for Rocktäschel's attention model at SNLI lengths, batch 32). Anything else runs
+    packed: bidirectional and stacked LSTMs, and every LSTM on CUDA, where cuDNN runs packed
+    sequences natively (the held run's widened weight would be re-flattened at every call).
     """
     lengths = sequence_lengths(mask)
-    if lstm.bidirectional:
-        packed = pack_padded_sequence(
-            inputs, lengths.cpu(), batch_first=True, enforce_sorted=False
-        )
-        outputs, final_state = lstm(packed, state)
-        outputs, _ = pad_packed_sequence(outputs, batch_first=True, total_length=inputs.shape[1])
-        return outputs, final_state
-    return _run_segments(lstm, inputs, lengths, state)
+    if inputs.device.type == "cpu" and not lstm.bidirectional and lstm.num_layers == 1 and not lstm.proj_size:
+        return _run_held(lstm, inputs, mask, lengths, state)
+    packed = pack_padded_sequence(inputs, lengths.cpu(), batch_first=True, enforce_sorted=False)
+    outputs, final_state = lstm(packed, state)
+    outputs, _ = pad_packed_sequence(outputs, batch_first=True, total_length=inputs.shape[1])
+    return outputs, final_state
 
 
 def run_lstm_outputs(
@@ -101,55 +164,51 @@ def run_lstm_outputs(
         raise ValueError("run_lstm_outputs needs a unidirectional LSTM")
     lengths = sequence_lengths(mask)
     outputs, _ = lstm(inputs, state)
+    return _masked_outputs(outputs, mask, lengths)
+
+
+def _masked_outputs(
+    outputs: torch.Tensor, mask: torch.Tensor, lengths: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Outputs zeroed at padding, and each row's output at its last real token."""
     outputs = outputs * mask.unsqueeze(-1).to(outputs.dtype)
     rows = torch.arange(outputs.shape[0], device=outputs.device)
     return outputs, outputs[rows, lengths - 1]
 
 
-def _run_segments(
+def _run_held(
     lstm: nn.LSTM,
     inputs: torch.Tensor,
+    mask: torch.Tensor,
     lengths: torch.Tensor,
     state: tuple[torch.Tensor, torch.Tensor] | None,
 ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
-    """A unidirectional LSTM over right-padded rows, one LSTM call per distinct length.
+    """A one-layer unidirectional LSTM over right-padded rows in one call, as a packed run.
 
-    Rows are sorted by length, longest first. With distinct lengths l_1 < ... < l_k, segment j
-    runs time steps [l_{j-1}, l_j) for the rows still running (a prefix of the sorted rows),
-    starting from their state at the end of segment j - 1; the rows of length l_j end there, and
-    their state is their final state. No row ever reads a padding step, so outputs and states are
-    those of a packed run.
+    The input gets one more feature, 1 at padding, whose input weights are -PADDING_HOLD into the
+    input gate and +PADDING_HOLD into the forget gate (PyTorch's gate order: input, forget, cell,
+    output). At a padding step i = 0 and f = 1 exactly, so c_t = c_{t-1}: the LSTM's final cell
+    state is each row's state after its last real token. Backward, the saturated gates pass
+    exactly dc_{t-1} = dc_t and nothing else, so gradients are a packed run's too. h after the
+    padding is not held (o moves), so h_n is read at the last real token, as the outputs are.
     """
-    batch, steps = inputs.shape[:2]
-    shape = (lstm.num_layers, batch, lstm.hidden_size)
+    hidden = lstm.hidden_size
+    padding = (~mask).to(inputs.dtype).unsqueeze(-1)
+    hold = inputs.new_zeros(4 * hidden, 1)
+    hold[:hidden], hold[hidden : 2 * hidden] = -PADDING_HOLD, PADDING_HOLD
+    weights = [torch.cat([lstm.weight_ih_l0, hold], dim=1), lstm.weight_hh_l0]
+    if lstm.bias:
+        weights += [lstm.bias_ih_l0, lstm.bias_hh_l0]
     if state is None:
-        state = (inputs.new_zeros(shape), inputs.new_zeros(shape))
-    lengths_cpu = lengths.cpu()
-    if bool((lengths_cpu == steps).all()):  # no padding: one call
-        return lstm(inputs, state)
-    sorted_lengths, order = torch.sort(lengths_cpu, descending=True, stable=True)
-    order = order.to(inputs.device)
-    x = inputs.index_select(0, order)
-    h, c = (s.index_select(1, order) for s in state)
-    ends = sorted(set(sorted_lengths.tolist()))
-    running = [int((sorted_lengths >= end).sum()) for end in ends]  # rows of segment j
-    outputs, final_h, final_c = [], [], []
-    start = 0
-    for j, (end, rows) in enumerate(zip(ends, running, strict=True)):
-        out, (h, c) = lstm(x[:rows, start:end], (h, c))
-        outputs.append(nn.functional.pad(out, (0, 0, 0, 0, 0, batch - rows)))
-        still = running[j + 1] if j + 1 < len(ends) else 0
-        final_h.append(h[:, still:])  # rows of length `end`, in sorted order, last first
-        final_c.append(c[:, still:])
-        h, c = h[:, :still], c[:, :still]
-        start = end
-    outputs.append(inputs.new_zeros(batch, steps - start, lstm.hidden_size))
-    inverse = torch.empty_like(order)
-    inverse[order] = torch.arange(batch, device=order.device)
-    sorted_outputs = torch.cat(outputs, dim=1)
-    h_n = torch.cat(final_h[::-1], dim=1).index_select(1, inverse)
-    c_n = torch.cat(final_c[::-1], dim=1).index_select(1, inverse)
-    return sorted_outputs.index_select(0, inverse), (h_n, c_n)
+        zeros = inputs.new_zeros(1, inputs.shape[0], hidden)
+        state = (zeros, zeros)
+    held_inputs = torch.cat([inputs * (1 - padding), padding], dim=-1)
+    # nn.LSTM.forward's own call, with the widened input weight (one oneDNN kernel on CPU).
+    outputs, _, c_n = torch._VF.lstm(
+        held_inputs, state, weights, lstm.bias, 1, 0.0, lstm.training, False, True
+    )
+    outputs, h_n = _masked_outputs(outputs, mask, lengths)
+    return outputs, (h_n.unsqueeze(0), c_n)
 
 
 class AdditiveAttention(nn.Module):

@@ -33,7 +33,13 @@ from torch import nn
 
 from nli_models.embeddings import PAD_INDEX, WordEmbeddings
 from nli_models.models.arguments import ModelArguments, Rate, Size, one_of, variant_of
-from nli_models.models.layers import AdditiveAttention, Dropout, run_lstm, run_lstm_outputs
+from nli_models.models.layers import (
+    AdditiveAttention,
+    Dropout,
+    distinct_words,
+    run_lstm,
+    run_lstm_outputs,
+)
 from nli_models.models.pair_classifier import PairClassifier, Sentences
 from nli_models.models.word_by_word import word_by_word_attention
 from nli_models.registry import PaperConfig, register_model
@@ -179,36 +185,51 @@ class Rocktaschel2016(PairClassifier):
         """Attention: "hypothesis_to_premise" [B, Lh, Lp] (word_by_word) or [B, 1, Lp]
         (attention); two_way adds "premise_to_hypothesis" [B, Lp, Lh] or [B, 1, Lh];
         conditional has none."""
-        pair, attention = self._read(premise, hypothesis)
+        premise, hypothesis, delimiter = self._project(premise, hypothesis)
+        pair, attention = self._read(premise, hypothesis, delimiter)
         if self.variant == "conditional":
             return torch.tanh(self.output(self.dropout(pair))), {}
         weights = {"hypothesis_to_premise": attention}
         if self.two_way:
-            swapped, weights["premise_to_hypothesis"] = self._read(hypothesis, premise)
+            swapped, weights["premise_to_hypothesis"] = self._read(hypothesis, premise, delimiter)
             pair = torch.cat([pair, swapped], dim=-1)
         return self.output(self.dropout(pair)), weights
 
-    def _embed(self, ids: torch.Tensor) -> torch.Tensor:
-        return self.dropout(self.projection(self.word_embeddings(ids)))
+    def _project(
+        self, premise: Sentences, hypothesis: Sentences
+    ) -> tuple[Sentences, Sentences, torch.Tensor | None]:
+        """Both sentences' word vectors and the delimiter's [1, 1, k] (None without one),
+        projected to k (§2.2.1): each distinct word of the batch is looked up and projected once."""
+        ids = [premise.ids, hypothesis.ids]
+        if self.delimiter_id is not None:
+            ids.append(premise.ids.new_full((1, 1), self.delimiter_id))
+        words, indices = distinct_words(*ids)
+        table = self.projection(self.word_embeddings(words))
+        delimiter = table[indices[2]] if self.delimiter_id is not None else None
+        return (
+            Sentences(table[indices[0]], premise.mask),
+            Sentences(table[indices[1]], hypothesis.mask),
+            delimiter,
+        )
 
     def _read(
-        self, premise: Sentences, hypothesis: Sentences
+        self, premise: Sentences, hypothesis: Sentences, delimiter: torch.Tensor | None
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Read the premise, then the hypothesis conditioned on it -> (h_N or h*, attention)."""
+        """Read the premise, then the hypothesis conditioned on it -> (h_N or h*, attention).
+        The sentences hold projected word vectors [B, L, k]; dropout is drawn here, per read."""
         (premise, premise_mask), (hypothesis, hypothesis_mask) = premise, hypothesis
         outputs_premise, (_, c_premise) = run_lstm(
-            self.premise_lstm, self._embed(premise), premise_mask
+            self.premise_lstm, self.dropout(premise), premise_mask
         )
-        read_ids, read_mask = hypothesis, hypothesis_mask
-        if self.delimiter_id is not None:
-            delimiter = hypothesis.new_full((hypothesis.shape[0], 1), self.delimiter_id)
-            read_ids = torch.cat([delimiter, hypothesis], dim=1)
+        read, read_mask = hypothesis, hypothesis_mask
+        if delimiter is not None:
+            read = torch.cat([delimiter.expand(read.shape[0], 1, -1), read], dim=1)
             read_mask = torch.cat([torch.ones_like(hypothesis_mask[:, :1]), hypothesis_mask], 1)
         # §2.2.1: the second LSTM's memory (cell) state starts as the premise's last cell state.
         state = (torch.zeros_like(c_premise), c_premise)
         # Only the outputs and h_N are needed here, not the last cell state: one LSTM call.
         outputs, h_n = run_lstm_outputs(
-            self.hypothesis_lstm, self._embed(read_ids), read_mask, state
+            self.hypothesis_lstm, self.dropout(read), read_mask, state
         )
         if self.variant == "conditional":
             return h_n, None
