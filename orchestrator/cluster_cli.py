@@ -447,7 +447,9 @@ def stop_command(job_id, address):
 @click.option("--host", default="127.0.0.1", show_default=True,
               help="interface to listen on (0.0.0.0: reachable from the cluster's nodes)")
 @click.option("--port", default=5000, show_default=True, type=click.IntRange(1, 65535))
-@click.option("--workers", default=1, show_default=True, type=click.IntRange(1, 64))
+@click.option("--workers", default=1, show_default=True, type=click.IntRange(1, 64),
+              help="server processes; each may open up to 80 database connections "
+                   "(MLFLOW_SQLALCHEMYSTORE_POOL_SIZE / _MAX_OVERFLOW, 40 + 40)")
 @click.option("--allowed-hosts", default=None,
               help="Host headers MLflow accepts (default: localhost and private IPs)")
 @click.option("--basic-auth", is_flag=True,

@@ -9,6 +9,11 @@ waits for the uploader; if the server has been away for NLI_TRACKING_MAX_WAIT_S 
 120; plus one attempt of the MLflow client's own retries, MLFLOW_HTTP_REQUEST_MAX_RETRIES), it
 stops and says how to upload the journal later: `orchestrate sync`, the same uploader run over
 the file. Nothing is dropped.
+
+The uploader runs at most one pass every NLI_TRACKING_UPLOAD_INTERVAL_S seconds (default 2), so
+a pass sends what each trial recorded since the last one together: live metrics in the MLflow
+UI lag the trials by at most that interval (plus the pass itself; more while the server is away
+or behind). The end of a sweep (``drain``) and `orchestrate sync` do not wait for it.
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ from typing import Any
 
 from mlflow import MlflowClient
 from mlflow.entities import Dataset, DatasetInput, InputTag, Metric, Param, RunTag
+from mlflow.store.artifact.artifact_repository_registry import get_artifact_repository
 from mlflow.utils.mlflow_tags import MLFLOW_DATASET_CONTEXT
 from mlflow.utils.validation import (
     MAX_ENTITIES_PER_BATCH,
@@ -82,6 +88,13 @@ READ_WINDOW = 5000  # journal records grouped at once (bounds what `orchestrate 
 CURSOR_INTERVAL_S = 0.2  # the uploader rewrites its cursor file at most this often mid-window
 MAX_WAIT_ENV = "NLI_TRACKING_MAX_WAIT_S"
 DEFAULT_MAX_WAIT_S = 120.0
+# One uploader pass per interval at most. Every request costs the client and the tracking server
+# CPU whatever it carries, and a trial's records arrive one by one (a request each when sent as
+# they come); 2 s gathers a trial's start with its first epoch, its last epoch with its end, and
+# several short epochs into one log_batch, and is no lag to watch in the UI against epochs that
+# take minutes (benchmarks/README.md, "Coalescing the uploader's passes": requests per trial).
+UPLOAD_INTERVAL_ENV = "NLI_TRACKING_UPLOAD_INTERVAL_S"
+DEFAULT_UPLOAD_INTERVAL_S = 2.0
 
 
 class TrackingUnavailable(RuntimeError):
@@ -124,18 +137,27 @@ def _store_creation_lock(uri: str):
 _PG_LOCK_KEY = 0x6E6C6931  # "nli1": one advisory lock id for creating an MLflow store
 
 
-def default_max_wait_s() -> float:
-    """How long a sweep waits at its end for an unreachable store: $NLI_TRACKING_MAX_WAIT_S or 120 s."""
-    value = os.environ.get(MAX_WAIT_ENV)
+def _seconds_from_env(name: str, default: float) -> float:
+    value = os.environ.get(name)
     if not value:
-        return DEFAULT_MAX_WAIT_S
+        return default
     try:
         seconds = float(value)
     except ValueError:
-        raise ValueError(f"{MAX_WAIT_ENV}={value!r} is not a number of seconds") from None
+        raise ValueError(f"{name}={value!r} is not a number of seconds") from None
     if seconds < 0:
-        raise ValueError(f"{MAX_WAIT_ENV}={value!r} must be >= 0")
+        raise ValueError(f"{name}={value!r} must be >= 0")
     return seconds
+
+
+def default_max_wait_s() -> float:
+    """How long a sweep waits at its end for an unreachable store: $NLI_TRACKING_MAX_WAIT_S or 120 s."""
+    return _seconds_from_env(MAX_WAIT_ENV, DEFAULT_MAX_WAIT_S)
+
+
+def default_upload_interval_s() -> float:
+    """The least time between two passes of a sweep's uploader: $NLI_TRACKING_UPLOAD_INTERVAL_S or 2 s."""
+    return _seconds_from_env(UPLOAD_INTERVAL_ENV, DEFAULT_UPLOAD_INTERVAL_S)
 
 
 def sweep_progress(tracking_uri: str, experiment_name: str) -> tuple[int, str] | None:
@@ -373,6 +395,7 @@ class _TrialRun:
     the run's latest ending, or a finish not newer than it, changes nothing."""
 
     run_id: str
+    artifact_uri: str  # where its artifacts go (MlflowClient.log_artifacts would get_run for it)
     last_step: int = 0
     ended_ms: int | None = None  # end time of the run's latest FINISHED/FAILED/KILLED
     has_params: bool = True
@@ -385,7 +408,8 @@ class _TrialRun:
         epoch on the run."""
         steps = [m.step for m in run.data.to_proto().metrics if m.key in EPOCH_METRICS]
         ended = run.info.end_time if run.info.status != "RUNNING" else None
-        return cls(run.info.run_id, max(steps, default=0), ended, bool(run.data.params))
+        return cls(run.info.run_id, run.info.artifact_uri, max(steps, default=0), ended,
+                   bool(run.data.params))
 
 
 @dataclass
@@ -442,12 +466,18 @@ class JournalUploader:
 
     A cursor file (JOURNAL.uploaded) remembers how far it got for one store (a hash of the URI),
     so a resumed sweep or a second sync does not re-read what that store already has. It only
-    moves past records that are all on the store."""
+    moves past records that are all on the store.
 
-    def __init__(self, tracker: Tracker, path: Path, max_wait_s: float | None = None):
+    In a sweep its thread starts a pass at most every ``interval_s`` (see the module docstring):
+    records appended meanwhile wait for the next pass, unless ``drain`` or ``stop`` asks for
+    them."""
+
+    def __init__(self, tracker: Tracker, path: Path, max_wait_s: float | None = None,
+                 interval_s: float | None = None):
         self.tracker = tracker
         self.path = Path(path)
         self.max_wait_s = default_max_wait_s() if max_wait_s is None else max_wait_s
+        self.interval_s = default_upload_interval_s() if interval_s is None else interval_s
         self.uploaded = 0  # records before the cursor (applied)
         self.failing_since: float | None = None  # monotonic time of the first failure in a row
         self.last_error = ""
@@ -458,7 +488,8 @@ class JournalUploader:
         self._offset, self._line = 0, 1
         self._read_cursor()
         self._cursor_written_at = time.monotonic()
-        self._wake = threading.Event()
+        self._wake = threading.Event()  # something was appended
+        self._hurry = threading.Event()  # someone waits for the upload: no waiting for the interval
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
         self._journal: Journal | None = None  # the journal a sweep appends to (start)
@@ -542,18 +573,31 @@ class JournalUploader:
         self._thread.start()
 
     def _tail(self) -> None:
+        sent_at = -float("inf")  # when the last pass that found records began
         while not self._stopping.is_set():
             self._wake.wait(timeout=1.0)
+            # What the trials record until the interval is over joins this pass.
+            self._hurry.wait(timeout=max(0.0, sent_at + self.interval_s - time.monotonic()))
             self._wake.clear()
+            begun = time.monotonic()
             try:
-                self.upload_available(give_up=lambda exc: False)
+                if self.upload_available(give_up=lambda exc: False):
+                    sent_at = begun
             except Exception as exc:  # stopping, or a journal line that is no record: drain
                 self._failed(lambda error: True, exc)  # gives up after max_wait_s, naming it
 
     def drain(self) -> None:
         """Wait until everything appended is uploaded; TrackingUnavailable once the store has
-        been unreachable for max_wait_s (the journal keeps what is left for `orchestrate sync`)."""
+        been unreachable for max_wait_s (the journal keeps what is left for `orchestrate sync`).
+        The passes it waits for start at once, not an interval after the last."""
+        self._hurry.set()
         self._wake.set()
+        try:
+            self._wait_uploaded()
+        finally:
+            self._hurry.clear()
+
+    def _wait_uploaded(self) -> None:
         while self.behind():
             if self.failing_since is not None and time.monotonic() - self.failing_since > self.max_wait_s:
                 uri = mask_secrets(self.tracker.tracking_uri)
@@ -568,6 +612,7 @@ class JournalUploader:
 
     def stop(self) -> None:
         self._stopping.set()
+        self._hurry.set()
         self._wake.set()
         if self._thread is not None:
             self._thread.join(timeout=30)
@@ -599,7 +644,8 @@ class JournalUploader:
             return
         if first.kind == "artifacts":
             if Path(first.data["path"]).exists():
-                client.log_artifacts(run.run_id, first.data["path"], first.data["dest"])
+                repository = get_artifact_repository(run.artifact_uri, tracking_uri=self.tracker.tracking_uri)
+                repository.log_artifacts(first.data["path"], first.data["dest"])
             return
         parts: list[_Batch] = []
         if first.kind == "start" and not run.has_params:
@@ -647,7 +693,7 @@ class JournalUploader:
                     rs.TAG_CONFIG_KEY: config_key(params),
                 },
             )
-            run = _TrialRun(created.info.run_id, has_params=False)
+            run = _TrialRun(created.info.run_id, created.info.artifact_uri, has_params=False)
             self._runs[(record.parent_run_id, record.trial_id)] = run
         elif run.ended_ms is not None and run.ended_ms < record.time_ms:
             client.update_run(run.run_id, status="RUNNING")  # a resumed or retried trial

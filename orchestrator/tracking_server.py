@@ -122,6 +122,9 @@ def mlflow_executable() -> str:
     return found
 
 
+SERVER_THREADS = 40  # anyio's default thread limiter, which runs uvicorn's WSGI requests
+
+
 def server_command(
     backend_store_uri: str,
     artifacts_destination: str,
@@ -151,6 +154,16 @@ def server_command(
         **(auth or {}),
         "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false",
         "MLFLOW_DISABLE_TELEMETRY": os.environ.get("MLFLOW_DISABLE_TELEMETRY", "true"),
+        # A database connection for every request thread of a worker (uvicorn runs the WSGI app
+        # on anyio's 40 threads), and as many again on demand: MLflow's log_batch holds a session
+        # while it opens others for params and metrics, so with as many connections as threads
+        # every thread could hold one and wait for a second. With SQLAlchemy's default 5 + 10,
+        # 32 clients at once waited for a connection until the pool's 30 s timeout (400s,
+        # ~2 batches/s; benchmarks/README.md, section 10). A user's own values win.
+        "MLFLOW_SQLALCHEMYSTORE_POOL_SIZE": os.environ.get("MLFLOW_SQLALCHEMYSTORE_POOL_SIZE", str(SERVER_THREADS)),
+        "MLFLOW_SQLALCHEMYSTORE_MAX_OVERFLOW": os.environ.get(
+            "MLFLOW_SQLALCHEMYSTORE_MAX_OVERFLOW", str(SERVER_THREADS)
+        ),
     }
     return argv, env
 

@@ -182,6 +182,20 @@ def test_server_command_is_lean_and_masks_passwords():
     assert mask_uri("postgresql://u:secret@db:5432/mlflow") == "postgresql://u:***@db:5432/mlflow"
 
 
+def test_server_gives_every_request_thread_a_database_connection(monkeypatch):
+    """SQLAlchemy's default pool (5 + 10) under uvicorn's 40 request threads left 32 clients at
+    once waiting 30 s for a connection (benchmarks/README.md, section 10). log_batch nests
+    sessions, so the overflow doubles the pool. A user's value wins."""
+    monkeypatch.delenv("MLFLOW_SQLALCHEMYSTORE_POOL_SIZE", raising=False)
+    monkeypatch.delenv("MLFLOW_SQLALCHEMYSTORE_MAX_OVERFLOW", raising=False)
+    _, env = server_command("postgresql://u@db:5432/mlflow", "/shared/art")
+    assert env["MLFLOW_SQLALCHEMYSTORE_POOL_SIZE"] == "40"
+    assert env["MLFLOW_SQLALCHEMYSTORE_MAX_OVERFLOW"] == "40"
+    monkeypatch.setenv("MLFLOW_SQLALCHEMYSTORE_POOL_SIZE", "7")
+    _, env = server_command("postgresql://u@db:5432/mlflow", "/shared/art")
+    assert env["MLFLOW_SQLALCHEMYSTORE_POOL_SIZE"] == "7"
+
+
 def test_server_rejects_bad_backends_with_clear_errors(tmp_path):
     result = run("server", "--backend-store-uri", "http://not-a-database", "--artifacts-destination",
                  str(tmp_path / "art"))

@@ -23,6 +23,7 @@ from orchestrator.tracking import (
     Tracker,
     TrackingUnavailable,
     default_max_wait_s,
+    default_upload_interval_s,
 )
 from results import run_schema as rs
 
@@ -63,15 +64,19 @@ def test_sweep_fails_before_launching_while_the_server_is_unreachable(tmp_path, 
     assert not (tmp_path / "ray_results").exists()  # nothing was launched
 
 
-def test_max_wait_comes_from_the_environment(monkeypatch):
-    monkeypatch.delenv("NLI_TRACKING_MAX_WAIT_S", raising=False)
-    assert default_max_wait_s() == 120.0
-    monkeypatch.setenv("NLI_TRACKING_MAX_WAIT_S", "7.5")
-    assert default_max_wait_s() == 7.5
+@pytest.mark.parametrize("variable, seconds, default", [
+    ("NLI_TRACKING_MAX_WAIT_S", default_max_wait_s, 120.0),
+    ("NLI_TRACKING_UPLOAD_INTERVAL_S", default_upload_interval_s, 2.0),
+])
+def test_the_uploaders_waits_come_from_the_environment(monkeypatch, variable, seconds, default):
+    monkeypatch.delenv(variable, raising=False)
+    assert seconds() == default
+    monkeypatch.setenv(variable, "7.5")
+    assert seconds() == 7.5
     for bad in ("soon", "-1"):
-        monkeypatch.setenv("NLI_TRACKING_MAX_WAIT_S", bad)
-        with pytest.raises(ValueError, match="NLI_TRACKING_MAX_WAIT_S"):
-            default_max_wait_s()
+        monkeypatch.setenv(variable, bad)
+        with pytest.raises(ValueError, match=variable):
+            seconds()
 
 
 def test_trials_recorded_during_an_outage_are_uploaded_once_the_server_answers(tmp_path, monkeypatch):

@@ -268,3 +268,44 @@ def test_a_batch_that_fails_half_way_is_finished_by_the_next_uploader(sweep):
     assert epoch_steps(MlflowClient(uri), run.info.run_id) == {
         rs.METRIC_DEV_ACCURACY: list(range(1, 601)), rs.METRIC_TRAIN_LOSS: list(range(1, 601))}
     assert MlflowClient(uri).get_run(run.info.run_id).info.status == "FINISHED"
+
+
+def test_the_sweeps_uploader_sends_what_comes_within_its_interval_together_and_drain_does_not_wait(sweep):
+    """A trial's start goes up at once; its six epochs and its end, appended one by one right
+    after, wait for the next pass (an interval later) and go up together: one log_batch, not one
+    per record. drain() sends them at once, not when the interval is over."""
+    uri, store, experiment_id, parent, journal = sweep
+    client = counting(store)
+    uploader = JournalUploader(store, journal.path, interval_s=600)
+    uploader.start(journal)
+    recorder = SweepRecorder(journal, base_params={"model": "decomposable"}, run_tags={})
+    recorder.trial_started("t000", {"lr": 0.001, "seed": 1})
+    deadline = time.monotonic() + 60
+    while uploader.uploaded < 1 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert uploader.uploaded == 1 and client.calls["create_run"] == 1
+    for epoch in range(1, EPOCHS + 1):
+        recorder.trial_result("t000", {"epoch": epoch, "dev_accuracy": epoch / 100, "train_loss": 1 / epoch})
+    checkpoint = journal.path.parent / "checkpoint_000006"
+    checkpoint.mkdir()
+    (checkpoint / "weights.pt").write_bytes(b"\0" * 64)
+    recorder.trial_completed("t000", {"best_dev_accuracy": 0.06, "epoch": EPOCHS, "trial_finished": 1},
+                             str(checkpoint))
+    time.sleep(0.5)  # an uploader woken by every append would have sent them by now
+    assert uploader.uploaded == 1 and uploader.behind() == EPOCHS + 2
+
+    begun = time.monotonic()
+    uploader.drain()
+    assert time.monotonic() - begun < 60 and uploader.behind() == 0
+    uploader.stop()  # does not wait for the interval either
+    assert not uploader._thread.is_alive()
+    assert client.calls == {"search_runs": 1, "create_run": 1, "log_batch": 2, "set_terminated": 1}
+    # the start's params; then two metrics per epoch and the end's two (best dev accuracy, epochs)
+    assert [len(batch["metrics"]) for batch in client.batches] == [0, 2 * EPOCHS + 2]
+    [run] = store.trial_runs(experiment_id, parent)
+    assert run.info.status == "FINISHED"
+    assert epoch_steps(MlflowClient(uri), run.info.run_id) == {
+        rs.METRIC_DEV_ACCURACY: list(range(1, EPOCHS + 1)), rs.METRIC_TRAIN_LOSS: list(range(1, EPOCHS + 1))}
+    # The checkpoint went to the run's artifact location as created: no get_run to look it up.
+    listed = MlflowClient(uri).list_artifacts(run.info.run_id, rs.ARTIFACT_CHECKPOINT_DIR)
+    assert [a.path for a in listed] == [f"{rs.ARTIFACT_CHECKPOINT_DIR}/weights.pt"]

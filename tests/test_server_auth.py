@@ -12,10 +12,14 @@ import socket
 import subprocess
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 
 import pytest
 from sweep_helpers import ORCHESTRATE, run_orchestrate, write_spec
+
+from nli_models.training import TRIAL_CONFIG_FILE
+from results import run_schema as rs
 
 pytest.importorskip("flask_wtf", reason="MLflow's basic-auth app needs Flask-WTF")
 
@@ -119,3 +123,10 @@ def test_sweep_logs_with_credentials_from_the_environment(auth_server, tmp_path)
     request.data = json.dumps({"experiment_ids": [experiments["experiment"]["experiment_id"]]}).encode()
     runs = json.load(urllib.request.urlopen(request, timeout=10))["runs"]
     assert sorted(r["info"]["status"] for r in runs) == ["FINISHED", "FINISHED"]
+    # The trial's checkpoint went up through the server's artifact proxy, with the credentials.
+    [trial] = [r for r in runs if {"key": rs.TAG_ROLE, "value": rs.ROLE_TRIAL} in r["data"]["tags"]]
+    path = f"{trial['info']['artifact_uri'].split('mlflow-artifacts:/', 1)[1]}/{rs.ARTIFACT_CHECKPOINT_DIR}"
+    listed = json.load(urllib.request.urlopen(urllib.request.Request(
+        f"{auth_server}/api/2.0/mlflow-artifacts/artifacts?path={urllib.parse.quote(path)}",
+        headers={"Authorization": f"Basic {token}"}), timeout=10))
+    assert TRIAL_CONFIG_FILE in [f["path"] for f in listed["files"]], listed
