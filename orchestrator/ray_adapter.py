@@ -6,7 +6,6 @@ Ray 2.60 runs Train V2: inside a trial only ray.tune.report / get_checkpoint / g
 
 from __future__ import annotations
 
-import copy
 import json
 import logging
 import os
@@ -329,16 +328,33 @@ class DistinctProposals(Searcher):
         if error:  # a failed configuration may be proposed and run again
             self._outcome.pop(key, None)
         else:
-            self._outcome[key] = result
+            self._outcome[key] = self._scores(result)
         for repeat_id in self._waiting.pop(key, []):
             self.searcher.on_trial_complete(repeat_id, result, error=error)
+
+    def _scores(self, result: dict | None) -> dict | None:
+        """The part of a result a searcher reads (its metric): what a repeat is told.
+
+        Not Tune's whole result dict (config, timings, host): get_state copies every outcome at
+        each experiment snapshot, and with CheckpointConfig(num_to_keep) Tune forces a snapshot
+        at every trial checkpoint, so whole results made a sweep's driver time grow with the
+        square of its trials (benchmarks/README.md, section 9)."""
+        if not result:
+            return result
+        return {self.metric: result[self.metric]} if self.metric in result else {}
 
     # Tune checkpoints a wrapper's state apart from the searcher it wraps (as for Ray's own
     # ConcurrencyLimiter and Repeater): get_state/set_state hold only the wrapper's bookkeeping.
     def get_state(self) -> dict:
         state = self.__dict__.copy()
         del state["searcher"]
-        return copy.deepcopy(state)
+        # A copy of each container this wrapper changes, not a deep copy: Tune calls this at every
+        # snapshot, and the items are never changed in place (ids are strings, a score is
+        # replaced, not updated).
+        state["_trials"] = dict(self._trials)
+        state["_outcome"] = dict(self._outcome)
+        state["_waiting"] = {key: list(ids) for key, ids in self._waiting.items()}
+        return state
 
     def set_state(self, state: dict) -> None:
         self.__dict__.update(state)

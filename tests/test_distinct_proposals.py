@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from ray import tune
 from ray.tune.search import Repeater, Searcher
@@ -36,9 +38,9 @@ def test_repeat_of_a_finished_configuration_is_told_its_result_and_skipped():
     assert searcher.suggest("a") == {"lr": 1}
     searcher.on_trial_complete("a", _result(0.7))
     assert searcher.suggest("b") == {"lr": 2}
-    # Both repeats were closed with the recorded result, under ids of their own.
+    # Both repeats were closed with the recorded score, under ids of their own.
     repeats = [v for k, v in inner.told.items() if not k.startswith("a/")]
-    assert repeats == [(_result(0.7), False), (_result(0.7), False)]
+    assert repeats == [({METRIC: 0.7}, False), ({METRIC: 0.7}, False)]
 
 
 def test_repeat_of_a_running_configuration_gets_the_result_when_it_arrives():
@@ -61,7 +63,7 @@ def test_after_max_tries_of_repeats_the_repeat_runs():
     assert searcher.suggest("b") == {"lr": 1}  # 2 repeats skipped, the third runs
     assert len(inner.proposals) == 1
     searcher.on_trial_complete("b", _result(0.7))
-    assert sum(1 for r, _ in inner.told.values() if r == _result(0.7)) == 4
+    assert sum(1 for r, _ in inner.told.values() if r[METRIC] == 0.7) == 4
 
 
 def test_a_failed_configuration_may_run_again():
@@ -88,6 +90,45 @@ def test_state_round_trip_keeps_the_record():
     restored = DistinctProposals(inner)
     restored.set_state(state)
     assert restored.suggest("b") == {"lr": 2}
+
+
+def test_the_state_is_a_snapshot_that_later_trials_do_not_change():
+    inner = Scripted([{"lr": 1}, {"lr": 2}, {"lr": 2}, {"lr": 3}])
+    searcher = DistinctProposals(inner)
+    searcher.suggest("a")
+    searcher.on_trial_complete("a", _result(0.7))
+    searcher.suggest("b")  # lr 2, running
+    state = searcher.get_state()
+    searcher.suggest("c")  # a repeat of b, waiting for it; then lr 3
+    searcher.on_trial_complete("b", _result(0.5))
+    assert state["_trials"].keys() == {"a", "b"}
+    assert state["_outcome"] == {'{"lr": 1}': {METRIC: 0.7}, '{"lr": 2}': None}
+    assert state["_waiting"] == {}
+    assert state["_proposals"] == 2
+
+
+def test_the_state_keeps_each_configurations_score_not_tunes_whole_result():
+    """Tune snapshots the searcher's state at every trial checkpoint (num_to_keep): a state that
+    grew by a whole result dict per trial made the driver's time grow with trials squared."""
+    inner = Scripted([{"lr": i} for i in range(50)])
+    searcher = DistinctProposals(inner)
+    for i in range(50):
+        searcher.suggest(str(i))
+        tune_result = {**_result(i / 100), "config": {"lr": i, "nested": {"deep": list(range(20))}},
+                       "hostname": "node", "time_total_s": 3.0}
+        searcher.on_trial_complete(str(i), tune_result)
+    outcomes = searcher.get_state()["_outcome"]
+    assert outcomes == {json.dumps({"lr": i}): {METRIC: i / 100} for i in range(50)}
+    assert inner.told["0/0"][0]["hostname"] == "node"  # the searcher itself is told the whole result
+
+
+def test_a_result_without_the_metric_is_told_to_a_repeat_as_such():
+    inner = Scripted([{"lr": 1}, {"lr": 1}, {"lr": 2}])
+    searcher = DistinctProposals(inner)
+    searcher.suggest("a")
+    searcher.on_trial_complete("a", {"training_iteration": 1})  # stopped before its first result
+    searcher.suggest("b")
+    assert inner.told["b/1"] == ({}, False)  # Optuna marks both pruned: no value to tell
 
 
 SPACE = {"lr": tune.choice([1, 2, 3]), "dropout": tune.choice([0.0, 0.1, 0.2])}
