@@ -35,6 +35,10 @@ EXIT_INTERRUPTED = 3
 # Each epoch lasts this much longer, so that a trial seen running is still running when the
 # signal lands (toy epochs take a fraction of a second).
 EPOCH_DELAY = {"NLI_EPOCH_DELAY_S": "3"}
+# The sweep cut twice waits for trials to finish, seen in MLflow up to the uploader's interval
+# (2 s) late: with toy trials of about a second, every trial could end within that lag. At 1 s
+# per epoch the four trials still pending take 16 s or more.
+SHORT_EPOCH_DELAY = {"NLI_EPOCH_DELAY_S": "1"}
 
 
 def _spec(folder: Path, name: str, search: dict | None = None, epochs: int = EPOCHS) -> Path:
@@ -45,12 +49,12 @@ def _spec(folder: Path, name: str, search: dict | None = None, epochs: int = EPO
     )
 
 
-def _start(folder: Path, spec: Path, env: dict[str, str]):
-    log = folder / "driver.log"
+def _start(folder: Path, spec: Path, env: dict[str, str], *flags: str, log_name: str = "driver.log"):
+    log = folder / log_name
     with pytest.MonkeyPatch.context() as patch:
         for key, value in env.items():
             patch.setenv(key, value)
-        return start_orchestrate(["sweep", str(spec)], cwd=folder, log=log), log
+        return start_orchestrate(["sweep", str(spec), *flags], cwd=folder, log=log), log
 
 
 def _cli(args: list[str]):
@@ -192,7 +196,7 @@ def test_sigkill_then_resume_then_ctrl_c_with_trials_pending_then_resume_runs_ea
             "space": {"lr": {"grid": [0.001, 0.002, 0.003, 0.005, 0.01]}, "dropout": {"grid": [0.0]}},
             "max_concurrent_trials": 1}},
     )
-    driver, log = _start(tmp_path, spec, {})
+    driver, log = _start(tmp_path, spec, SHORT_EPOCH_DELAY)
     try:
         wait_while_driving(trials_finished(tmp_path, name, log, 1), driver, log, "a first trial's end")
     except BaseException:
@@ -219,8 +223,7 @@ def test_sigkill_then_resume_then_ctrl_c_with_trials_pending_then_resume_runs_ea
     assert refused.returncode == 2 and "(interrupted); pass --resume" in refused.stderr
 
     # Resumed, then Ctrl-C once one more trial has finished: the next one runs, the last waits.
-    log = tmp_path / "resumed.log"
-    driver = start_orchestrate(["sweep", str(spec), "--resume"], cwd=tmp_path, log=log)
+    driver, log = _start(tmp_path, spec, SHORT_EPOCH_DELAY, "--resume", log_name="resumed.log")
     try:
         wait_while_driving(trials_finished(tmp_path, name, log, len(finished_before) + 1), driver, log,
                            "a trial's end after the resume")

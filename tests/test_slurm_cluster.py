@@ -101,7 +101,10 @@ def assert_each_trial_once(client, name: str, planned: int, epochs: int) -> list
 # -- tests ------------------------------------------------------------------------------------
 def test_stop_mid_sweep_then_resume_runs_exactly_the_planned_trials(slurm_cluster, tracking, tmp_path):
     name, epochs = "slurm-stop", 4
-    spec = write_spec(tmp_path / "spec", name, tracking.url, epochs=epochs, toy_size=3000,
+    # Trials long enough that the stop lands before the second pair of trials ends: the first
+    # FINISHED run shows in MLflow up to the uploader's interval (2 s) plus a 2 s poll after it
+    # ends, and a 3,000-pair toy trial took less than that once the models got faster.
+    spec = write_spec(tmp_path / "spec", name, tracking.url, epochs=epochs, toy_size=9000,
                       grid={"lr": [0.001, 0.003], "dropout": [0.0, 0.2]})
     client = tracking.client()
     job_id = submit(spec, "--time", "15", "--requeue")  # a stop is not a time limit: no requeue
