@@ -10,7 +10,6 @@ import cProfile
 import os
 import pstats
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -22,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from benchmarks.common import Skip
+from orchestrator.ports import free_port
 from results.tracking_uri import probe_http
 
 PG_HOST, PG_PORT, PG_USER = "127.0.0.1", 5432, "postgres"
@@ -79,12 +79,6 @@ class Database:
 
 
 # -- the tracking server -----------------------------------------------------------------------
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 class Server:
     """`orchestrate server` (this checkout's code) over `backend`; stop() and start() again on
     the same port for a restart."""

@@ -16,15 +16,10 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import sys
 import time
 
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("", 0))
-        return sock.getsockname()[1]
+from orchestrator.ports import free_port, free_ports
 
 
 def node_ip() -> str:
@@ -34,11 +29,12 @@ def node_ip() -> str:
     return get_node_ip_address()
 
 
-def ray_start_command(temp_dir: str, cpus: str, gpus: str) -> list[str]:
+def ray_start_command(temp_dir: str, cpus: str, gpus: str, taken: frozenset[int] = frozenset()) -> list[str]:
+    """`taken`: ports already given to this node's other servers (free now, bound later)."""
     return [
         sys.executable, "-m", "ray.scripts.scripts", "start", "--block",
         f"--temp-dir={temp_dir}", f"--num-cpus={cpus}", f"--num-gpus={gpus}",
-        f"--dashboard-agent-listen-port={free_port()}", "--disable-usage-stats",
+        f"--dashboard-agent-listen-port={free_port(avoid=taken)}", "--disable-usage-stats",
     ]
 
 
@@ -55,7 +51,8 @@ def start_head(ip: str, gcs_port: str, client_port: str, temp_dir: str, cpus: st
     port and process fewer on a shared node); ends on SIGTERM, taking its processes with it."""
     os.makedirs(temp_dir, exist_ok=True)
     command = [
-        *ray_start_command(temp_dir, cpus, gpus), "--head", f"--node-ip-address={ip}",
+        *ray_start_command(temp_dir, cpus, gpus, taken=frozenset({int(gcs_port), int(client_port)})),
+        "--head", f"--node-ip-address={ip}",
         f"--port={gcs_port}", f"--ray-client-server-port={client_port}", "--include-dashboard=false",
     ]
     os.execv(command[0], command)
@@ -131,7 +128,7 @@ def resume_flag(experiment: str, since_ms: int) -> str:
 
 def main(argv: list[str]) -> int:
     if argv[:1] == ["head-ports"]:
-        print(node_ip(), free_port(), free_port())
+        print(node_ip(), *free_ports(2))
         return 0
     if argv[:1] == ["head"] and len(argv) == 7:
         start_head(*argv[1:])

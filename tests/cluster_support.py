@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -22,18 +21,14 @@ from pathlib import Path
 import pytest
 import yaml
 
+from orchestrator.ports import free_port, free_ports
+
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 PG_HOST, PG_PORT, PG_USER = "127.0.0.1", 5432, "postgres"
 
 
 # -- processes --------------------------------------------------------------------------------
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def base_env() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "RAY_API_SERVER_ADDRESS")}
     env.update(
@@ -124,14 +119,14 @@ def stop_ray_nodes(groups: list[Group]) -> None:
         group.stop(grace_s=0)
 
 
-def node_ports() -> list[str]:
-    """Free ports for a Ray node's own servers: two nodes (or Ray instances) on one machine must
-    not both take Ray's fixed defaults."""
-    ports = []
-    for flag in ("--node-manager-port", "--object-manager-port", "--dashboard-agent-listen-port",
-                 "--dashboard-agent-grpc-port", "--runtime-env-agent-port", "--metrics-export-port"):
-        ports += [flag, str(free_port())]
-    return ports
+def node_ports(avoid: frozenset[int] = frozenset()) -> list[str]:
+    """Distinct free ports for a Ray node's own servers, none in `avoid` (ports given to the
+    node's other servers): two nodes (or Ray instances) on one machine must not both take Ray's
+    fixed defaults."""
+    flags = ("--node-manager-port", "--object-manager-port", "--dashboard-agent-listen-port",
+             "--dashboard-agent-grpc-port", "--runtime-env-agent-port", "--metrics-export-port")
+    ports = free_ports(len(flags), host="127.0.0.1", avoid=avoid)
+    return [item for flag, port in zip(flags, ports, strict=True) for item in (flag, str(port))]
 
 
 class RayHead:
@@ -140,15 +135,15 @@ class RayHead:
     `dashboard` what `orchestrate submit/jobs/logs --address` talk to."""
 
     def __init__(self, num_cpus: int, logs: Path):
-        gcs, dashboard = free_port(), free_port()
+        gcs, dashboard, client = free_ports(3, host="127.0.0.1")
         self.address = f"127.0.0.1:{gcs}"
         self.dashboard = f"http://127.0.0.1:{dashboard}"
         self.temp_dir = tempfile.mkdtemp(prefix="nlirh", dir="/tmp")  # short: Ray's socket paths
         self.group = Group(
             [str(BIN / "ray"), "start", "--head", "--block", "--node-ip-address", "127.0.0.1",
              "--port", str(gcs), "--dashboard-host", "127.0.0.1", "--dashboard-port", str(dashboard),
-             "--ray-client-server-port", str(free_port()), "--num-cpus", str(num_cpus),
-             "--num-gpus", "0", "--temp-dir", self.temp_dir, "--disable-usage-stats", *node_ports()],
+             "--ray-client-server-port", str(client), "--num-cpus", str(num_cpus),
+             "--num-gpus", "0", "--temp-dir", self.temp_dir, "--disable-usage-stats", *node_ports(avoid=frozenset({gcs, dashboard, client}))],
             logs / "ray-head.log",
         )
         try:

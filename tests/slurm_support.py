@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 import pytest
-from cluster_support import Group, free_port, wait_for
+from cluster_support import Group, free_ports, wait_for
 
 SBIN = ("/usr/sbin", "/sbin")
 DAEMONS = ("munged", "slurmctld", "slurmd")
@@ -78,11 +78,12 @@ def write_conf(root: Path, node: str, munge_socket: Path) -> Path:
     for name in ("state", "spool", "log"):
         (root / name).mkdir()
     conf = root / "slurm.conf"
+    controller_port, node_port = free_ports(2)
     conf.write_text(f"""\
 ClusterName=nlitest
 SlurmctldHost={node}(127.0.0.1)
-SlurmctldPort={free_port()}
-SlurmdPort={free_port()}
+SlurmctldPort={controller_port}
+SlurmdPort={node_port}
 SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge

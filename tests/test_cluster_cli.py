@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import time
 import zipfile
 from pathlib import Path
@@ -15,16 +14,11 @@ import pytest
 import yaml
 
 from orchestrator import ray_jobs
+from orchestrator.ports import free_port
 from orchestrator.ray_jobs import JobInputError, build_submission, resolve_address
 from orchestrator.tracking_server import mask_uri, server_command
 
 REPO = Path(__file__).resolve().parents[1]
-
-
-def closed_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]  # nothing listens once the socket is closed
 
 
 class Result:
@@ -70,7 +64,7 @@ def test_address_flag_then_environment_then_default(monkeypatch):
 
 
 def test_unreachable_cluster_exits_1_naming_the_address(tmp_path):
-    address = f"http://127.0.0.1:{closed_port()}"
+    address = f"http://127.0.0.1:{free_port()}"
     spec = spec_file(tmp_path / "spec", tracking_uri="http://127.0.0.1:5000")
     for args in (["jobs"], ["logs", "some-job"], ["stop", "some-job"], ["submit", str(spec)]):
         started = time.monotonic()
@@ -85,7 +79,7 @@ def test_unreachable_cluster_exits_1_naming_the_address(tmp_path):
 
 
 def test_bad_submissions_exit_2_before_contacting_the_cluster(tmp_path):
-    address = f"http://127.0.0.1:{closed_port()}"  # would be exit 1 if it were contacted
+    address = f"http://127.0.0.1:{free_port()}"  # would be exit 1 if it were contacted
     with_server = spec_file(tmp_path / "a", tracking_uri="http://127.0.0.1:5000")
     without = spec_file(tmp_path / "b")
     broken = tmp_path / "broken.yaml"
@@ -200,7 +194,7 @@ def test_server_rejects_bad_backends_with_clear_errors(tmp_path):
     result = run("server", "--backend-store-uri", "http://not-a-database", "--artifacts-destination",
                  str(tmp_path / "art"))
     assert result.returncode == 2 and "expected a database URI" in result.stderr
-    uri = f"postgresql://postgres:hunter2@127.0.0.1:{closed_port()}/mlflow"
+    uri = f"postgresql://postgres:hunter2@127.0.0.1:{free_port()}/mlflow"
     result = run("server", "--backend-store-uri", uri, "--artifacts-destination", str(tmp_path / "art"))
     assert result.returncode == 1, result.stderr
     assert "is unreachable" in result.stderr and "hunter2" not in result.stderr
@@ -224,6 +218,6 @@ def test_sync_input_errors(tmp_path):
     assert result.returncode == 2 and "kind 'delete'" in result.stderr and "start, metrics" in result.stderr
     journal.write_text(json.dumps(record) + "\n")
     started = time.monotonic()
-    result = run("sync", str(journal), "--tracking-uri", f"http://127.0.0.1:{closed_port()}")
+    result = run("sync", str(journal), "--tracking-uri", f"http://127.0.0.1:{free_port()}")
     assert result.returncode == 1 and "unreachable" in result.stderr
     assert time.monotonic() - started < 30

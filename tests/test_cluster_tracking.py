@@ -9,7 +9,6 @@ repeats epochs it had already logged does not log them twice."""
 from __future__ import annotations
 
 import json
-import socket
 import time
 from pathlib import Path
 
@@ -17,6 +16,7 @@ import pytest
 import yaml
 
 from orchestrator.journal import Journal, journal_file
+from orchestrator.ports import free_port
 from orchestrator.tracking import (
     JournalUploader,
     SweepRecorder,
@@ -31,9 +31,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def closed_url() -> str:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return f"http://127.0.0.1:{sock.getsockname()[1]}"
+    return f"http://127.0.0.1:{free_port()}"  # nothing listens there
 
 
 def test_unreachable_server_is_reported_quickly():

@@ -3,7 +3,6 @@
 import functools
 import hashlib
 import json
-import socket
 import threading
 import zipfile
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
@@ -12,6 +11,7 @@ import pytest
 
 from nli_models.data import DownloadError, download_corpus, read_snli
 from nli_models.errors import InputError
+from orchestrator.ports import free_port
 
 
 class CountingHandler(SimpleHTTPRequestHandler):
@@ -90,10 +90,7 @@ def test_download_verifies_configured_checksum(server, tmp_path):
 
 
 def test_offline_raises_download_error_with_manual_instructions(tmp_path):
-    with socket.socket() as probe:  # a port nobody listens on: connection refused
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    url = f"http://127.0.0.1:{port}/SICK.zip"
+    url = f"http://127.0.0.1:{free_port()}/SICK.zip"  # nobody listens there: connection refused
     with pytest.raises(DownloadError) as error:
         download_corpus("sick", data_dir=tmp_path, url=url, progress=False)
     message = str(error.value)

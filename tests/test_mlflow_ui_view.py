@@ -9,7 +9,6 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import time
 from pathlib import Path
@@ -19,6 +18,7 @@ from browser_helpers import dump_dom, screenshot
 from sweep_helpers import ORCHESTRATE, write_spec
 
 from orchestrator.journal import Journal, journal_file
+from orchestrator.ports import free_port
 from orchestrator.spec import load_spec
 from orchestrator.tracking import (
     JournalUploader,
@@ -72,15 +72,9 @@ def _store(folder: Path) -> tuple[str, str]:
     return spec.tracking_uri, spec.name
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def test_printed_link_opens_the_trials_view_in_a_browser(tmp_path):
     uri, name = _store(tmp_path)
-    port = _free_port()
+    port = free_port()
     log_path = tmp_path / "ui.log"
     with log_path.open("w") as log:
         process = subprocess.Popen(

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -37,6 +36,7 @@ from sweep_helpers import (
 from toy_configs import tiny_config
 
 from nli_models.training import CHECKPOINT_FILE, TRIAL_CONFIG_FILE
+from orchestrator.ports import free_port
 from results import run_schema as rs
 
 TINY = tiny_config()
@@ -250,9 +250,7 @@ def test_sweeps_starting_together_on_a_new_postgres_store_all_succeed(fresh_post
 def test_sweeps_starting_together_on_a_new_server_over_postgres(ray_head, fresh_postgres, tmp_path):
     """`orchestrate server` creates its database before it answers; sweeps started at once
     against it (as soon as it answers) all record their runs."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = free_port()
     url = f"http://127.0.0.1:{port}"
     server = start_orchestrate(
         ["server", "--backend-store-uri", fresh_postgres, "--artifacts-destination",

@@ -8,7 +8,6 @@ import base64
 import json
 import os
 import signal
-import socket
 import subprocess
 import time
 import urllib.error
@@ -19,17 +18,12 @@ import pytest
 from sweep_helpers import ORCHESTRATE, run_orchestrate, write_spec
 
 from nli_models.training import TRIAL_CONFIG_FILE
+from orchestrator.ports import free_port
 from results import run_schema as rs
 
 pytest.importorskip("flask_wtf", reason="MLflow's basic-auth app needs Flask-WTF")
 
 USER, PASSWORD = "nli-admin", "pw-Ab3%xyz-long-enough"
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _get(url: str, auth: tuple[str, str] | None = None) -> int:
@@ -50,7 +44,7 @@ def _get(url: str, auth: tuple[str, str] | None = None) -> int:
 def auth_server(tmp_path_factory):
     """One server for the module's tests (each start costs seconds of imports and migrations)."""
     tmp_path = tmp_path_factory.mktemp("auth-server")
-    port = _free_port()
+    port = free_port()
     url = f"http://127.0.0.1:{port}"
     env = {**os.environ, "MLFLOW_TRACKING_USERNAME": USER, "MLFLOW_TRACKING_PASSWORD": PASSWORD}
     log = (tmp_path / "server.log").open("w")

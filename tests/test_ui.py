@@ -4,22 +4,17 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
 import urllib.request
 from pathlib import Path
 
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+from orchestrator.ports import free_port
 
 
 def test_ui_serves_the_store(tmp_path):
-    port = _free_port()
+    port = free_port()
     uri = f"sqlite:///{tmp_path / 'mlruns.db'}"
     orchestrate = str(Path(sys.executable).with_name("orchestrate"))
     log = (tmp_path / "ui.log").open("w")
