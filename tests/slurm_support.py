@@ -58,6 +58,14 @@ class SlurmCluster:
         shown = self.run("scontrol", "show", "job", "-o", job_id, check=False).stdout
         return dict(re.findall(r"(\w+)=(\S*)", shown))
 
+    def log_of(self, job_id: str) -> str:
+        """What the controller and the node daemon logged about the job: why it ended as it did."""
+        mentions = (f"jobid={job_id} ", f"job {job_id} ", f"[{job_id}.", f"job {job_id},")
+        lines = [f"{name}: {line}" for name in ("slurmctld", "slurmd")
+                 for line in (self.root / "log" / f"{name}.log").read_text(errors="replace").splitlines()
+                 if any(m in f"{line} ".lower() for m in mentions)]
+        return "\n".join([f"scontrol show job {job_id}: {self.job(job_id)}", *lines])
+
     def job_ids(self) -> list[str]:
         return self.run("squeue", "-h", "-o", "%i", check=False).stdout.split()
 

@@ -58,7 +58,7 @@ def wait_ended(cluster, spec: Path, job_id: str, timeout_s: float = 420) -> str:
     try:
         return wait_for(ended, timeout_s, f"SLURM job {job_id} to end", poll_s=2)
     except BaseException:
-        print(f"--- output of job {job_id} ---\n{output_of(spec, job_id)}")
+        print(f"--- output of job {job_id} ---\n{output_of(spec, job_id)}\n{cluster.log_of(job_id)}")
         raise
 
 
@@ -186,9 +186,10 @@ def test_time_limit_with_requeue_finishes_the_sweep_across_allocations(slurm_clu
         job = slurm_cluster.job(job_id)
         if int(job.get("Restarts", 0)) >= 1 and not done_at_requeue:
             done_at_requeue.append(finished_trials(client, name))
-        if job.get("JobState") == "PENDING" and job.get("Reason") == "BeginTime":
+        if job.get("JobState") == "PENDING" and job.get("Reason") == "BeginTime" and slurm_cluster.idle():
             # SLURM holds a requeued batch job for 2 minutes; this cluster is the test's own, so
-            # it starts the job at once, with the time to finish.
+            # it starts the job with the time to finish as soon as the node has cleaned up after
+            # the first run (launched onto a node still completing it, the job may fail).
             slurm_cluster.run("scontrol", "update", f"JobId={job_id}", "StartTime=now",
                               "TimeLimit=15", check=False)
         return job["JobState"] if job.get("JobState") not in ACTIVE else None
@@ -198,7 +199,7 @@ def test_time_limit_with_requeue_finishes_the_sweep_across_allocations(slurm_clu
     finally:
         print(f"--- output of job {job_id} ---\n{output_of(spec, job_id)}")
     output = output_of(spec, job_id)
-    assert state == "COMPLETED", output
+    assert state == "COMPLETED", f"{output}\n{slurm_cluster.log_of(job_id)}"
     assert_ray_gone(job_id)
     first, later = output.split(f"job {job_id} (run 2)")
     assert "got SIGUSR1 (time_limit)" in first and f"requeueing job {job_id}" in first
