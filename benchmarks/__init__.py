@@ -12,7 +12,8 @@ DEFAULT_BENCHMARKS = (
     "throughput", "public_setup", "bucketing", "preprocessing", "sweep_efficiency", "plain_optuna", "scaling",
 )
 # The scale set (--scale, or name them): a simulated 16-node cluster and a shared tracking server
-# under load, tens of minutes and most of the machine's memory.
-SCALE_BENCHMARKS = ("scale_cluster", "scale_tracking")
+# under load, tens of minutes and most of the machine's memory; the end-of-sweep analysis at up to
+# 10,000 trials (a minute).
+SCALE_BENCHMARKS = ("scale_cluster", "scale_tracking", "scale_analysis")
 OPT_IN_BENCHMARKS = ("search_efficiency", *SCALE_BENCHMARKS)
 ALL_BENCHMARKS = DEFAULT_BENCHMARKS + OPT_IN_BENCHMARKS
