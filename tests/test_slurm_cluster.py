@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+from datetime import datetime
 from pathlib import Path
 
 import pandas as pd
@@ -147,6 +148,11 @@ def minutes(clock: str) -> int:
 
 
 @pytest.mark.slow
+def requeued_seconds_ago(job: dict) -> float:
+    """Seconds since a requeued job was requeued (its SubmitTime, local time, whole seconds)."""
+    return (datetime.now() - datetime.fromisoformat(job["SubmitTime"])).total_seconds()
+
+
 def test_time_limit_with_requeue_finishes_the_sweep_across_allocations(slurm_cluster, tracking, tmp_path):
     """The job's time limit comes mid-sweep: SLURM warns the job (--signal-before), the sweep
     stops, the job requeues itself and its next allocation resumes the sweep to its end.
@@ -186,10 +192,14 @@ def test_time_limit_with_requeue_finishes_the_sweep_across_allocations(slurm_clu
         job = slurm_cluster.job(job_id)
         if int(job.get("Restarts", 0)) >= 1 and not done_at_requeue:
             done_at_requeue.append(finished_trials(client, name))
-        if job.get("JobState") == "PENDING" and job.get("Reason") == "BeginTime" and slurm_cluster.idle():
+        if (job.get("JobState") == "PENDING" and job.get("Reason") == "BeginTime"
+                and slurm_cluster.idle() and requeued_seconds_ago(job) >= 2):
             # SLURM holds a requeued batch job for 2 minutes; this cluster is the test's own, so
             # it starts the job with the time to finish as soon as the node has cleaned up after
-            # the first run (launched onto a node still completing it, the job may fail).
+            # the first run (launched onto a node still completing it, the job may fail) and the
+            # second of the requeue is over: slurmd revokes the job's credential when a run ends
+            # and refuses one issued in that same second ("Job N already killed, do not launch
+            # batch job"; seen when the start came 0.7 s after the requeue).
             slurm_cluster.run("scontrol", "update", f"JobId={job_id}", "StartTime=now",
                               "TimeLimit=15", check=False)
         return job["JobState"] if job.get("JobState") not in ACTIVE else None
