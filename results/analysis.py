@@ -212,8 +212,8 @@ def plot_parallel_coordinates(trials: Sequence[TrialRun], experiment: str) -> Fi
     # One collection, best trials drawn last (on top): a line artist per trial made a 10,000-trial
     # figure take tens of seconds in each of its three formats.
     order = np.argsort(accuracy, kind="stable")
-    x = np.arange(len(axis_names), dtype=np.float64)
-    lines = LineCollection([np.column_stack([x, data[i]]) for i in order],
+    axis_x = np.arange(len(axis_names), dtype=np.float64)
+    lines = LineCollection([np.column_stack([axis_x, data[i]]) for i in order],
                            colors=colour(norm(accuracy[order])), alpha=0.8,
                            linewidths=max(0.3, 1.5 * min(1.0, math.sqrt(100 / len(done)))))  # thinner when many
     axes.add_collection(lines)
