@@ -42,7 +42,7 @@ BUDGETS = ("trials", "hours")  # the x-axis of an EVP plot
 def expected_max_curve(values: Sequence[float]) -> list[tuple[float, float]]:
     """(E[max_n], std[max_n]) for n = 1..len(values). One numpy pass of length N per n: a
     10,000-trial sweep's curve takes seconds, where a Python loop over the N^2 weights took
-    minutes (benchmarks/README.md, section 9)."""
+    minutes (benchmarks/README.md, section 11)."""
     ordered = np.sort(np.asarray(values, dtype=np.float64))
     total = len(ordered)
     quantiles = np.arange(total + 1, dtype=np.float64) / total  # i/N for i = 0..N
