@@ -1,6 +1,7 @@
-"""run_lstm runs a one-layer unidirectional LSTM on CPU in one call with its padding steps held:
-outputs, final states and every gradient must equal a packed run's (float64, ragged rows, a given
-initial state, with and without biases), and the held cell state must not move by one bit however
+"""run_lstm runs a one-layer LSTM in one call with its padding steps held (on every device: no
+host read of the lengths): outputs, final states and every gradient must equal a packed run's
+(float64, ragged rows, a given initial state, with and without biases, bidirectional from zeros),
+and the held cell state must not move by one bit however
 much padding follows (float32)."""
 
 import pytest
@@ -12,19 +13,20 @@ from nli_models.models.layers import run_lstm, run_lstm_outputs
 
 
 @pytest.mark.parametrize("lengths", [[3, 9, 1, 9, 4, 4, 7], [5, 5, 5]])
-@pytest.mark.parametrize("with_state", [False, True])
+@pytest.mark.parametrize(("with_state", "bidirectional"), [(False, False), (True, False), (False, True)])
 @pytest.mark.parametrize("bias", [True, False])
-def test_held_run_equals_a_packed_run(lengths, with_state, bias):
+def test_held_run_equals_a_packed_run(lengths, with_state, bidirectional, bias):
     torch.manual_seed(0)
-    lstm = nn.LSTM(6, 5, bias=bias, batch_first=True).double()
+    lstm = nn.LSTM(6, 5, bias=bias, batch_first=True, bidirectional=bidirectional).double()
     lengths = torch.tensor(lengths)
     batch, steps = len(lengths), int(lengths.max())
     x = torch.randn(batch, steps, 6, dtype=torch.float64, requires_grad=True)
     mask = torch.arange(steps) < lengths[:, None]
     state = tuple(torch.randn(1, batch, 5, dtype=torch.float64) for _ in range(2)) if with_state else None
+    lstm.forward = None  # run_lstm must not fall back to a packed run (nn.LSTM.forward) here
 
     packed = pack_padded_sequence(x, lengths, batch_first=True, enforce_sorted=False)
-    out, (h, c) = lstm(packed, state)
+    out, (h, c) = nn.LSTM.forward(lstm, packed, state)
     out, _ = pad_packed_sequence(out, batch_first=True, total_length=steps)
     held_out, (held_h, held_c) = run_lstm(lstm, x, mask, state)
 

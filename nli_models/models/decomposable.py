@@ -39,6 +39,7 @@ from nli_models.models.layers import (
     Dropout,
     RealPositions,
     distinct_words,
+    gather_rows,
     masked_softmax,
 )
 from nli_models.models.pair_classifier import PairClassifier, Sentences
@@ -175,6 +176,6 @@ class DecomposableAttention(PairClassifier):
         rows = torch.cat([self.null_embedding.unsqueeze(0), F.normalize(self.word_embeddings(words), dim=-1)])
         table = self.projection(rows)
         return [
-            (table[F.pad(index + 1, (1, 0))], F.pad(mask, (1, 0), value=True))
+            (gather_rows(table, F.pad(index + 1, (1, 0))), F.pad(mask, (1, 0), value=True))
             for index, mask in zip(indices, (premise.mask, hypothesis.mask), strict=True)
         ]

@@ -2,7 +2,15 @@
 additive attention that Rocktäschel et al. (eq. 7-9) and CAM (eq. 3-5) both use.
 
 Masks are bool tensors, True for a real token, and right-padded (a row is real tokens, then
-padding); ``sequence_lengths`` checks the latter because packing an LSTM relies on it.
+padding); ``sequence_lengths`` checks the latter on CPU because the held LSTM run relies on it.
+
+Off the CPU (CUDA) nothing here reads a tensor's values on the host: a read (``.item()``,
+``.tolist()``, ``bool(t)``, a data-dependent shape as of ``unique`` or ``nonzero``) waits for the
+GPU to finish everything queued, once per call, i.e. many times per training step. The CPU keeps
+the shortcuts that need such reads (running a layer once per distinct word or real position); a
+GPU runs the same layer over every position, where the extra rows cost little.
+tests/test_host_sync.py runs every model's forward and backward on the meta device (no values at
+all), which takes the same branches as CUDA.
 """
 
 from __future__ import annotations
@@ -11,6 +19,7 @@ from collections.abc import Sequence
 
 import torch
 from torch import nn
+from torch.nn import functional as F
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 
@@ -52,18 +61,37 @@ def masked_max(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return values.masked_fill(~mask.unsqueeze(-1), float("-inf")).amax(dim=1)
 
 
+def on_host(tensor: torch.Tensor) -> bool:
+    """Reading this tensor's values costs no device synchronisation."""
+    return tensor.device.type == "cpu"
+
+
 def distinct_words(*ids: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
     """The distinct word ids of a batch, and per ``ids`` tensor each position's index into them.
 
     A layer applied to each word on its own (the lookup, decomposable attention's normalisation,
-    a projection) then runs once per distinct word, ``table[index]`` gathering it back, instead of
-    once per position: a batch of 32 SNLI pairs has ~1,500 positions, half of them padding, and
-    ~400 distinct words. Each row is the same computation; the gather's backward sums a word's
-    gradients before the layer's, which changes only the order of a float sum.
+    a projection) then runs once per distinct word, ``gather_rows(table, index)`` gathering it
+    back, instead of once per position: a batch of 32 SNLI pairs has ~1,500 positions, half of
+    them padding, and ~400 distinct words. Each row is the same computation; the gather's
+    backward sums a word's gradients before the layer's, which changes only the order of a float
+    sum. Off the CPU the "distinct" words are every position's (unique's output size would need
+    a host sync): the same values, each word computed where it occurs.
     """
-    words, inverse = torch.unique(torch.cat([i.reshape(-1) for i in ids]), return_inverse=True)
+    flat = torch.cat([i.reshape(-1) for i in ids])
+    if on_host(flat):
+        words, inverse = torch.unique(flat, return_inverse=True)
+    else:
+        words, inverse = flat, torch.arange(flat.numel(), device=flat.device)
     indices = inverse.split([i.numel() for i in ids])
     return words, [index.view_as(i) for index, i in zip(indices, ids, strict=True)]
+
+
+def gather_rows(table: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """``table[index]`` for a [N, D] table, with a deterministic backward: ``table[index]``'s
+    backward (index_put_ with accumulate) adds a row's gradients in a thread-dependent order on
+    CPU with 2+ threads, so two runs of one seed drifted apart; the embedding backward used here
+    sums them in a fixed order on CPU and CUDA."""
+    return F.embedding(index, table)
 
 
 class RealPositions:
@@ -71,10 +99,15 @@ class RealPositions:
     each word on its own (decomposable attention's F and G): ``apply`` runs it once over the real
     words of all the batches, stacked as [N, D], and puts each batch's back in its padded shape,
     zero at padding. The layer's result at a real position is the same; padding, about 45% of the
-    positions of a random SNLI batch, costs no matmul and no dropout mask."""
+    positions of a random SNLI batch, costs no matmul and no dropout mask. Off the CPU (where
+    finding the real positions, ``nonzero``, would need a host sync) the layer runs over every
+    position and padding is set to zero after it."""
 
     def __init__(self, *masks: torch.Tensor):
         self.masks = masks
+        self.dense = not all(on_host(mask) for mask in masks)
+        if self.dense:
+            return
         # Per batch: the flat index (row * L + position) and the row of each real position.
         self.rows, self.flat = [], []
         for mask in masks:
@@ -90,8 +123,17 @@ class RealPositions:
         ])
         return layer(words).split(self.counts)
 
+    def _padded(self, layer: nn.Module, values: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+        """The dense path: the layer over every position, zero (not 0 x value) at padding."""
+        return [
+            torch.where(mask.unsqueeze(-1), layer(v), 0.0)
+            for v, mask in zip(values, self.masks, strict=True)
+        ]
+
     def apply(self, layer: nn.Module, *values: torch.Tensor) -> list[torch.Tensor]:
         """``layer`` on each batch's real words -> per batch [B, L, D_out], zero at padding."""
+        if self.dense:
+            return self._padded(layer, values)
         return [
             words.new_zeros(mask.numel(), words.shape[-1]).index_copy(0, flat, words).view(*mask.shape, -1)
             for words, mask, flat in zip(self._stacked(layer, values), self.masks, self.flat, strict=True)
@@ -100,6 +142,8 @@ class RealPositions:
     def summed(self, layer: nn.Module, *values: torch.Tensor) -> list[torch.Tensor]:
         """``layer`` on each batch's real words, summed over each sentence -> per batch [B, D_out]
         (``masked_sum`` of the padded result)."""
+        if self.dense:
+            return [words.sum(dim=1) for words in self._padded(layer, values)]
         return [
             words.new_zeros(mask.shape[0], words.shape[-1]).index_add(0, rows, words)
             for words, mask, rows in zip(self._stacked(layer, values), self.masks, self.rows, strict=True)
@@ -107,8 +151,12 @@ class RealPositions:
 
 
 def sequence_lengths(mask: torch.Tensor) -> torch.Tensor:
-    """Real-token count per row; raises if a row is empty or its padding is not at the end."""
+    """Real-token count per row. On CPU it also raises if a row is empty or its padding is not at
+    the end; off the CPU that check would cost a host sync per call, and the batches come from
+    ``make_batch``, which builds right-padded masks of non-empty sentences by construction."""
     lengths = mask.sum(dim=1)
+    if not on_host(mask):
+        return lengths
     positions = torch.arange(mask.shape[1], device=mask.device)
     if not torch.equal(mask, positions.unsqueeze(0) < lengths.unsqueeze(1)):
         raise ValueError("masks must be right-padded: real tokens first, then padding")
@@ -125,29 +173,68 @@ def sequence_lengths(mask: torch.Tensor) -> torch.Tensor:
 PADDING_HOLD = 1e4
 
 
+class recurrent_precision:  # noqa: N801 (a context manager, used like torch.autocast)
+    """Runs an LSTM in float32 under autocast. Autocast's cuDNN RNN path casts an LSTM to float16
+    whatever autocast's dtype (bf16 included), with no loss scaling: the recurrent layers would
+    silently run in fp16. So under autocast they run with it disabled, inputs and state cast to
+    float32 (the parameters are float32); their outputs are float32 and the layers after them
+    autocast as usual. Word-by-word attention's recurrence does the same
+    (``word_by_word_attention``)."""
+
+    def __init__(self, inputs: torch.Tensor):
+        self.device = inputs.device.type
+        self.active = torch.is_autocast_enabled(self.device)
+        self.disabled = torch.autocast(self.device, enabled=False)
+
+    def __enter__(self):
+        if self.active:
+            self.disabled.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        if self.active:
+            self.disabled.__exit__(*exc)
+
+    def cast(self, *tensors):
+        """The tensors in float32 under autocast (None stays None), as they are otherwise."""
+        if not self.active:
+            return tensors
+        return tuple(None if t is None else _float32(t) for t in tensors)
+
+
+def _float32(value):
+    if isinstance(value, tuple):
+        return tuple(_float32(v) for v in value)
+    return value.float()
+
+
 def run_lstm(
     lstm: nn.LSTM,
     inputs: torch.Tensor,
     mask: torch.Tensor,
     state: tuple[torch.Tensor, torch.Tensor] | None = None,
 ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
-    """Run a batch_first LSTM over rows of different lengths.
+    """Run a batch_first LSTM over rows of different lengths (in float32 under autocast).
 
     The returned (h_n, c_n) is the state after each row's last real token (not after its
-    padding), and the outputs at padding positions are zero. On CPU a one-layer unidirectional
-    LSTM runs as one call over the padded rows with the padding steps held (``_run_held``): one
-    oneDNN fused kernel, where a packed sequence runs a loop of small operators per time step
-    (3x slower for Rocktäschel's attention model at SNLI lengths, batch 32). Anything else runs
-    packed: bidirectional and stacked LSTMs, and every LSTM on CUDA, where cuDNN runs packed
-    sequences natively (the held run's widened weight would be re-flattened at every call).
+    padding), and the outputs at padding positions are zero. A one-layer LSTM runs as one call
+    over the padded rows with the padding steps held (``_run_held``): on CPU one oneDNN fused
+    kernel, where a packed sequence runs a loop of small operators per time step (3x slower for
+    Rocktäschel's attention model at SNLI lengths, batch 32); on CUDA no host sync, where packing
+    needs the lengths on the host. A bidirectional LSTM runs held when it starts from zeros (its
+    reverse direction then reads the padding first and stays exactly at zero through it).
+    Anything else (stacked LSTMs, projections, a bidirectional LSTM from a given state) runs
+    packed, with one host read of the lengths.
     """
-    lengths = sequence_lengths(mask)
-    if inputs.device.type == "cpu" and not lstm.bidirectional and lstm.num_layers == 1 and not lstm.proj_size:
-        return _run_held(lstm, inputs, mask, lengths, state)
-    packed = pack_padded_sequence(inputs, lengths.cpu(), batch_first=True, enforce_sorted=False)
-    outputs, final_state = lstm(packed, state)
-    outputs, _ = pad_packed_sequence(outputs, batch_first=True, total_length=inputs.shape[1])
-    return outputs, final_state
+    with recurrent_precision(inputs) as precision:
+        inputs, state = precision.cast(inputs, state)
+        lengths = sequence_lengths(mask)
+        if lstm.num_layers == 1 and not lstm.proj_size and (not lstm.bidirectional or state is None):
+            return _run_held(lstm, inputs, mask, lengths, state)
+        packed = pack_padded_sequence(inputs, lengths.cpu(), batch_first=True, enforce_sorted=False)
+        outputs, final_state = lstm(packed, state)
+        outputs, _ = pad_packed_sequence(outputs, batch_first=True, total_length=inputs.shape[1])
+        return outputs, final_state
 
 
 def run_lstm_outputs(
@@ -162,9 +249,11 @@ def run_lstm_outputs(
     sees the padding after it, and h_n is the output at the last real token."""
     if lstm.bidirectional:
         raise ValueError("run_lstm_outputs needs a unidirectional LSTM")
-    lengths = sequence_lengths(mask)
-    outputs, _ = lstm(inputs, state)
-    return _masked_outputs(outputs, mask, lengths)
+    with recurrent_precision(inputs) as precision:
+        inputs, state = precision.cast(inputs, state)
+        lengths = sequence_lengths(mask)
+        outputs, _ = lstm(inputs, state)
+        return _masked_outputs(outputs, mask, lengths)
 
 
 def _masked_outputs(
@@ -183,7 +272,7 @@ def _run_held(
     lengths: torch.Tensor,
     state: tuple[torch.Tensor, torch.Tensor] | None,
 ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
-    """A one-layer unidirectional LSTM over right-padded rows in one call, as a packed run.
+    """A one-layer LSTM over right-padded rows in one call, as a packed run.
 
     The input gets one more feature, 1 at padding, whose input weights are -PADDING_HOLD into the
     input gate and +PADDING_HOLD into the forget gate (PyTorch's gate order: input, forget, cell,
@@ -191,24 +280,33 @@ def _run_held(
     state is each row's state after its last real token. Backward, the saturated gates pass
     exactly dc_{t-1} = dc_t and nothing else, so gradients are a packed run's too. h after the
     padding is not held (o moves), so h_n is read at the last real token, as the outputs are.
+    A reverse direction (bidirectional, from zeros) meets the padding first: c stays 0, so
+    h = o tanh(0) = 0, and it reaches each row's last real token from exactly the zero state; its
+    final state is after position 0, as a packed run's.
     """
     hidden = lstm.hidden_size
+    directions = 2 if lstm.bidirectional else 1
     padding = (~mask).to(inputs.dtype).unsqueeze(-1)
     hold = inputs.new_zeros(4 * hidden, 1)
     hold[:hidden], hold[hidden : 2 * hidden] = -PADDING_HOLD, PADDING_HOLD
-    weights = [torch.cat([lstm.weight_ih_l0, hold], dim=1), lstm.weight_hh_l0]
-    if lstm.bias:
-        weights += [lstm.bias_ih_l0, lstm.bias_hh_l0]
+    weights = []
+    for suffix in ("_l0", "_l0_reverse")[:directions]:
+        weights += [torch.cat([getattr(lstm, "weight_ih" + suffix), hold], dim=1),
+                    getattr(lstm, "weight_hh" + suffix)]
+        if lstm.bias:
+            weights += [getattr(lstm, "bias_ih" + suffix), getattr(lstm, "bias_hh" + suffix)]
     if state is None:
-        zeros = inputs.new_zeros(1, inputs.shape[0], hidden)
+        zeros = inputs.new_zeros(directions, inputs.shape[0], hidden)
         state = (zeros, zeros)
     held_inputs = torch.cat([inputs * (1 - padding), padding], dim=-1)
-    # nn.LSTM.forward's own call, with the widened input weight (one oneDNN kernel on CPU).
-    outputs, _, c_n = torch._VF.lstm(
-        held_inputs, state, weights, lstm.bias, 1, 0.0, lstm.training, False, True
+    # nn.LSTM.forward's own call, with the widened input weights (one oneDNN kernel on CPU).
+    outputs, h_n, c_n = torch._VF.lstm(
+        held_inputs, state, weights, lstm.bias, 1, 0.0, lstm.training, lstm.bidirectional, True
     )
-    outputs, h_n = _masked_outputs(outputs, mask, lengths)
-    return outputs, (h_n.unsqueeze(0), c_n)
+    outputs, h_last = _masked_outputs(outputs, mask, lengths)
+    forward_h = h_last[:, :hidden].unsqueeze(0)
+    h_n = torch.cat([forward_h, h_n[1:]]) if lstm.bidirectional else forward_h
+    return outputs, (h_n, c_n)
 
 
 class AdditiveAttention(nn.Module):

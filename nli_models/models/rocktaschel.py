@@ -37,6 +37,7 @@ from nli_models.models.layers import (
     AdditiveAttention,
     Dropout,
     distinct_words,
+    gather_rows,
     run_lstm,
     run_lstm_outputs,
 )
@@ -205,10 +206,10 @@ class Rocktaschel2016(PairClassifier):
             ids.append(premise.ids.new_full((1, 1), self.delimiter_id))
         words, indices = distinct_words(*ids)
         table = self.projection(self.word_embeddings(words))
-        delimiter = table[indices[2]] if self.delimiter_id is not None else None
+        delimiter = gather_rows(table, indices[2]) if self.delimiter_id is not None else None
         return (
-            Sentences(table[indices[0]], premise.mask),
-            Sentences(table[indices[1]], hypothesis.mask),
+            Sentences(gather_rows(table, indices[0]), premise.mask),
+            Sentences(gather_rows(table, indices[1]), hypothesis.mask),
             delimiter,
         )
 
