@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, Field, ValidationError, model_validator
+from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 
 from nli_models.data.config import DataConfig
 from nli_models.data.encode import BUCKET_CHUNK_BATCHES
@@ -88,8 +88,28 @@ class TrainingConfig(StrictModel):
     )
     seed: int = 1
     device: str = Field("auto", pattern=r"^(auto|cpu|cuda(:\d+)?)$")
-    precision: Literal["fp32", "bf16"] = Field("fp32", description="bf16 autocast on CUDA only")
+    precision: Literal["fp32", "bf16"] = Field(
+        "fp32",
+        description="bf16: autocast to bfloat16 on any device, the recurrent layers (LSTMs, "
+        "word-by-word attention's recurrence) kept in float32",
+    )
+    deterministic: bool = Field(
+        False,
+        description="deterministic algorithms only (torch.use_deterministic_algorithms, cuDNN "
+        "deterministic and no benchmark, CUBLAS_WORKSPACE_CONFIG): bit-identical runs for a seed "
+        "on CUDA as well; an op without a deterministic implementation then raises",
+    )
     num_threads: int | None = Field(None, ge=1, description="torch CPU threads")
+
+    @field_validator("precision", mode="before")
+    @classmethod
+    def _fp16_is_not_offered(cls, value: Any) -> Any:
+        if value == "fp16":
+            raise ValueError(
+                "'fp16' is not offered (it would need loss scaling, which the trainer does not "
+                "do); use 'bf16' (same speed on GPUs that have it, no scaling needed) or 'fp32'"
+            )
+        return value
 
 
 class RunConfig(StrictModel):

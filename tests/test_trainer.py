@@ -15,7 +15,7 @@ import pytest
 import torch
 from toy_configs import TOY, decomposable, toy_run_config
 
-from nli_models.config import ConfigError, RunConfig, TrainingConfig, validate_config
+from nli_models.config import ConfigError, RunConfig, validate_config
 from nli_models.data import prepare_data
 from nli_models.data.text import PAD_INDEX, UNK_INDEX
 from nli_models.training import DeviceUnavailable, Trainer, make_trainer, resolve_device
@@ -426,10 +426,3 @@ def test_device_names_are_validated_in_the_config():
             {"name": "x", "model": DECOMPOSABLE, "data": TOY, "training": {"device": "gpu"}},
             "run.yaml",
         )
-
-
-def test_bf16_is_ignored_on_cpu(toy):
-    trainer = Trainer(
-        build_for_data(run_config(), toy), toy, TrainingConfig(precision="bf16", device="cpu")
-    )
-    assert trainer.autocast_dtype is None

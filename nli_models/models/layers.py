@@ -173,6 +173,11 @@ def sequence_lengths(mask: torch.Tensor) -> torch.Tensor:
 PADDING_HOLD = 1e4
 
 
+def autocast_active(device_type: str) -> bool:
+    """Autocast is on for this device type (False for a type autocast does not know, e.g. meta)."""
+    return torch.amp.is_autocast_available(device_type) and torch.is_autocast_enabled(device_type)
+
+
 class recurrent_precision:  # noqa: N801 (a context manager, used like torch.autocast)
     """Runs an LSTM in float32 under autocast. Autocast's cuDNN RNN path casts an LSTM to float16
     whatever autocast's dtype (bf16 included), with no loss scaling: the recurrent layers would
@@ -182,17 +187,17 @@ class recurrent_precision:  # noqa: N801 (a context manager, used like torch.aut
     (``word_by_word_attention``)."""
 
     def __init__(self, inputs: torch.Tensor):
-        self.device = inputs.device.type
-        self.active = torch.is_autocast_enabled(self.device)
-        self.disabled = torch.autocast(self.device, enabled=False)
+        device = inputs.device.type
+        self.active = autocast_active(device)
+        self.disabled = torch.autocast(device, enabled=False) if self.active else None
 
     def __enter__(self):
-        if self.active:
+        if self.disabled is not None:
             self.disabled.__enter__()
         return self
 
     def __exit__(self, *exc):
-        if self.active:
+        if self.disabled is not None:
             self.disabled.__exit__(*exc)
 
     def cast(self, *tensors):

@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import torch
 
+from nli_models.models.layers import autocast_active, on_host
+
 
 class _WordByWord(torch.autograd.Function):
     @staticmethod
@@ -100,7 +102,7 @@ def _ended_steps(query_mask: torch.Tensor) -> list[bool]:
     """Per step: does some row's hypothesis end before it? A step where none has ended skips
     the masked update. Off the CPU every step takes it (the same values): knowing which steps
     need it would take a host sync per batch."""
-    if query_mask.device.type != "cpu":
+    if not on_host(query_mask):
         return [True] * query_mask.shape[1]
     return (~query_mask).any(dim=0).tolist()
 
@@ -119,7 +121,7 @@ def word_by_word_attention(
     W^h h_t [B, Lh, k], query_mask [B, Lh]; w_r, w_t [k, k]; w [1, k]
     -> (r_N [B, k], α [B, Lh, Lp], zero on padded hypothesis words)."""
     device = memory.device.type
-    if torch.is_autocast_enabled(device):
+    if autocast_active(device):
         # The function writes into float buffers it allocates; under autocast it runs in float32.
         with torch.autocast(device, enabled=False):
             args = [x.float() if x.is_floating_point() else x for x in

@@ -39,20 +39,22 @@ def evaluate(
 ) -> Evaluation:
     was_training = model.training
     model.eval()
-    total_loss, predictions, gold = 0.0, [], []
+    # Loss, predictions and labels stay on the device until the end: a float() or .cpu() per
+    # batch would wait for the GPU at every batch.
+    total_loss, predictions, gold = torch.zeros((), dtype=torch.float64, device=device), [], []
     for batch in batches:
         batch = batch.to(device, non_blocking=True)
         with torch.autocast(device.type, dtype=autocast_dtype, enabled=autocast_dtype is not None):
             logits = model(*batch.inputs())
-        total_loss += float(nn.functional.cross_entropy(logits.float(), batch.label, reduction="sum"))
-        predictions.append(logits.argmax(dim=1).cpu())
-        gold.append(batch.label.cpu())
+        total_loss += nn.functional.cross_entropy(logits.float(), batch.label, reduction="sum")
+        predictions.append(logits.argmax(dim=1))
+        gold.append(batch.label)
     model.train(was_training)
-    predicted = torch.cat(predictions).numpy() if predictions else np.zeros(0, dtype=np.int64)
-    gold_ids = torch.cat(gold).numpy() if gold else np.zeros(0, dtype=np.int64)
+    predicted = torch.cat(predictions).cpu().numpy() if predictions else np.zeros(0, dtype=np.int64)
+    gold_ids = torch.cat(gold).cpu().numpy() if gold else np.zeros(0, dtype=np.int64)
     count = max(len(gold_ids), 1)
     return Evaluation(
-        loss=total_loss / count,
+        loss=float(total_loss) / count,
         accuracy=float((predicted == gold_ids).sum() / count),
         class_accuracy=class_accuracy(gold_ids, predicted, labels),
         predictions=predicted,

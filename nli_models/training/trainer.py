@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import copy
 import math
+import os
 import pickle
 import random
 import time
@@ -103,6 +104,22 @@ def resolve_device(name: str) -> torch.device:
     return device
 
 
+def use_deterministic_algorithms(enabled: bool) -> None:
+    """training.deterministic: only deterministic kernels in this process (process-wide flags).
+
+    Without it a run is bit-identical for a seed on CPU (at any thread count) but not on CUDA,
+    where cuDNN picks algorithms by timing (benchmark) and some kernels add with atomics in
+    whatever order threads finish. cuBLAS needs a fixed workspace for reproducible reductions; the
+    variable is read when cuBLAS starts, so it is set before the first CUDA operation of a fresh
+    process (an earlier cuBLAS user keeps its own, and use_deterministic_algorithms then raises
+    at the first matmul, naming the variable)."""
+    if enabled:
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+        torch.backends.cudnn.benchmark = False
+    torch.backends.cudnn.deterministic = enabled
+    torch.use_deterministic_algorithms(enabled)
+
+
 def seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed % 2**32)
@@ -156,6 +173,7 @@ class Trainer:
         self.config = config
         self.data = data
         self.device = resolve_device(config.device)
+        use_deterministic_algorithms(config.deterministic)
         if self.device.type == "cpu":
             # Saturated tanh and softmax gradients underflow into denormal floats, which x86 CPUs
             # compute ~100x slower: a word-by-word step went from 112 to 210 ms once the model
@@ -165,9 +183,9 @@ class Trainer:
         self.optimizer = make_optimizer(self.model, config)
         self.state = TrainState()
         self.best_model_state: dict[str, torch.Tensor] | None = None
-        self.autocast_dtype = (
-            torch.bfloat16 if config.precision == "bf16" and self.device.type == "cuda" else None
-        )
+        # bf16 on every device (CPU autocast too); the models keep their recurrent layers in
+        # float32 (nli_models.models.layers.recurrent_precision).
+        self.autocast_dtype = torch.bfloat16 if config.precision == "bf16" else None
         self.theta_m, self.theta_wm = count_parameters(model)
         if config.layerwise and not hasattr(model, "train_blocks_up_to"):
             raise ValueError(
@@ -349,7 +367,12 @@ class Trainer:
         return path
 
     def load_checkpoint(self, directory: str | Path) -> None:
-        payload = read_checkpoint(Path(directory) / CHECKPOINT_FILE, self.device)
+        """Resume from a checkpoint written on any device. Everything is read to the CPU first:
+        the RNG states must be CPU ByteTensors (torch.cuda.set_rng_state_all refuses others);
+        the model's weights are copied into its parameters on this trainer's device and the
+        optimizer's state moves to its parameters' device as it loads; best-on-dev weights stay
+        on the CPU, where training keeps them."""
+        payload = read_checkpoint(Path(directory) / CHECKPOINT_FILE, "cpu")
         self.model.load_state_dict(payload["model"])
         self.optimizer.load_state_dict(payload["optimizer"])
         state = payload["state"]
@@ -361,13 +384,15 @@ class Trainer:
         numpy_rng = copy.deepcopy(rng["numpy"])
         numpy_rng["state"]["key"] = np.array(numpy_rng["state"]["key"], dtype=np.uint32)
         np.random.set_state(numpy_rng)
-        torch.set_rng_state(rng["torch"].cpu())
+        torch.set_rng_state(rng["torch"])
         if rng["cuda"] is not None and torch.cuda.is_available():
-            torch.cuda.set_rng_state_all(rng["cuda"])
+            # One state per GPU of the saving machine; this one may have fewer.
+            torch.cuda.set_rng_state_all(rng["cuda"][: torch.cuda.device_count()])
 
 
 def read_checkpoint(path: str | Path, map_location: torch.device | str = "cpu") -> dict:
-    """A checkpoint's tensors and plain values. weights_only=True: unpickling may build only
+    """A checkpoint's tensors and plain values (on the CPU unless map_location says otherwise;
+    Trainer.load_checkpoint needs them there). weights_only=True: unpickling may build only
     tensors and plain types, so a checkpoint that someone else logged to the tracking server
     cannot run code here; anything else is refused with InputError naming the file."""
     try:
