@@ -9,7 +9,7 @@ export RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER ?= 0
 export RAY_AUTH_MODE ?= disabled
 export MLFLOW_DISABLE_TELEMETRY ?= true
 
-.PHONY: install system-deps demo test bench lint clean
+.PHONY: install system-deps demo test bench gpu-check lint clean
 
 install: $(STAMP)
 
@@ -40,6 +40,12 @@ test: install
 
 bench: install
 	$(BIN)/python -m benchmarks.run
+
+# The GPU check needs only torch + nli_models' own deps, so it runs on a bare GPU machine too:
+# with the project's venv when there is one, else python3 with the repository on the path.
+GPU_CHECK_PYTHON := $(if $(wildcard $(BIN)/python),$(BIN)/python,python3)
+gpu-check:
+	PYTHONPATH=$(CURDIR) $(GPU_CHECK_PYTHON) -m benchmarks.gpu_check --device cuda --out gpu_check
 
 lint: install
 	$(BIN)/ruff check .

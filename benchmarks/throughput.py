@@ -104,12 +104,12 @@ def make_pool(ctx: Context) -> tuple[Any, dict]:
     return EncodedSplit("train", p_ids, p_off, h_ids, h_off, labels), info
 
 
-def select_batches(split, count: int) -> list:
+def select_batches(split, count: int, batch_size: int = BATCH_SIZE) -> list:
     """``count`` batches of one trainer epoch over the pool, stratified by padded size."""
     from nli_models.data.encode import batch_indices, make_batch
 
-    rows = batch_indices(split, BATCH_SIZE, shuffle=True, seed=0, epoch=1)
-    rows = [r for r in rows if len(r) == BATCH_SIZE]
+    rows = batch_indices(split, batch_size, shuffle=True, seed=0, epoch=1)
+    rows = [r for r in rows if len(r) == batch_size]
     size = [split.premise_lengths[r].max() + split.hypothesis_lengths[r].max() for r in rows]
     ordered = [rows[i] for i in np.argsort(size, kind="stable")]
     picks = [ordered[int((i + 0.5) * len(ordered) / count)] for i in range(count)]
@@ -127,9 +127,9 @@ def shape_of(batch) -> BatchShape:
     )
 
 
-def _trainer(paper_config):
+def paper_trainer(paper_config, device: str = "cpu", precision: str = "fp32", batch_size: int = BATCH_SIZE):
     """The paper configuration built at paper size, wrapped in the project's Trainer (for its
-    optimizer: Adam with the trainer's parameter groups)."""
+    optimizer: Adam with the trainer's parameter groups) on ``device``."""
     from nli_models.config import TrainingConfig
     from nli_models.data import PreparedData, Vocabulary
     from nli_models.registry import build_model
@@ -138,19 +138,23 @@ def _trainer(paper_config):
     torch.manual_seed(0)
     model = build_model(paper_config.model, vocab_size=VOCAB_SIZE, **paper_config.config)
     stub = PreparedData("synthetic", Vocabulary(["<pad>", "<unk>"]), ("a", "b", "c"), {})
-    return Trainer(model, stub, TrainingConfig(device="cpu", batch_size=BATCH_SIZE))
+    return Trainer(model, stub, TrainingConfig(device=device, precision=precision, batch_size=batch_size))
 
 
 def train_pass(trainer, batches, num_classes: int) -> dict[str, float]:
-    """One timed pass over ``batches``: the body of Trainer.train_epoch, phase by phase."""
-    model, optimizer = trainer.model, trainer.optimizer
+    """One timed pass over ``batches``: the body of Trainer.train_epoch, phase by phase (on a GPU
+    the phases time kernel launches, not kernels; the total is waited for)."""
+    model, optimizer, device = trainer.model, trainer.optimizer, trainer.device
+    autocast = {"dtype": trainer.autocast_dtype, "enabled": trainer.autocast_dtype is not None}
     model.train()
     phases = {"forward": 0.0, "backward": 0.0, "optimizer": 0.0}
     cpu_start, start = time.process_time(), time.perf_counter()
     for batch in batches:
+        batch = batch.to(device, non_blocking=True)
         labels = batch.label % num_classes
         t0 = time.perf_counter()
-        logits = model(*batch.inputs())
+        with torch.autocast(device.type, **autocast):
+            logits = model(*batch.inputs())
         loss = nn.functional.cross_entropy(logits.float(), labels)
         t1 = time.perf_counter()
         optimizer.zero_grad(set_to_none=True)
@@ -161,6 +165,8 @@ def train_pass(trainer, batches, num_classes: int) -> dict[str, float]:
         phases["forward"] += t1 - t0
         phases["backward"] += t2 - t1
         phases["optimizer"] += t3 - t2
+    if device.type == "cuda":  # kernels run asynchronously: the pass ends when they are done
+        torch.cuda.synchronize(device)
     phases["total"] = time.perf_counter() - start
     # CPU seconds of this process per wall second: < 1 thread's worth means other processes
     # took the cores (the machine is shared); with 2 threads, OpenMP spin-waits count as CPU.
@@ -197,7 +203,7 @@ def fused_optimizer_check(paper_configs_, batches, repeats: int) -> list[dict]:
     for pc in paper_configs_:
         if pc.table_row not in FUSED_CHECK_ROWS:
             continue
-        trainer = _trainer(pc)
+        trainer = paper_trainer(pc)
         base_groups = [(g["params"], g["weight_decay"]) for g in trainer.optimizer.param_groups]
         # Fresh group dicts per optimizer: an Optimizer writes its defaults (fused, foreach) into them.
         optimizers = {
@@ -235,7 +241,7 @@ def frozen_embeddings_check(paper_configs_, batches, repeats: int) -> list[dict]
     for pc in paper_configs_:
         if pc.table_row not in FROZEN_CHECK_ROWS:
             continue
-        trainer = _trainer(pc)
+        trainer = paper_trainer(pc)
         weight = trainer.model.word_embeddings.full_weight().clone()
 
         def tuning(mask, weight=weight):
@@ -277,7 +283,7 @@ def run(ctx: Context) -> dict[str, Any]:
         configs = [pc for i, pc in enumerate(configs) if pc.model not in {c.model for c in configs[:i]}]
     rows = []
     for pc in configs:
-        trainer = _trainer(pc)
+        trainer = paper_trainer(pc)
         classes = pc.config["num_classes"]
         flops_pass = sum(training_flops(pc.model, pc.config, s) for s in shapes)
         for t in THREADS:  # warm-up: first-call allocations, thread pool start

@@ -1,0 +1,320 @@
+"""The project's GPU check: `python -m benchmarks.gpu_check [--device cuda|cpu] [--out DIR]`
+(`make gpu-check`).
+
+Needs only torch and what nli_models needs (numpy, pydantic, pyyaml): it runs on a bare GPU
+machine, from the repository root with the repository on PYTHONPATH. Where Ray, MLflow and Optuna
+are importable it also runs a quickstart sweep of two 0.5-GPU trials at once; otherwise that part
+is SKIP, with the reason. Checks, on the device:
+
+- train: each paper model as the check names it (rocktaschel word_by_word, decomposable intra,
+  abcnn abcnn3, cam full, paper sizes) trains on the toy corpus through the Trainer in fp32 and
+  bf16: finite training and dev loss;
+- checkpoint: saved and loaded into a fresh trainer on the device, same weights, same dev result;
+- determinism: training.deterministic: true, the same seed twice, parameters bit-identical;
+- throughput: pairs/s of the training step (Trainer's optimizer, autocast as configured; SNLI
+  dev lengths, else synthetic ones) at batch 32 and 128 in fp32 and bf16, with peak GPU memory;
+- sweep: `orchestrate sweep search_spaces/quickstart.yaml` with resources.gpu 0.5: its exit code
+  and whether two trials ran at once (MLflow run times).
+
+`--device cpu` is a dry run of the same code with tiny models and sizes (tests/test_gpu_check.py
+runs it). Writes summary.json and summary.md to --out and prints the markdown. Exit status: 0 no
+FAIL, 1 some FAIL, 2 --device cuda without CUDA. A whole run stops starting checks after
+--budget-s (default 450 s; each later check is SKIP, saying so): under 8 minutes on one GPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+# The check's models: one variant per paper (the one its README section trains), paper sizes.
+CHECKED = {"rocktaschel": "word_by_word", "decomposable": "intra", "abcnn": "abcnn3", "cam": "full"}
+PRECISIONS = ("fp32", "bf16")
+TINY_WIDTHS = {"embedding_dim": 8, "hidden_size": 8, "projection_dim": 8}
+
+
+@dataclass(frozen=True)
+class Sizes:
+    train_steps: int
+    batch_sizes: tuple[int, ...]
+    timed_batches: int  # per throughput pass
+    min_seconds: float  # timed passes repeat until this much time has passed
+    tiny: bool  # tiny model widths (the CPU dry run)
+    toy_pairs: int
+
+
+GPU_SIZES = Sizes(train_steps=20, batch_sizes=(32, 128), timed_batches=8, min_seconds=2.0, tiny=False,
+                  toy_pairs=3000)
+DRY_SIZES = Sizes(train_steps=3, batch_sizes=(32,), timed_batches=1, min_seconds=0.0, tiny=True,
+                  toy_pairs=300)
+
+
+@dataclass
+class Row:
+    check: str
+    status: str  # PASS | FAIL | SKIP | INFO
+    detail: str
+    data: dict[str, Any] = field(default_factory=dict)
+
+
+def paper_config(model: str):
+    """The registry's paper configuration of ``model`` with the checked variant (the first listed)."""
+    from nli_models.registry import paper_configs
+
+    return next(pc for pc in paper_configs()
+                if pc.model == model and pc.config.get("variant") == CHECKED[model])
+
+
+def model_block(model: str, sizes: Sizes) -> dict:
+    args = {k: v for k, v in paper_config(model).config.items() if k not in ("num_classes", "variant")}
+    if sizes.tiny:
+        args.update({k: v for k, v in TINY_WIDTHS.items() if k in args})
+    return {"name": model, "variant": CHECKED[model], "args": args}
+
+
+def run_config(model: str, device: str, sizes: Sizes, **training):
+    from nli_models.config import RunConfig
+
+    return RunConfig.model_validate({
+        "name": f"gpu_check_{model}",
+        "model": model_block(model, sizes),
+        "data": {"corpus": "toy", "toy": {"size": sizes.toy_pairs, "seed": 0}},
+        "training": {"epochs": 1, "max_steps": sizes.train_steps, "batch_size": 32, "lr": 1e-3,
+                     "device": device, **training},
+    })
+
+
+def _finite(*values: float) -> bool:
+    return all(math.isfinite(v) for v in values)
+
+
+def check_training(model: str, precision: str, device: str, sizes: Sizes, data) -> Row:
+    from nli_models.training import make_trainer
+
+    trainer = make_trainer(run_config(model, device, sizes, precision=precision), data)
+    trainer.fit()
+    result = trainer.state.history[-1]
+    ok = _finite(result.train_loss, result.dev_loss) and trainer.state.steps == sizes.train_steps
+    return Row(f"train.{model}.{precision}", "PASS" if ok else "FAIL",
+               f"{trainer.state.steps} steps on {trainer.device}: train loss {result.train_loss:.4f}, "
+               f"dev loss {result.dev_loss:.4f}",
+               {"train_loss": result.train_loss, "dev_loss": result.dev_loss, "steps": trainer.state.steps})
+
+
+def check_checkpoint(model: str, device: str, sizes: Sizes, data, folder: Path) -> Row:
+    """Save on the device, load into a fresh trainer there: what a Tune retry, --resume and a
+    sweep's test evaluation do."""
+    import torch
+
+    from nli_models.training import make_trainer
+
+    config = run_config(model, device, sizes)
+    trainer = make_trainer(config, data)
+    trainer.fit()
+    trainer.save_checkpoint(folder)
+    before = trainer.evaluate("dev")
+    loaded = make_trainer(config, data)
+    loaded.load_checkpoint(folder)
+    after = loaded.evaluate("dev")
+    same_weights = all(torch.equal(a, b) for a, b in
+                       zip(trainer.model.state_dict().values(), loaded.model.state_dict().values(), strict=True))
+    ok = same_weights and after.accuracy == before.accuracy and math.isclose(after.loss, before.loss, rel_tol=1e-6)
+    return Row(f"checkpoint.{model}", "PASS" if ok else "FAIL",
+               f"saved and loaded on {loaded.device}: weights {'equal' if same_weights else 'DIFFER'}, "
+               f"dev loss {before.loss:.6f} -> {after.loss:.6f}")
+
+
+def check_determinism(model: str, precision: str, device: str, sizes: Sizes, data) -> Row:
+    import torch
+
+    from nli_models.training import make_trainer
+
+    def run():
+        trainer = make_trainer(run_config(model, device, sizes, precision=precision, deterministic=True), data)
+        trainer.fit()
+        return [p.detach().cpu() for p in trainer.model.state_dict().values()]
+
+    try:
+        first, second = run(), run()
+    finally:
+        torch.use_deterministic_algorithms(False)
+    differing = sum(not torch.equal(a, b) for a, b in zip(first, second, strict=True))
+    return Row(f"determinism.{model}.{precision}", "FAIL" if differing else "PASS",
+               f"same seed twice, deterministic: true: {differing} of {len(first)} tensors differ")
+
+
+def check_throughput(model: str, batch_size: int, precision: str, device: str, sizes: Sizes, batches) -> Row:
+    import torch
+
+    from benchmarks.throughput import paper_trainer, train_pass
+
+    pc = paper_config(model)
+    if sizes.tiny:
+        pc = type(pc)(**{**asdict(pc), "config": {**pc.config, **{k: v for k, v in TINY_WIDTHS.items()
+                                                                    if k in pc.config}}})
+    trainer = paper_trainer(pc, device, precision, batch_size)
+    classes = pc.config["num_classes"]
+    train_pass(trainer, batches[:1], classes)  # warm-up: allocator, cuDNN plans
+    cuda = trainer.device.type == "cuda"
+    if cuda:
+        torch.cuda.reset_peak_memory_stats(trainer.device)
+    pairs, seconds = 0, 0.0
+    while seconds == 0.0 or seconds < sizes.min_seconds:
+        seconds += train_pass(trainer, batches, classes)["total"]
+        pairs += sum(len(b) for b in batches)
+    peak = torch.cuda.max_memory_allocated(trainer.device) / 2**20 if cuda else None
+    rate = pairs / seconds
+    return Row(f"throughput.{model}.b{batch_size}.{precision}", "INFO",
+               f"{rate:,.0f} pairs/s" + (f", peak {peak:,.0f} MiB" if peak is not None else ""),
+               {"model": model, "batch_size": batch_size, "precision": precision, "pairs_per_s": rate,
+                "peak_mib": peak, "pairs": pairs, "seconds": seconds})
+
+
+def missing_packages(*names: str) -> list[str]:
+    missing = []
+    for name in names:
+        try:
+            __import__(name)
+        except ImportError:
+            missing.append(name)
+    return missing
+
+
+def check_sweep(device: str, work: Path, timeout_s: float) -> list[Row]:
+    """The quickstart sweep, two trials at once sharing one GPU (0.5 each); on CPU, 0 GPUs."""
+    missing = missing_packages("ray", "mlflow", "optuna", "click")
+    if missing:
+        return [Row("sweep", "SKIP", f"needs {', '.join(missing)} (not importable here)")]
+    fraction = 0.5 if device == "cuda" else 0
+    uri = f"sqlite:///{work}/mlruns.db"
+    sets = [f"search.resources.gpu={fraction}", "search.resources.cpu=1", "search.max_concurrent_trials=2",
+            "search.space.hidden_size.grid=[50]", "training.epochs=2", f"training.device={device}",
+            f"search.storage_path={work}/ray_results"]
+    command = [sys.executable, "-m", "orchestrator.cli", "sweep", str(REPO / "search_spaces/quickstart.yaml"),
+               "--new", "--tracking-uri", uri, *[a for s in sets for a in ("--set", s)]]
+    env = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
+           "RAY_TMPDIR": tempfile.mkdtemp(prefix="gc_ray_"), "NLI_DATA_DIR": str(work / "data"),
+           "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled", "MLFLOW_DISABLE_TELEMETRY": "true"}
+    started = time.perf_counter()
+    try:
+        done = subprocess.run(command, cwd=work, env=env, capture_output=True, text=True, timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        return [Row("sweep", "FAIL", f"orchestrate sweep ran past {timeout_s:.0f} s")]
+    wall = time.perf_counter() - started
+    (work / "sweep.log").write_text(done.stdout + done.stderr)
+    rows = [Row("sweep.exit", "PASS" if done.returncode == 0 else "FAIL",
+                f"orchestrate sweep exit {done.returncode} in {wall:.0f} s (log {work / 'sweep.log'})")]
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(uri)
+    experiment = client.get_experiment_by_name("quickstart")
+    runs = client.search_runs([experiment.experiment_id]) if experiment else []
+    trials = [r for r in runs if "mlflow.parentRunId" in r.data.tags]
+    spans = [(r.info.start_time, r.info.end_time or r.info.start_time) for r in trials]
+    at_once = max((sum(1 for s, e in spans if s <= t < e) for t, _ in spans), default=0)
+    rows.append(Row("sweep.two_at_once", "PASS" if at_once >= 2 else "FAIL",
+                    f"{len(trials)} trials, at most {at_once} at once (resources.gpu {fraction} each)"))
+    return rows
+
+
+def environment(device: str) -> Row:
+    import torch
+
+    data: dict[str, Any] = {"torch": torch.__version__, "cuda_build": torch.version.cuda,
+                            "device": device, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+    if device == "cuda":
+        props = torch.cuda.get_device_properties(0)
+        data.update(gpu=props.name, memory_gib=round(props.total_memory / 2**30, 1),
+                    cudnn=torch.backends.cudnn.version(), bf16=torch.cuda.is_bf16_supported())
+    data["missing_packages"] = missing_packages("ray", "mlflow", "optuna", "pandas")
+    return Row("environment", "INFO", ", ".join(f"{k} {v}" for k, v in data.items()), data)
+
+
+def markdown(rows: list[Row]) -> str:
+    lines = ["| check | status | detail |", "|---|---|---|"]
+    lines += [f"| {r.check} | {r.status} | {r.detail} |" for r in rows]
+    return "\n".join(lines) + "\n"
+
+
+def run_checks(device: str, out: Path, budget_s: float, only: set[str] | None = None) -> list[Row]:
+    """Every check in order, each caught (a FAIL row with the error) and none started once
+    ``budget_s`` is spent."""
+    import torch
+
+    from benchmarks.common import Context
+    from benchmarks.throughput import make_pool, select_batches
+    from nli_models.data import prepare_data
+
+    sizes = DRY_SIZES if device == "cpu" else GPU_SIZES
+    started = time.perf_counter()
+    rows = [environment(device)]
+    data = prepare_data({"corpus": "toy", "toy": {"size": sizes.toy_pairs, "seed": 0}}, cache_dir=out / "prepared")
+    pool, _ = make_pool(Context())
+    pools = {b: select_batches(pool, sizes.timed_batches, b) for b in sizes.batch_sizes}
+    jobs = [(f"train.{m}.{p}", lambda m=m, p=p: [check_training(m, p, device, sizes, data)])
+            for m in CHECKED for p in PRECISIONS]
+    jobs += [(f"checkpoint.{m}", lambda m=m: [check_checkpoint(m, device, sizes, data, out / f"checkpoint_{m}")])
+             for m in CHECKED]
+    jobs += [(f"determinism.{m}.{p}", lambda m=m, p=p: [check_determinism(m, p, device, sizes, data)])
+             for m in CHECKED for p in PRECISIONS]
+    jobs += [(f"throughput.{m}.b{b}.{p}", lambda m=m, b=b, p=p: [check_throughput(m, b, p, device, sizes, pools[b])])
+             for m in CHECKED for b in sizes.batch_sizes for p in PRECISIONS]
+    jobs.append(("sweep", lambda: check_sweep(device, out, max(60.0, budget_s - (time.perf_counter() - started)))))
+    for name, job in jobs:
+        if only is not None and name.split(".")[0] not in only:
+            continue
+        if time.perf_counter() - started > budget_s:
+            rows.append(Row(name, "SKIP", f"the check's budget of {budget_s:.0f} s was spent"))
+            continue
+        try:
+            new = job()
+        except Exception as exc:  # noqa: BLE001 - a check that raises is a FAIL row, the rest still run
+            new = [Row(name, "FAIL", f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:300] if str(exc).strip() else ''}")]
+        finally:
+            torch.use_deterministic_algorithms(False)
+        for row in new:
+            print(f"{row.status:4s} {row.check}: {row.detail}", flush=True)
+        rows += new
+    rows.append(Row("total", "INFO", f"{time.perf_counter() - started:.0f} s"))
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.gpu_check", description=__doc__.split("\n")[0])
+    parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda",
+                        help="cpu: a dry run of the same code with tiny sizes")
+    parser.add_argument("--out", type=Path, default=Path("gpu_check"), help="where summary.json/.md go")
+    parser.add_argument("--budget-s", type=float, default=450.0)
+    parser.add_argument("--only", default=None,
+                        help="comma-separated check kinds: train,checkpoint,determinism,throughput,sweep")
+    args = parser.parse_args(argv)
+    # Read when cuBLAS starts: set before any CUDA work so that the determinism check can pass.
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    import torch
+
+    if args.device == "cuda" and not torch.cuda.is_available():
+        print(f"gpu_check: --device cuda but torch {torch.__version__} sees no CUDA device "
+              "(use --device cpu for a dry run)", file=sys.stderr)
+        return 2
+    args.out.mkdir(parents=True, exist_ok=True)
+    only = set(args.only.split(",")) if args.only else None
+    rows = run_checks(args.device, args.out.resolve(), args.budget_s, only)
+    (args.out / "summary.json").write_text(json.dumps([asdict(r) for r in rows], indent=1, default=str))
+    text = markdown(rows)
+    (args.out / "summary.md").write_text(text)
+    print("\n" + text + f"\nwritten: {args.out / 'summary.json'}, {args.out / 'summary.md'}")
+    return 1 if any(r.status == "FAIL" for r in rows) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,123 @@
+"""The project's GPU check (benchmarks/gpu_check.py, `make gpu-check`).
+
+CI has no GPU: it runs the check's CPU dry run (tiny sizes, the same code) as a bare GPU machine
+would run it, with Ray, MLflow, Optuna, pandas, pytest and the orchestrator made unimportable: every
+pure-torch check passes and the sweep is SKIP, naming what is missing. The sweep part runs on its
+own where Ray is present (0 GPUs on CPU). The tests marked ``gpu`` run the same check functions on
+CUDA and are skipped, saying so, without it.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from benchmarks.gpu_check import (
+    CHECKED,
+    GPU_SIZES,
+    PRECISIONS,
+    check_checkpoint,
+    check_determinism,
+    check_training,
+)
+
+REPO = Path(__file__).resolve().parents[1]
+# What a bare GPU machine lacks: the check must not import any of it.
+ABSENT = ("ray", "mlflow", "optuna", "pandas", "pyarrow", "scipy", "matplotlib", "click", "pytest",
+          "orchestrator", "results")
+BARE_MACHINE = (
+    "import runpy, sys\n"
+    f"sys.modules.update(dict.fromkeys({ABSENT!r}))\n"
+    "sys.argv[0] = 'gpu_check'\n"
+    "runpy.run_module('benchmarks.gpu_check', run_name='__main__')\n"
+)
+
+
+def run_check(*args: str, bare: bool, timeout: float = 900) -> subprocess.CompletedProcess:
+    command = [sys.executable, "-c", BARE_MACHINE, *args] if bare else [sys.executable, "-m", "benchmarks.gpu_check", *args]
+    return subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=timeout)
+
+
+def rows_of(out: Path) -> dict[str, dict]:
+    return {row["check"]: row for row in json.loads((out / "summary.json").read_text())}
+
+
+def test_the_cpu_dry_run_passes_on_a_machine_with_only_torch_and_nli_models(tmp_path):
+    done = run_check("--device", "cpu", "--out", str(tmp_path), bare=True)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    rows = rows_of(tmp_path)
+    expected = [f"train.{m}.{p}" for m in CHECKED for p in PRECISIONS]
+    expected += [f"checkpoint.{m}" for m in CHECKED]
+    expected += [f"determinism.{m}.{p}" for m in CHECKED for p in PRECISIONS]
+    for check in expected:
+        assert rows[check]["status"] == "PASS", rows.get(check)
+    for model in CHECKED:
+        for precision in PRECISIONS:
+            measured = rows[f"throughput.{model}.b32.{precision}"]["data"]
+            assert measured["pairs_per_s"] > 0 and measured["pairs"] >= 32
+    assert rows["sweep"]["status"] == "SKIP" and "ray" in rows["sweep"]["detail"]
+    assert "| train.cam.bf16 | PASS |" in (tmp_path / "summary.md").read_text()
+    assert rows["environment"]["data"]["missing_packages"] == ["ray", "mlflow", "optuna", "pandas"]
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")
+def test_asking_for_cuda_without_it_exits_2_saying_so(tmp_path):
+    done = run_check("--out", str(tmp_path), bare=True, timeout=120)
+    assert done.returncode == 2
+    assert "--device cuda but torch" in done.stderr and "--device cpu for a dry run" in done.stderr
+    assert not (tmp_path / "summary.json").exists()
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+def test_the_sweep_part_runs_two_trials_at_once(tmp_path):
+    """On CPU with 0 GPUs per trial: the same command as on a GPU with 0.5 each."""
+    done = run_check("--device", "cpu", "--only", "sweep", "--out", str(tmp_path), bare=False)
+    rows = rows_of(tmp_path)
+    assert done.returncode == 0, json.dumps(rows, indent=1)
+    assert rows["sweep.exit"]["status"] == "PASS"
+    assert rows["sweep.two_at_once"]["status"] == "PASS", rows["sweep.two_at_once"]
+
+
+# -- on a GPU ------------------------------------------------------------------------------------
+
+needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device on this machine")
+
+
+@pytest.fixture(scope="module")
+def gpu_toy(tmp_path_factory):
+    from nli_models.data import prepare_data
+
+    return prepare_data({"corpus": "toy", "toy": {"size": GPU_SIZES.toy_pairs, "seed": 0}},
+                        cache_dir=tmp_path_factory.mktemp("prepared"))
+
+
+@pytest.mark.gpu
+@needs_cuda
+@pytest.mark.parametrize("precision", PRECISIONS)
+@pytest.mark.parametrize("model", list(CHECKED))
+def test_each_model_trains_on_cuda(model, precision, gpu_toy):
+    row = check_training(model, precision, "cuda", GPU_SIZES, gpu_toy)
+    assert row.status == "PASS", row.detail
+
+
+@pytest.mark.gpu
+@needs_cuda
+@pytest.mark.parametrize("model", list(CHECKED))
+def test_a_checkpoint_saved_on_cuda_loads_on_cuda(model, gpu_toy, tmp_path):
+    row = check_checkpoint(model, "cuda", GPU_SIZES, gpu_toy, tmp_path)
+    assert row.status == "PASS", row.detail
+
+
+@pytest.mark.gpu
+@needs_cuda
+@pytest.mark.parametrize("precision", PRECISIONS)
+@pytest.mark.parametrize("model", list(CHECKED))
+def test_deterministic_cuda_runs_are_bit_identical(model, precision, gpu_toy):
+    row = check_determinism(model, precision, "cuda", GPU_SIZES, gpu_toy)
+    assert row.status == "PASS", row.detail
