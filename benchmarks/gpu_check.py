@@ -7,8 +7,8 @@ are importable it also runs a quickstart sweep of two 0.5-GPU trials at once; ot
 is SKIP, with the reason. Checks, on the device:
 
 - train: each paper model as the check names it (rocktaschel word_by_word, decomposable intra,
-  abcnn abcnn3, cam full, paper sizes) trains on the toy corpus through the Trainer in fp32 and
-  bf16: finite training and dev loss;
+  abcnn abcnn3, cam full, paper sizes, the paper's optimizer) trains on the toy corpus through the
+  Trainer in fp32 and bf16: finite training and dev loss;
 - checkpoint: saved and loaded into a fresh trainer on the device, same weights, same dev result;
 - determinism: training.deterministic: true, the same seed twice, parameters bit-identical;
 - throughput: pairs/s of the training step (Trainer's optimizer, autocast as configured; SNLI
@@ -39,6 +39,9 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 # The check's models: one variant per paper (the one its README section trains), paper sizes.
 CHECKED = {"rocktaschel": "word_by_word", "decomposable": "intra", "abcnn": "abcnn3", "cam": "full"}
+# The optimizer each paper trains with (Adagrad: decomposable, ABCNN), for the train, checkpoint
+# and determinism checks; throughput uses Adam, as benchmarks/throughput.py's CPU figures do.
+OPTIMIZERS = {"rocktaschel": "adam", "decomposable": "adagrad", "abcnn": "adagrad", "cam": "adam"}
 PRECISIONS = ("fp32", "bf16")
 TINY_WIDTHS = {"embedding_dim": 8, "hidden_size": 8, "projection_dim": 8}
 
@@ -89,8 +92,8 @@ def run_config(model: str, device: str, sizes: Sizes, **training):
         "name": f"gpu_check_{model}",
         "model": model_block(model, sizes),
         "data": {"corpus": "toy", "toy": {"size": sizes.toy_pairs, "seed": 0}},
-        "training": {"epochs": 1, "max_steps": sizes.train_steps, "batch_size": 32, "lr": 1e-3,
-                     "device": device, **training},
+        "training": {"optimizer": OPTIMIZERS[model], "epochs": 1, "max_steps": sizes.train_steps,
+                     "batch_size": 32, "lr": 1e-3, "device": device, **training},
     })
 
 

@@ -37,8 +37,10 @@ class Dropout(nn.Dropout):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if not self.training or self.p == 0 or x.device.type != "cpu":
             return super().forward(x)
-        keep_scaled = torch.rand_like(x).ge_(self.p).mul_(1.0 / (1.0 - self.p))
-        return x * keep_scaled
+        # The uniform draw is float32 whatever x's dtype: a bfloat16 one (bf16 autocast) has 8
+        # bits, which would shift the drop rate.
+        keep = torch.rand(x.shape, device=x.device).ge_(self.p)
+        return x * keep.to(x.dtype).mul_(1.0 / (1.0 - self.p))
 
 
 def masked_softmax(scores: torch.Tensor, mask: torch.Tensor, dim: int = -1) -> torch.Tensor:
