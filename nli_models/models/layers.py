@@ -15,6 +15,7 @@ all), which takes the same branches as CUDA.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 
 import torch
@@ -167,6 +168,11 @@ def sequence_lengths(mask: torch.Tensor) -> torch.Tensor:
     return lengths
 
 
+# On CUDA the held run's widened input weights are not nn.LSTM's flattened cuDNN buffer, so cuDNN
+# packs the weights into one at every call and warns that it does: a copy of one LSTM's weights
+# (under 6 MB at paper sizes), expected here, and small next to the step's kernels.
+warnings.filterwarnings("ignore", message="RNN module weights are not part of single contiguous chunk")
+
 # A padding step's input gate pre-activation gets -PADDING_HOLD and its forget gate's +PADDING_HOLD,
 # so the sigmoids are exactly 0 and 1 (they saturate beyond ~17 in float32, ~9 in float16): the cell
 # state passes the step unchanged and the step passes no gradient to anything else. The rest of
@@ -224,19 +230,21 @@ def run_lstm(
     """Run a batch_first LSTM over rows of different lengths (in float32 under autocast).
 
     The returned (h_n, c_n) is the state after each row's last real token (not after its
-    padding), and the outputs at padding positions are zero. A one-layer LSTM runs as one call
-    over the padded rows with the padding steps held (``_run_held``): on CPU one oneDNN fused
-    kernel, where a packed sequence runs a loop of small operators per time step (3x slower for
-    Rocktäschel's attention model at SNLI lengths, batch 32); on CUDA no host sync, where packing
-    needs the lengths on the host. A bidirectional LSTM runs held when it starts from zeros (its
-    reverse direction then reads the padding first and stays exactly at zero through it).
-    Anything else (stacked LSTMs, projections, a bidirectional LSTM from a given state) runs
-    packed, with one host read of the lengths.
+    padding), and the outputs at padding positions are zero. A one-layer unidirectional LSTM
+    runs as one call over the padded rows with the padding steps held (``_run_held``): on CPU one
+    oneDNN fused kernel, where a packed sequence runs a loop of small operators per time step (3x
+    slower for Rocktäschel's attention model at SNLI lengths, batch 32); off the CPU no host
+    sync, where packing needs the lengths on the host. Off the CPU a bidirectional LSTM from zeros
+    runs held too (its reverse direction reads the padding first and stays exactly at zero through
+    it); on CPU it runs packed, per real token, as CAM's BiLSTM always has. Anything else
+    (stacked LSTMs, projections, a bidirectional LSTM from a given state) runs packed, with one
+    host read of the lengths.
     """
     with recurrent_precision(inputs) as precision:
         inputs, state = precision.cast(inputs, state)
         lengths = sequence_lengths(mask)
-        if lstm.num_layers == 1 and not lstm.proj_size and (not lstm.bidirectional or state is None):
+        bidirectional_held = state is None and not on_host(inputs)
+        if lstm.num_layers == 1 and not lstm.proj_size and (not lstm.bidirectional or bidirectional_held):
             return _run_held(lstm, inputs, mask, lengths, state)
         packed = pack_padded_sequence(inputs, lengths.cpu(), batch_first=True, enforce_sorted=False)
         outputs, final_state = lstm(packed, state)

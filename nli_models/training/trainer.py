@@ -109,10 +109,9 @@ def use_deterministic_algorithms(enabled: bool) -> None:
 
     Without it a run is bit-identical for a seed on CPU (at any thread count) but not on CUDA,
     where cuDNN picks algorithms by timing (benchmark) and some kernels add with atomics in
-    whatever order threads finish. cuBLAS needs a fixed workspace for reproducible reductions; the
-    variable is read when cuBLAS starts, so it is set before the first CUDA operation of a fresh
-    process (an earlier cuBLAS user keeps its own, and use_deterministic_algorithms then raises
-    at the first matmul, naming the variable)."""
+    whatever order threads finish. cuBLAS needs a fixed workspace for reproducible results
+    (CUBLAS_WORKSPACE_CONFIG, read when the process first uses cuBLAS): it is set here, before
+    the trainer's model reaches the device; a value the environment already has is kept."""
     if enabled:
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
         torch.backends.cudnn.benchmark = False
