@@ -24,6 +24,7 @@ from benchmarks.gpu_check import (
     check_checkpoint,
     check_determinism,
     check_training,
+    main,
 )
 
 REPO = Path(__file__).resolve().parents[1]
@@ -63,6 +64,15 @@ def test_the_cpu_dry_run_passes_on_a_machine_with_only_torch_and_nli_models(tmp_
     assert rows["sweep"]["status"] == "SKIP" and "ray" in rows["sweep"]["detail"]
     assert "| train.cam.bf16 | PASS |" in (tmp_path / "summary.md").read_text()
     assert rows["environment"]["data"]["missing_packages"] == ["ray", "mlflow", "optuna", "pandas"]
+
+
+def test_no_check_starts_once_the_budget_is_spent(tmp_path, monkeypatch):
+    monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)  # main() sets it for the process
+    assert main(["--device", "cpu", "--budget-s", "0", "--out", str(tmp_path)]) == 0
+    rows = rows_of(tmp_path)
+    checks = [r for name, r in rows.items() if name not in ("environment", "total")]
+    assert len(checks) == 4 * 2 + 4 + 4 * 2 + 4 * 2 + 1  # train, checkpoint, determinism, throughput, sweep
+    assert all(r["status"] == "SKIP" and "budget of 0 s was spent" in r["detail"] for r in checks)
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")
