@@ -155,8 +155,9 @@ class RealPositions:
 
 def sequence_lengths(mask: torch.Tensor) -> torch.Tensor:
     """Real-token count per row. On CPU it also raises if a row is empty or its padding is not at
-    the end; off the CPU that check would cost a host sync per call, and the batches come from
-    ``make_batch``, which builds right-padded masks of non-empty sentences by construction."""
+    the end; off the CPU that check would cost a host sync per call, and the trainer's batches
+    need none: ``make_batch`` pads on the right and encoding turns an empty sentence into one
+    <unk> (``nli_models.data.encode``)."""
     lengths = mask.sum(dim=1)
     if not on_host(mask):
         return lengths
