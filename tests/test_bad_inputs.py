@@ -284,7 +284,7 @@ CASES: list[tuple[str, list[str], str]] = [
     ("epochs_zero", ["validate", S, "--no-data"], "training.epochs: Input should be greater than or equal to 1"),
     ("epochs_fraction", ["validate", S, "--no-data"], "training.epochs: Input should be a valid integer"),
     ("optimizer_sgd", ["validate", S, "--no-data"], "training.optimizer: Input should be 'adam' or 'adagrad'"),
-    ("precision_fp16", ["validate", S, "--no-data"], "training.precision: 'fp16' is not offered (it would need loss scaling"),
+    ("precision_fp16", ["validate", S, "--no-data"], "training.precision: 'fp16' is not offered (it needs loss scaling"),
     ("patience_zero", ["validate", S, "--no-data"], "training.patience: Input should be greater than or equal to 1"),
     ("grad_clip_zero", ["validate", S, "--no-data"], "training.grad_clip: Input should be greater than 0"),
     ("threads_zero", ["validate", S, "--no-data"], "training.num_threads: Input should be greater than or equal to 1"),
