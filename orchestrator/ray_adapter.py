@@ -37,6 +37,7 @@ from nli_models.training import (
     TrainingDiverged,
     make_trainer,
 )
+from nli_models.training.device_info import describe_device
 from orchestrator.reaper import start_reaper
 from orchestrator.spec import SweepSpec, apply_hyperparameters
 from results import run_schema as rs
@@ -92,9 +93,31 @@ def epoch_metrics(trainer: Trainer, result: EpochResult, finished: bool) -> dict
     }
 
 
+def trial_device(configured: str) -> str:
+    """The training.device of a trial, which sees only the GPUs Ray gave it. Ray 2.60 sets
+    CUDA_VISIBLE_DEVICES only for workers it gives GPUs (ray/_private/accelerators/accelerator.py,
+    ray-project/ray#54868): a trial with resources.gpu 0 would see every GPU of its node, and
+    `auto` would take cuda:0. Without GPU ids the GPUs are hidden before torch initialises CUDA
+    here, and `auto` is the CPU whatever CUDA says."""
+    if ray.get_gpu_ids():
+        return configured
+    os.environ["CUDA_VISIBLE_DEVICES"] = ""
+    return "cpu" if configured == "auto" else configured
+
+
+def device_tags(trainer: Trainer) -> dict[str, str]:
+    """What the trial trains on, under its MLflow tag names (reported with every epoch)."""
+    described = describe_device(trainer.device, trainer.autocast_dtype)
+    return {tag: described[key] for key, tag in rs.DEVICE_TAGS.items()}
+
+
 def run_trial(tune_config: dict[str, Any], *, base: dict, search: dict, data: PreparedData) -> None:
     """A Tune function trainable: the foundation's trainer with a report and checkpoint per epoch."""
     config = apply_hyperparameters(RunConfig.model_validate(base), trial_params(tune_config, search))
+    training = config.training
+    config = config.model_copy(
+        update={"training": training.model_copy(update={"device": trial_device(training.device)})}
+    )
     cpus = tune.get_context().get_trial_resources().required_resources.get("CPU", 1)
     torch.set_num_threads(max(1, int(cpus)))
     trainer = make_trainer(config, data)
@@ -114,7 +137,7 @@ def run_trial(tune_config: dict[str, Any], *, base: dict, search: dict, data: Pr
             # (and its vocabulary) from the checkpoint artifact alone.
             (Path(directory) / TRIAL_CONFIG_FILE).write_text(config_yaml)
             tune.report(
-                epoch_metrics(trainer, result, finished),
+                {**epoch_metrics(trainer, result, finished), **device_tags(trainer)},
                 checkpoint=tune.Checkpoint.from_directory(directory),
             )
 

@@ -15,7 +15,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -103,6 +103,15 @@ class SweepSummary:
 def _diverged(run) -> bool:
     """A trial run stopped because its loss became NaN/inf (FAILED, never selected)."""
     return run.data.tags.get(rs.TAG_DIVERGED) == "true"
+
+
+def trial_devices(trials) -> str:
+    """The nli.trial_devices tag: each device the trial runs record, with how many trained on it."""
+    counts = Counter(
+        f"{run.data.tags[rs.TAG_DEVICE]} ({run.data.tags.get(rs.TAG_DEVICE_NAME, '?')})"
+        for run in trials if rs.TAG_DEVICE in run.data.tags
+    )
+    return "; ".join(f"{device} x{count}" for device, count in sorted(counts.items())) or "none recorded"
 
 
 def _git_tags() -> dict[str, str]:
@@ -363,10 +372,10 @@ def _describe_for_researchers(
     dataset = dataset_input(record, data_digest(record))
     if not resume:
         tracker.set_tags(parent_run_id, sources)
-        device = spec.training.device
-        if device == "auto":
-            device = "cuda" if torch.cuda.is_available() and spec.search.resources.gpu else "cpu"
-        log_provenance(tracker, parent_run_id, record, environment_record(device))
+        # The driver's host and what the spec asks; what each trial really trained on is its
+        # own record (nli.device), counted on the parent once the trials ended (nli.trial_devices).
+        requested = {"training_device": spec.training.device, **spec.search.resources.model_dump()}
+        log_provenance(tracker, parent_run_id, record, environment_record(requested))
         log_dataset(tracker, parent_run_id, dataset)
     print(
         f"trials in the MLflow UI (`orchestrate ui`), best on dev first: {link}\n"
@@ -542,6 +551,7 @@ def _drive(spec: SweepSpec, spec_path: Path, data: PreparedData, tracker: Tracke
                              on_stop=interruption.on_tune_stop)
         uploader.drain()  # every trial run is in the store before the selection reads it
         trials = tracker.trial_runs(experiment_id, parent_run_id)
+        tracker.set_tags(parent_run_id, {rs.TAG_TRIAL_DEVICES: trial_devices(trials)})
         run_ids = {run.data.tags.get(rs.TAG_TRIAL_ID): run.info.run_id for run in trials}
         ended = {run.data.tags.get(rs.TAG_TRIAL_ID) for run in trials if run.info.status in ("FINISHED", "FAILED")}
         complete = len(ended) >= planned or ledger.budget_spent()
