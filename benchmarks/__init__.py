@@ -9,7 +9,7 @@ See benchmarks/README.md for what each one measures and the latest numbers.
 # sweep_efficiency result of the same run, so it comes after it. search_efficiency is opt-in
 # (--with-search, or name it): grid + 3 ASHA/TPE sweeps take ~11 min quiet, more under load.
 DEFAULT_BENCHMARKS = (
-    "throughput", "public_setup", "bucketing", "preprocessing", "sweep_efficiency", "plain_optuna", "scaling",
+    "throughput", "omp_policy", "public_setup", "bucketing", "preprocessing", "sweep_efficiency", "plain_optuna", "scaling",
 )
 # The scale set (--scale, or name them): a simulated 16-node cluster and a shared tracking server
 # under load, tens of minutes and most of the machine's memory; the end-of-sweep analysis at up to

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -12,7 +13,7 @@ import click
 from nli_models.errors import InputError, mask_secrets
 from orchestrator.cli_options import make_overrides, override_options, tracking_uri_option
 from orchestrator.cluster_cli import allocation_report, slurm_allocation_options
-from orchestrator.environment import configure_environment
+from orchestrator.environment import WAIT_POLICY, configure_environment, wait_policy
 from results.cli import attention_command, report_command, results_command
 
 # Before anything imports torch or Ray (OMP_WAIT_POLICY is read when torch loads). Every module
@@ -90,7 +91,13 @@ def train(config_path: str, checkpoint_dir: str | None, resume: bool,
           assignments: tuple[str, ...], data_dir: str | None) -> None:
     """Train one configuration (the YAML format of a sweep, without the search block).
 
-    Threads: training.num_threads, else one per CPU this process may use; printed."""
+    Threads: training.num_threads, else one per CPU this process may use; printed. They spin
+    while waiting (OMP_WAIT_POLICY=ACTIVE) when they are no more than those CPUs."""
+    # Before torch loads, which reads the policy once (the config's module loads it).
+    from nli_models.cpus import usable_cpus
+
+    threads = _configured_threads(config_path, assignments) or usable_cpus()
+    os.environ[WAIT_POLICY] = wait_policy(owns_cores=threads <= usable_cpus())
     from nli_models.config import ConfigError, load_run_config
     from nli_models.training import TrainingDiverged
     from nli_models.training.recipe import train_and_test
@@ -114,6 +121,22 @@ def train(config_path: str, checkpoint_dir: str | None, resume: bool,
         _fail(str(exc))
     except TrainingDiverged as exc:
         _fail(f"{config_path}: {exc}; lower training.lr or set training.grad_clip", code=1)
+
+
+def _configured_threads(config_path: str, assignments: tuple[str, ...]) -> int | None:
+    """training.num_threads as the file and its --set give it, read without torch (None when
+    unset or not readable: loading the config then says what is wrong)."""
+    import yaml
+
+    value = None
+    with contextlib.suppress(OSError, yaml.YAMLError, AttributeError):
+        value = (yaml.safe_load(Path(config_path).read_text()).get("training") or {}).get("num_threads")
+    for assignment in assignments:
+        key, _, text = assignment.partition("=")
+        if key.strip() == "training.num_threads":
+            with contextlib.suppress(yaml.YAMLError):
+                value = yaml.safe_load(text)
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 
 
 # -- validate / sweep -------------------------------------------------------------------------
@@ -153,8 +176,8 @@ def validate(spec_path: str, no_data: bool, estimate: bool, assignments: tuple[s
 def _estimate(spec) -> str:
     import torch
 
+    from nli_models.cpus import usable_cpus
     from nli_models.data import prepare_data
-    from nli_models.training.recipe import usable_cpus
     from orchestrator.estimate import estimate_sweep
 
     gpus = torch.cuda.device_count()

@@ -28,6 +28,7 @@ from ray.tune.search.optuna import OptunaSearch
 from ray.tune.search.repeater import TRIAL_INDEX
 
 from nli_models.config import RunConfig
+from nli_models.cpus import usable_cpus
 from nli_models.data import PreparedData
 from nli_models.errors import InputError
 from nli_models.training import (
@@ -38,6 +39,7 @@ from nli_models.training import (
     make_trainer,
 )
 from nli_models.training.device_info import describe_device
+from orchestrator.environment import WAIT_POLICY, trial_threads
 from orchestrator.reaper import start_reaper
 from orchestrator.spec import SweepSpec, apply_hyperparameters
 from results import run_schema as rs
@@ -118,8 +120,7 @@ def run_trial(tune_config: dict[str, Any], *, base: dict, search: dict, data: Pr
     config = config.model_copy(
         update={"training": training.model_copy(update={"device": trial_device(training.device)})}
     )
-    cpus = tune.get_context().get_trial_resources().required_resources.get("CPU", 1)
-    torch.set_num_threads(max(1, int(cpus)))
+    torch.set_num_threads(trial_threads(tune.get_context().get_trial_resources().required_resources.get("CPU", 1)))
     trainer = make_trainer(config, data)
     config_yaml = yaml.safe_dump(config.model_dump(mode="json", exclude_unset=True), sort_keys=False)
     checkpoint = tune.get_checkpoint()
@@ -165,19 +166,30 @@ def diverged_result(trainer: Trainer, exc: TrainingDiverged) -> dict[str, Any]:
 
 
 # -- the driver -------------------------------------------------------------------------------
-def init_ray(address: str | None = None, num_cpus: int | None = None, verbose: bool = False) -> bool:
-    """Join the cluster in RAY_ADDRESS / `address`, or start a local instance. Returns whether
+def joins_a_cluster(address: str | None) -> bool:
+    """Whether init_ray joins a running cluster (--address or RAY_ADDRESS) rather than starting
+    a private local instance."""
+    return bool(address or os.environ.get("RAY_ADDRESS"))
+
+
+def init_ray(address: str | None = None, verbose: bool = False, wait_policy: str | None = None) -> bool:
+    """Join the cluster in RAY_ADDRESS / `address`, or start a local instance with the CPUs this
+    process may use. `wait_policy`: the OMP_WAIT_POLICY of the job's workers (the trials), given
+    in its runtime environment, so that it is set before a worker loads torch. Returns whether
     this call connected (False: the process was already connected, e.g. by a test session)."""
     if ray.is_initialized():
         return False
     kwargs: dict[str, Any] = {"log_to_driver": verbose, "logging_level": "INFO" if verbose else "WARNING"}
-    if address or os.environ.get("RAY_ADDRESS"):
+    if wait_policy is not None:
+        kwargs["runtime_env"] = {"env_vars": {WAIT_POLICY: wait_policy}}
+    if joins_a_cluster(address):
         ray.init(address=address or os.environ["RAY_ADDRESS"], **kwargs)
     else:
         # address="local": always a private instance. A bare ray.init() joins the cluster named in
         # Ray's current-cluster file, which a killed `ray start --head` leaves behind (a dead head
-        # then hangs every local sweep).
-        ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, **kwargs)
+        # then hangs every local sweep). Ray would count every CPU of the machine, not the ones
+        # this process may use (taskset, cpusets): trials would share them.
+        ray.init(address="local", num_cpus=usable_cpus(), include_dashboard=False, **kwargs)
         global _reaper
         _reaper = start_reaper()  # the local instance goes with this process, even on SIGKILL
     return True

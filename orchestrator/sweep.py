@@ -25,9 +25,11 @@ import ray
 import torch
 
 from nli_models.config import Overrides
+from nli_models.cpus import usable_cpus
 from nli_models.data import PreparedData, prepare_data
 from nli_models.errors import mask_secrets
 from nli_models.training import check_fits_data, make_trainer, refit_and_test
+from orchestrator.environment import trials_own_cores, users_wait_policy, wait_policy
 from orchestrator.journal import Journal, journal_file
 from orchestrator.lifecycle import (
     RUN_STATUS,
@@ -45,6 +47,7 @@ from orchestrator.ray_adapter import (
     check_ray_address,
     check_resources,
     init_ray,
+    joins_a_cluster,
     run_tuner,
     shutdown_ray,
 )
@@ -460,6 +463,16 @@ def run_sweep(
             raise SweepInterrupted("interrupted before the sweep started; nothing was recorded") from None
 
 
+def trials_wait_policy(spec: SweepSpec, address: str | None) -> str | None:
+    """The OMP_WAIT_POLICY the trials' processes get (orchestrator/environment.py); None when the
+    user set one (their environment carries it). The CPUs of a local Ray are this process's."""
+    if users_wait_policy():
+        return None
+    node_cpus = None if joins_a_cluster(address) else usable_cpus()
+    resources = spec.search.resources
+    return wait_policy(trials_own_cores(resources.cpu, spec.search.max_concurrent_trials, node_cpus))
+
+
 def _run_sweep(spec_path: Path, resume: bool, new: bool, verbose: int, address: str | None,
                interruption: Interruption, overrides: Overrides | None,
                tracking_uri: str | None) -> SweepSummary:
@@ -473,7 +486,8 @@ def _run_sweep(spec_path: Path, resume: bool, new: bool, verbose: int, address: 
     tracker = Tracker(spec.tracking_uri)  # creates a new store: only once the input is known good
     tracker.check_reachable()
     previous = _previous_sweep(tracker, spec, resume, new)
-    connected_here = init_ray(address, verbose=verbose > 0)
+    policy = trials_wait_policy(spec, address)
+    connected_here = init_ray(address, verbose=verbose > 0, wait_policy=policy)
     try:
         check_resources(spec.search.resources.cpu, spec.search.resources.gpu)
         experiment_id, parent_run_id, state = _open_parent(
