@@ -190,10 +190,15 @@ def _estimate(spec) -> str:
 @click.option("--new", is_flag=True, help="start another sweep in an experiment that has one")
 @click.option("--address", default=None, help="Ray cluster address (default: RAY_ADDRESS or local)")
 @click.option("-v", "--verbose", count=True, help="show Ray's own output and trial tables")
+@click.option("--wait-for-resources", "wait_s", type=click.FloatRange(min=0), default=None,
+              envvar="NLI_RESOURCES_WAIT_S", metavar="SECONDS",
+              help="when no node can hold a trial, ask the Ray autoscaler for one and wait this "
+                   "long before giving up (default: 600 on an autoscaling cluster, else 0)")
 @override_options
 @tracking_uri_option
 def sweep(spec_path: str, resume: bool, new: bool, address: str | None, verbose: int,
-          assignments: tuple[str, ...], data_dir: str | None, tracking_uri: str | None) -> None:
+          wait_s: float | None, assignments: tuple[str, ...], data_dir: str | None,
+          tracking_uri: str | None) -> None:
     """Run a hyperparameter sweep on Ray Tune, tracked in MLflow.
 
     Exit status: 0 completed; 1 completed with failed trials, or a failure; 2 bad input
@@ -209,7 +214,7 @@ def sweep(spec_path: str, resume: bool, new: bool, address: str | None, verbose:
     try:
         summary = run_sweep(spec_path, resume=resume, new=new, verbose=verbose, address=address,
                             overrides=make_overrides(assignments, data_dir),
-                            tracking_uri=tracking_uri)
+                            tracking_uri=tracking_uri, wait_for_resources_s=wait_s)
     except (InputError, SweepExists, TrackingUnavailable, FileNotFoundError) as exc:
         _fail(str(exc))
     except SweepInterrupted as exc:  # before the parent run existed

@@ -11,6 +11,7 @@ import logging
 import os
 import signal
 import socket
+import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -196,7 +197,8 @@ def init_ray(address: str | None = None, verbose: bool = False, wait_policy: str
 
 
 ADDRESS_TIMEOUT_S = 5.0
-RESOURCES_WAIT_ENV = "NLI_RESOURCES_WAIT_S"  # autoscaling clusters: how long nodes may take to come
+AUTOSCALING_WAIT_S = 600.0  # on an autoscaling cluster: a GPU node boots in ~5-10 minutes
+PROGRESS_EVERY_S = 15.0
 
 
 def check_ray_address(address: str | None) -> None:
@@ -222,27 +224,63 @@ def check_ray_address(address: str | None) -> None:
         ) from None
 
 
+def autoscaling() -> bool:
+    """Whether the cluster's autoscaler can start nodes: its monitor reports the node types of a
+    cluster config (`ray up`, KubeRay, ray.cluster_utils.AutoscalingCluster). A plain `ray start`
+    or local instance runs it read-only, with each node's type named after the node itself."""
+    from ray._private.ray_constants import DEBUG_AUTOSCALING_STATUS
+    from ray.autoscaler._private.util import format_readonly_node_type
+    from ray.experimental.internal_kv import _internal_kv_get
+
+    status = _internal_kv_get(DEBUG_AUTOSCALING_STATUS)
+    report = (json.loads(status).get("autoscaler_report") or {}) if status else {}
+    types = (report.get("node_type_mapping") or {}).items()
+    return any(name != format_readonly_node_type(node) for node, name in types)
+
+
+def _fits(cpu: float, gpu: float) -> tuple[bool, list[dict]]:
+    nodes = [n["Resources"] for n in ray.nodes() if n.get("Alive")]
+    return any(n.get("CPU", 0) >= cpu and n.get("GPU", 0) >= gpu for n in nodes), nodes
+
+
 def check_resources(cpu: float, gpu: float, wait_s: float | None = None) -> None:
-    """InputError when no node of the cluster can ever hold one trial (`resources.cpu` and
-    `resources.gpu` per trial): Tune would wait forever. On an autoscaling cluster, nodes may
-    still be coming: $NLI_RESOURCES_WAIT_S seconds (default 0) are waited for one that fits."""
+    """InputError when no node of the cluster can hold one trial (`resources.cpu` and
+    `resources.gpu` per trial): Tune would wait forever. Until a node fits, the autoscaler is
+    asked for one trial's worth (request_resources) and the sweep waits `wait_s` seconds
+    (default: AUTOSCALING_WAIT_S on an autoscaling cluster, else none), saying so every
+    PROGRESS_EVERY_S; the request is withdrawn once a node fits (Tune's own demand then keeps
+    the cluster up) or the wait ends."""
+    fits, nodes = _fits(cpu, gpu)
+    if fits:
+        return
     if wait_s is None:
-        wait_s = float(os.environ.get(RESOURCES_WAIT_ENV) or 0)
-    deadline = time.monotonic() + wait_s
-    while True:
-        nodes = [n["Resources"] for n in ray.nodes() if n.get("Alive")]
-        if any(n.get("CPU", 0) >= cpu and n.get("GPU", 0) >= gpu for n in nodes):
+        wait_s = AUTOSCALING_WAIT_S if autoscaling() else 0.0
+    if wait_s > 0:
+        from ray.autoscaler.sdk import request_resources
+
+        bundle = {"CPU": cpu, **({"GPU": gpu} if gpu else {})}
+        request_resources(bundles=[bundle])
+        started = time.monotonic()
+        try:
+            while not fits and time.monotonic() - started < wait_s:
+                print(f"waiting for a node with {cpu:g} CPU and {gpu:g} GPU (asked the Ray "
+                      f"autoscaler): {time.monotonic() - started:.0f}s of {wait_s:.0f}s",
+                      file=sys.stderr, flush=True)
+                time.sleep(min(PROGRESS_EVERY_S, max(wait_s - (time.monotonic() - started), 0.1)))
+                fits, nodes = _fits(cpu, gpu)
+        finally:
+            request_resources(bundles=[])
+        if fits:
             return
-        if time.monotonic() >= deadline:
-            break
-        time.sleep(min(5.0, max(deadline - time.monotonic(), 0.1)))
     largest = max(nodes, key=lambda n: (n.get("GPU", 0), n.get("CPU", 0)), default={})
-    waited = f" after waiting {wait_s:.0f}s ({RESOURCES_WAIT_ENV})" if wait_s else ""
+    waited = (f" after waiting {wait_s:.0f}s for the autoscaler to start one (--wait-for-resources)"
+              if wait_s else "")
     raise InputError(
         f"search.resources: a trial asks for {cpu:g} CPU and {gpu:g} GPU, but no node of the Ray "
         f"cluster has that much{waited} (largest node: {largest.get('CPU', 0):g} CPU, "
-        f"{largest.get('GPU', 0):g} GPU); ask for at most that per trial, or join a larger cluster "
-        f"with --address (on an autoscaling cluster, set {RESOURCES_WAIT_ENV} to wait for nodes)"
+        f"{largest.get('GPU', 0):g} GPU); ask for at most that per trial, join a larger cluster "
+        "with --address, or on a cluster that adds nodes give it time with --wait-for-resources "
+        "SECONDS"
     )
 
 

@@ -449,13 +449,17 @@ def run_sweep(
     address: str | None = None,
     overrides: Overrides | None = None,
     tracking_uri: str | None = None,
+    wait_for_resources_s: float | None = None,
 ) -> SweepSummary:
     """Run a sweep through its lifecycle (orchestrator/lifecycle.py). Everything that can be
-    checked is checked before the parent run exists; SIGINT/SIGTERM end it `interrupted`."""
+    checked is checked before the parent run exists; SIGINT/SIGTERM end it `interrupted`.
+    `wait_for_resources_s`: how long a cluster may take to add a node that holds a trial
+    (ray_adapter.check_resources; None: its default)."""
     with Interruption() as interruption:
         try:
             return _run_sweep(
-                Path(spec_path), resume, new, verbose, address, interruption, overrides, tracking_uri
+                Path(spec_path), resume, new, verbose, address, interruption, overrides, tracking_uri,
+                wait_for_resources_s,
             )
         except SweepInterrupted:
             if interruption.armed:
@@ -475,7 +479,7 @@ def trials_wait_policy(spec: SweepSpec, address: str | None) -> str | None:
 
 def _run_sweep(spec_path: Path, resume: bool, new: bool, verbose: int, address: str | None,
                interruption: Interruption, overrides: Overrides | None,
-               tracking_uri: str | None) -> SweepSummary:
+               tracking_uri: str | None, wait_for_resources_s: float | None) -> SweepSummary:
     # Every check of the input runs before the first write: addresses and stores answer within
     # seconds, data and vectors are read, and the cluster can hold a trial.
     spec = load_spec(spec_path, overrides, tracking_uri)
@@ -489,7 +493,7 @@ def _run_sweep(spec_path: Path, resume: bool, new: bool, verbose: int, address: 
     policy = trials_wait_policy(spec, address)
     connected_here = init_ray(address, verbose=verbose > 0, wait_policy=policy)
     try:
-        check_resources(spec.search.resources.cpu, spec.search.resources.gpu)
+        check_resources(spec.search.resources.cpu, spec.search.resources.gpu, wait_for_resources_s)
         experiment_id, parent_run_id, state = _open_parent(
             tracker, spec, spec_path, previous, overrides
         )

@@ -158,6 +158,25 @@ class RayHead:
         shutil.rmtree(self.temp_dir, ignore_errors=True)
 
 
+class RayWorker:
+    """`ray start --address HEAD --block`: one more node (`num_gpus` logical GPUs) in its own
+    process group, with a temp dir of its own, as a separate machine would have (a shared one
+    lets a node delete the other's unpacked job working dir)."""
+
+    def __init__(self, head: RayHead, num_cpus: int, num_gpus: int, log: Path):
+        self.temp_dir = tempfile.mkdtemp(prefix="nlirw", dir="/tmp")
+        self.group = Group(
+            [str(BIN / "ray"), "start", "--address", head.address, "--block", "--node-ip-address",
+             "127.0.0.1", "--num-cpus", str(num_cpus), "--num-gpus", str(num_gpus),
+             "--temp-dir", self.temp_dir, *node_ports()],
+            log,
+        )
+
+    def stop(self) -> None:
+        stop_ray_nodes([self.group])
+        shutil.rmtree(self.temp_dir, ignore_errors=True)
+
+
 # -- PostgreSQL -------------------------------------------------------------------------------
 def _pg_connect(database: str = "postgres"):
     import psycopg2
