@@ -56,7 +56,8 @@ def policy_read_by_openmp():
 
 passive = {"env_vars": {"OMP_WAIT_POLICY": "PASSIVE"}}
 print(json.dumps([ray.get(policy_read_by_openmp.remote()),
-                  ray.get(policy_read_by_openmp.options(runtime_env=passive).remote())]))
+                  ray.get(policy_read_by_openmp.options(runtime_env=passive).remote()),
+                  ray.cluster_resources()["CPU"]]))
 """
 
 
@@ -64,10 +65,11 @@ print(json.dumps([ray.get(policy_read_by_openmp.remote()),
 def test_a_trial_process_loads_torch_with_the_policy_the_driver_chose():
     env = {"PYTHONPATH": str(REPO_ROOT), "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0",
            "PATH": "/usr/bin:/bin"}
-    done = subprocess.run([sys.executable, "-c", PROBE], env=env, capture_output=True, text=True,
-                          timeout=300)
+    # Under `taskset -c 0` the local Ray counts the one CPU this process may use, not the machine's.
+    done = subprocess.run(["taskset", "-c", "0", sys.executable, "-c", PROBE], env=env,
+                          capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
-    assert json.loads(done.stdout.strip().splitlines()[-1]) == [["ACTIVE"], ["PASSIVE"]]
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == [["ACTIVE"], ["PASSIVE"], 1.0]
 
 
 @pytest.mark.ray
