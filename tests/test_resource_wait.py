@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from cluster_support import RayHead, RayWorker
 from sweep_helpers import (
@@ -67,3 +69,28 @@ def test_the_sweep_runs_once_a_gpu_node_joins(cpu_head, tmp_path, logs_dir):
     assert [c.info.status for c in children] == ["FINISHED"]
     # Ray gave the trial a (logical) GPU; torch here has no CUDA, so it trained on the CPU.
     assert children[0].data.tags[rs.TAG_DEVICE] == "cpu"
+
+
+def test_an_autoscaling_cluster_is_asked_for_a_gpu_node(tmp_path, logs_dir):
+    """No --wait-for-resources: the autoscaler's presence makes the sweep wait (600 s by
+    default), and its request makes the autoscaler launch a node of the type that fits. (Ray's
+    fake provider then keeps removing its nodes as failed launches on this machine, so the
+    sweep's run on the new node is the hand-added node's test above.)"""
+    gpu_nodes = {"gpu_worker": {"resources": {"CPU": 1, "GPU": 1}, "node_config": {},
+                                "min_workers": 0, "max_workers": 1}}
+    head = RayHead(num_cpus=1, logs=logs_dir, autoscaled_node_types=gpu_nodes)
+    monitor_logs = Path(head.temp_dir) / "session_latest" / "logs"
+    spec = write_spec(tmp_path, GPU_TRIAL)
+    log = tmp_path / "sweep.log"
+    driver = start_orchestrate(["sweep", str(spec), "--address", head.address], cwd=tmp_path, log=log)
+    try:
+        wait_while_driving(
+            lambda: "waiting for a node with 1 CPU and 1 GPU (asked the Ray autoscaler): 0s of 600s"
+            in log.read_text(), driver, log, "the driver to ask for a GPU node", timeout=180)
+        wait_while_driving(
+            lambda: any("Adding 1 node(s) of type gpu_worker" in path.read_text(errors="replace")
+                        for path in monitor_logs.glob("monitor*")),
+            driver, log, "the autoscaler to launch a gpu_worker", timeout=120)
+    finally:
+        kill_session(driver)
+        head.stop()
