@@ -37,8 +37,8 @@ def test_a_plain_cluster_fails_at_once_and_a_wait_is_bounded(cpu_head, tmp_path)
     assert at_once.returncode == 2, at_once.stderr
     assert "error: search.resources: a trial asks for 1 CPU and 1 GPU, but no node" in at_once.stderr
     assert "waiting" not in at_once.stderr  # no autoscaler here: nothing to wait for
-    waited = run_orchestrate(["sweep", str(spec), "--address", cpu_head.address,
-                              "--wait-for-resources", "4"], cwd=tmp_path)
+    waited = run_orchestrate(["sweep", str(spec), "--address", cpu_head.address], cwd=tmp_path,
+                             env={"NLI_RESOURCES_WAIT_S": "4"})  # as --wait-for-resources 4
     assert waited.returncode == 2, waited.stderr
     assert "waiting for a node with 1 CPU and 1 GPU (asked the Ray autoscaler): 0s of 4s" in waited.stderr
     assert ("a trial asks for 1 CPU and 1 GPU, but no node of the Ray cluster has that much after "
