@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -12,7 +13,7 @@ import click
 from nli_models.errors import InputError, mask_secrets
 from orchestrator.cli_options import make_overrides, override_options, tracking_uri_option
 from orchestrator.cluster_cli import allocation_report, slurm_allocation_options
-from orchestrator.environment import configure_environment
+from orchestrator.environment import WAIT_POLICY, configure_environment, wait_policy
 from results.cli import attention_command, report_command, results_command
 
 # Before anything imports torch or Ray (OMP_WAIT_POLICY is read when torch loads). Every module
@@ -90,7 +91,13 @@ def train(config_path: str, checkpoint_dir: str | None, resume: bool,
           assignments: tuple[str, ...], data_dir: str | None) -> None:
     """Train one configuration (the YAML format of a sweep, without the search block).
 
-    Threads: training.num_threads, else one per CPU this process may use; printed."""
+    Threads: training.num_threads, else one per CPU this process may use; printed. They spin
+    while waiting (OMP_WAIT_POLICY=ACTIVE) when they are no more than those CPUs."""
+    # Before torch loads, which reads the policy once (the config's module loads it).
+    from nli_models.cpus import usable_cpus
+
+    threads = _configured_threads(config_path, assignments) or usable_cpus()
+    os.environ[WAIT_POLICY] = wait_policy(owns_cores=threads <= usable_cpus())
     from nli_models.config import ConfigError, load_run_config
     from nli_models.training import TrainingDiverged
     from nli_models.training.recipe import train_and_test
@@ -114,6 +121,22 @@ def train(config_path: str, checkpoint_dir: str | None, resume: bool,
         _fail(str(exc))
     except TrainingDiverged as exc:
         _fail(f"{config_path}: {exc}; lower training.lr or set training.grad_clip", code=1)
+
+
+def _configured_threads(config_path: str, assignments: tuple[str, ...]) -> int | None:
+    """training.num_threads as the file and its --set give it, read without torch (None when
+    unset or not readable: loading the config then says what is wrong)."""
+    import yaml
+
+    value = None
+    with contextlib.suppress(OSError, yaml.YAMLError, AttributeError):
+        value = (yaml.safe_load(Path(config_path).read_text()).get("training") or {}).get("num_threads")
+    for assignment in assignments:
+        key, _, text = assignment.partition("=")
+        if key.strip() == "training.num_threads":
+            with contextlib.suppress(yaml.YAMLError):
+                value = yaml.safe_load(text)
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 
 
 # -- validate / sweep -------------------------------------------------------------------------
@@ -153,8 +176,8 @@ def validate(spec_path: str, no_data: bool, estimate: bool, assignments: tuple[s
 def _estimate(spec) -> str:
     import torch
 
+    from nli_models.cpus import usable_cpus
     from nli_models.data import prepare_data
-    from nli_models.training.recipe import usable_cpus
     from orchestrator.estimate import estimate_sweep
 
     gpus = torch.cuda.device_count()
@@ -167,10 +190,15 @@ def _estimate(spec) -> str:
 @click.option("--new", is_flag=True, help="start another sweep in an experiment that has one")
 @click.option("--address", default=None, help="Ray cluster address (default: RAY_ADDRESS or local)")
 @click.option("-v", "--verbose", count=True, help="show Ray's own output and trial tables")
+@click.option("--wait-for-resources", "wait_s", type=click.FloatRange(min=0), default=None,
+              envvar="NLI_RESOURCES_WAIT_S", metavar="SECONDS",
+              help="when no node can hold a trial, ask the Ray autoscaler for one and wait this "
+                   "long before giving up (default: 600 on an autoscaling cluster, else 0)")
 @override_options
 @tracking_uri_option
 def sweep(spec_path: str, resume: bool, new: bool, address: str | None, verbose: int,
-          assignments: tuple[str, ...], data_dir: str | None, tracking_uri: str | None) -> None:
+          wait_s: float | None, assignments: tuple[str, ...], data_dir: str | None,
+          tracking_uri: str | None) -> None:
     """Run a hyperparameter sweep on Ray Tune, tracked in MLflow.
 
     Exit status: 0 completed; 1 completed with failed trials, or a failure; 2 bad input
@@ -186,7 +214,7 @@ def sweep(spec_path: str, resume: bool, new: bool, address: str | None, verbose:
     try:
         summary = run_sweep(spec_path, resume=resume, new=new, verbose=verbose, address=address,
                             overrides=make_overrides(assignments, data_dir),
-                            tracking_uri=tracking_uri)
+                            tracking_uri=tracking_uri, wait_for_resources_s=wait_s)
     except (InputError, SweepExists, TrackingUnavailable, FileNotFoundError) as exc:
         _fail(str(exc))
     except SweepInterrupted as exc:  # before the parent run existed

@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 
 from nli_models.data import PreparedData
 from nli_models.data.encode import EncodedSplit
+from orchestrator.environment import trial_threads
 from orchestrator.spec import SweepSpec, apply_hyperparameters, grid_points
 
 PROBE_BATCHES = 20
@@ -129,7 +130,7 @@ def estimate_sweep(spec: SweepSpec, data: PreparedData, cpus: int, gpus: int) ->
     config = apply_hyperparameters(spec.base_config(), params)
     batch = config.training.batch_size
     train, dev = data.splits["train"], data.splits["dev"]
-    threads = max(1, int(spec.search.resources.cpu))  # what ray_adapter.run_trial sets
+    threads = trial_threads(spec.search.resources.cpu)
     previous_threads = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:

@@ -50,8 +50,9 @@ def data_digest(record: dict[str, Any]) -> str:
     return hashlib.sha256(repr(sorted(basis.items())).encode()).hexdigest()[:16]
 
 
-def environment_record(device: str) -> dict[str, Any]:
-    """Package versions, Python, OS, CPU, memory and the accelerator a sweep ran with."""
+def environment_record(requested: dict[str, Any]) -> dict[str, Any]:
+    """Package versions, Python, OS, CPU, memory and GPUs of the driver's host, and the devices
+    the spec asks for (`requested`); the trials record where they really trained."""
     versions = {}
     for package in PACKAGES:
         try:
@@ -70,7 +71,7 @@ def environment_record(device: str) -> dict[str, Any]:
         "processor": platform.processor() or None,
         "cpu_count": os.cpu_count(),
         "memory_bytes": memory,
-        "device": device,
+        "requested": requested,
         "cuda_available": cuda,
         "gpus": [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())] if cuda else [],
         "cuda_version": torch.version.cuda,

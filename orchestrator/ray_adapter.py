@@ -11,6 +11,7 @@ import logging
 import os
 import signal
 import socket
+import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -28,6 +29,7 @@ from ray.tune.search.optuna import OptunaSearch
 from ray.tune.search.repeater import TRIAL_INDEX
 
 from nli_models.config import RunConfig
+from nli_models.cpus import usable_cpus
 from nli_models.data import PreparedData
 from nli_models.errors import InputError
 from nli_models.training import (
@@ -37,6 +39,8 @@ from nli_models.training import (
     TrainingDiverged,
     make_trainer,
 )
+from nli_models.training.device_info import describe_device
+from orchestrator.environment import WAIT_POLICY, trial_threads
 from orchestrator.reaper import start_reaper
 from orchestrator.spec import SweepSpec, apply_hyperparameters
 from results import run_schema as rs
@@ -92,11 +96,32 @@ def epoch_metrics(trainer: Trainer, result: EpochResult, finished: bool) -> dict
     }
 
 
+def trial_device(configured: str) -> str:
+    """The training.device of a trial, which sees only the GPUs Ray gave it. Ray 2.60 sets
+    CUDA_VISIBLE_DEVICES only for workers it gives GPUs (ray/_private/accelerators/accelerator.py,
+    ray-project/ray#54868): a trial with resources.gpu 0 would see every GPU of its node, and
+    `auto` would take cuda:0. Without GPU ids the GPUs are hidden before torch initialises CUDA
+    here, and `auto` is the CPU whatever CUDA says."""
+    if ray.get_gpu_ids():
+        return configured
+    os.environ["CUDA_VISIBLE_DEVICES"] = ""
+    return "cpu" if configured == "auto" else configured
+
+
+def device_tags(trainer: Trainer) -> dict[str, str]:
+    """What the trial trains on, under its MLflow tag names (reported with every epoch)."""
+    described = describe_device(trainer.device, trainer.autocast_dtype)
+    return {tag: described[key] for key, tag in rs.DEVICE_TAGS.items()}
+
+
 def run_trial(tune_config: dict[str, Any], *, base: dict, search: dict, data: PreparedData) -> None:
     """A Tune function trainable: the foundation's trainer with a report and checkpoint per epoch."""
     config = apply_hyperparameters(RunConfig.model_validate(base), trial_params(tune_config, search))
-    cpus = tune.get_context().get_trial_resources().required_resources.get("CPU", 1)
-    torch.set_num_threads(max(1, int(cpus)))
+    training = config.training
+    config = config.model_copy(
+        update={"training": training.model_copy(update={"device": trial_device(training.device)})}
+    )
+    torch.set_num_threads(trial_threads(tune.get_context().get_trial_resources().required_resources.get("CPU", 1)))
     trainer = make_trainer(config, data)
     config_yaml = yaml.safe_dump(config.model_dump(mode="json", exclude_unset=True), sort_keys=False)
     checkpoint = tune.get_checkpoint()
@@ -114,7 +139,7 @@ def run_trial(tune_config: dict[str, Any], *, base: dict, search: dict, data: Pr
             # (and its vocabulary) from the checkpoint artifact alone.
             (Path(directory) / TRIAL_CONFIG_FILE).write_text(config_yaml)
             tune.report(
-                epoch_metrics(trainer, result, finished),
+                {**epoch_metrics(trainer, result, finished), **device_tags(trainer)},
                 checkpoint=tune.Checkpoint.from_directory(directory),
             )
 
@@ -142,26 +167,38 @@ def diverged_result(trainer: Trainer, exc: TrainingDiverged) -> dict[str, Any]:
 
 
 # -- the driver -------------------------------------------------------------------------------
-def init_ray(address: str | None = None, num_cpus: int | None = None, verbose: bool = False) -> bool:
-    """Join the cluster in RAY_ADDRESS / `address`, or start a local instance. Returns whether
+def joins_a_cluster(address: str | None) -> bool:
+    """Whether init_ray joins a running cluster (--address or RAY_ADDRESS) rather than starting
+    a private local instance."""
+    return bool(address or os.environ.get("RAY_ADDRESS"))
+
+
+def init_ray(address: str | None = None, verbose: bool = False, wait_policy: str | None = None) -> bool:
+    """Join the cluster in RAY_ADDRESS / `address`, or start a local instance with the CPUs this
+    process may use. `wait_policy`: the OMP_WAIT_POLICY of the job's workers (the trials), given
+    in its runtime environment, so that it is set before a worker loads torch. Returns whether
     this call connected (False: the process was already connected, e.g. by a test session)."""
     if ray.is_initialized():
         return False
     kwargs: dict[str, Any] = {"log_to_driver": verbose, "logging_level": "INFO" if verbose else "WARNING"}
-    if address or os.environ.get("RAY_ADDRESS"):
+    if wait_policy is not None:
+        kwargs["runtime_env"] = {"env_vars": {WAIT_POLICY: wait_policy}}
+    if joins_a_cluster(address):
         ray.init(address=address or os.environ["RAY_ADDRESS"], **kwargs)
     else:
         # address="local": always a private instance. A bare ray.init() joins the cluster named in
         # Ray's current-cluster file, which a killed `ray start --head` leaves behind (a dead head
-        # then hangs every local sweep).
-        ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, **kwargs)
+        # then hangs every local sweep). Ray would count every CPU of the machine, not the ones
+        # this process may use (taskset, cpusets): trials would share them.
+        ray.init(address="local", num_cpus=usable_cpus(), include_dashboard=False, **kwargs)
         global _reaper
         _reaper = start_reaper()  # the local instance goes with this process, even on SIGKILL
     return True
 
 
 ADDRESS_TIMEOUT_S = 5.0
-RESOURCES_WAIT_ENV = "NLI_RESOURCES_WAIT_S"  # autoscaling clusters: how long nodes may take to come
+AUTOSCALING_WAIT_S = 600.0  # on an autoscaling cluster: a GPU node boots in ~5-10 minutes
+PROGRESS_EVERY_S = 15.0
 
 
 def check_ray_address(address: str | None) -> None:
@@ -187,27 +224,63 @@ def check_ray_address(address: str | None) -> None:
         ) from None
 
 
+def autoscaling() -> bool:
+    """Whether the cluster's autoscaler can start nodes: its monitor reports the node types of a
+    cluster config (`ray up`, KubeRay, ray.cluster_utils.AutoscalingCluster). A plain `ray start`
+    or local instance runs it read-only, with each node's type named after the node itself."""
+    from ray._private.ray_constants import DEBUG_AUTOSCALING_STATUS
+    from ray.autoscaler._private.util import format_readonly_node_type
+    from ray.experimental.internal_kv import _internal_kv_get
+
+    status = _internal_kv_get(DEBUG_AUTOSCALING_STATUS)
+    report = (json.loads(status).get("autoscaler_report") or {}) if status else {}
+    types = (report.get("node_type_mapping") or {}).items()
+    return any(name != format_readonly_node_type(node) for node, name in types)
+
+
+def _fits(cpu: float, gpu: float) -> tuple[bool, list[dict]]:
+    nodes = [n["Resources"] for n in ray.nodes() if n.get("Alive")]
+    return any(n.get("CPU", 0) >= cpu and n.get("GPU", 0) >= gpu for n in nodes), nodes
+
+
 def check_resources(cpu: float, gpu: float, wait_s: float | None = None) -> None:
-    """InputError when no node of the cluster can ever hold one trial (`resources.cpu` and
-    `resources.gpu` per trial): Tune would wait forever. On an autoscaling cluster, nodes may
-    still be coming: $NLI_RESOURCES_WAIT_S seconds (default 0) are waited for one that fits."""
+    """InputError when no node of the cluster can hold one trial (`resources.cpu` and
+    `resources.gpu` per trial): Tune would wait forever. Until a node fits, the autoscaler is
+    asked for one trial's worth (request_resources) and the sweep waits `wait_s` seconds
+    (default: AUTOSCALING_WAIT_S on an autoscaling cluster, else none), saying so every
+    PROGRESS_EVERY_S; the request is withdrawn once a node fits (Tune's own demand then keeps
+    the cluster up) or the wait ends."""
+    fits, nodes = _fits(cpu, gpu)
+    if fits:
+        return
     if wait_s is None:
-        wait_s = float(os.environ.get(RESOURCES_WAIT_ENV) or 0)
-    deadline = time.monotonic() + wait_s
-    while True:
-        nodes = [n["Resources"] for n in ray.nodes() if n.get("Alive")]
-        if any(n.get("CPU", 0) >= cpu and n.get("GPU", 0) >= gpu for n in nodes):
+        wait_s = AUTOSCALING_WAIT_S if autoscaling() else 0.0
+    if wait_s > 0:
+        from ray.autoscaler.sdk import request_resources
+
+        bundle = {"CPU": cpu, **({"GPU": gpu} if gpu else {})}
+        request_resources(bundles=[bundle])
+        started = time.monotonic()
+        try:
+            while not fits and time.monotonic() - started < wait_s:
+                print(f"waiting for a node with {cpu:g} CPU and {gpu:g} GPU (asked the Ray "
+                      f"autoscaler): {time.monotonic() - started:.0f}s of {wait_s:.0f}s",
+                      file=sys.stderr, flush=True)
+                time.sleep(min(PROGRESS_EVERY_S, max(wait_s - (time.monotonic() - started), 0.1)))
+                fits, nodes = _fits(cpu, gpu)
+        finally:
+            request_resources(bundles=[])
+        if fits:
             return
-        if time.monotonic() >= deadline:
-            break
-        time.sleep(min(5.0, max(deadline - time.monotonic(), 0.1)))
     largest = max(nodes, key=lambda n: (n.get("GPU", 0), n.get("CPU", 0)), default={})
-    waited = f" after waiting {wait_s:.0f}s ({RESOURCES_WAIT_ENV})" if wait_s else ""
+    waited = (f" after waiting {wait_s:.0f}s for the autoscaler to start one (--wait-for-resources)"
+              if wait_s else "")
     raise InputError(
         f"search.resources: a trial asks for {cpu:g} CPU and {gpu:g} GPU, but no node of the Ray "
         f"cluster has that much{waited} (largest node: {largest.get('CPU', 0):g} CPU, "
-        f"{largest.get('GPU', 0):g} GPU); ask for at most that per trial, or join a larger cluster "
-        f"with --address (on an autoscaling cluster, set {RESOURCES_WAIT_ENV} to wait for nodes)"
+        f"{largest.get('GPU', 0):g} GPU); ask for at most that per trial, join a larger cluster "
+        "with --address, or on a cluster that adds nodes give it time with --wait-for-resources "
+        "SECONDS"
     )
 
 

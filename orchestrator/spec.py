@@ -143,6 +143,17 @@ class SweepSpec(RunConfig):
     # kept out of the spec's fields (and of spec_hash, the spec artifact and the overrides).
     _tracking_uri_option: str | None = PrivateAttr(None)
 
+    @model_validator(mode="after")
+    def _device_within_resources(self) -> SweepSpec:
+        # A trial sees only the GPUs Ray gives it (ray_adapter.trial_device).
+        if self.training.device.startswith("cuda") and not self.search.resources.gpu:
+            raise ValueError(
+                f"training.device {self.training.device!r} needs search.resources.gpu > 0: a trial "
+                "sees only the GPUs Ray gives it; set resources.gpu (e.g. 1, or 0.25 to pack 4 "
+                "trials per GPU) or leave training.device: auto"
+            )
+        return self
+
     @property
     def tracking_uri(self) -> str:
         return resolve_tracking_uri(self._tracking_uri_option, self.search.tracking_uri)

@@ -15,7 +15,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -25,9 +25,11 @@ import ray
 import torch
 
 from nli_models.config import Overrides
+from nli_models.cpus import usable_cpus
 from nli_models.data import PreparedData, prepare_data
 from nli_models.errors import mask_secrets
 from nli_models.training import check_fits_data, make_trainer, refit_and_test
+from orchestrator.environment import trials_own_cores, users_wait_policy, wait_policy
 from orchestrator.journal import Journal, journal_file
 from orchestrator.lifecycle import (
     RUN_STATUS,
@@ -45,6 +47,7 @@ from orchestrator.ray_adapter import (
     check_ray_address,
     check_resources,
     init_ray,
+    joins_a_cluster,
     run_tuner,
     shutdown_ray,
 )
@@ -103,6 +106,15 @@ class SweepSummary:
 def _diverged(run) -> bool:
     """A trial run stopped because its loss became NaN/inf (FAILED, never selected)."""
     return run.data.tags.get(rs.TAG_DIVERGED) == "true"
+
+
+def trial_devices(trials) -> str:
+    """The nli.trial_devices tag: each device the trial runs record, with how many trained on it."""
+    counts = Counter(
+        f"{run.data.tags[rs.TAG_DEVICE]} ({run.data.tags.get(rs.TAG_DEVICE_NAME, '?')})"
+        for run in trials if rs.TAG_DEVICE in run.data.tags
+    )
+    return "; ".join(f"{device} x{count}" for device, count in sorted(counts.items())) or "none recorded"
 
 
 def _git_tags() -> dict[str, str]:
@@ -363,10 +375,10 @@ def _describe_for_researchers(
     dataset = dataset_input(record, data_digest(record))
     if not resume:
         tracker.set_tags(parent_run_id, sources)
-        device = spec.training.device
-        if device == "auto":
-            device = "cuda" if torch.cuda.is_available() and spec.search.resources.gpu else "cpu"
-        log_provenance(tracker, parent_run_id, record, environment_record(device))
+        # The driver's host and what the spec asks; what each trial really trained on is its
+        # own record (nli.device), counted on the parent once the trials ended (nli.trial_devices).
+        requested = {"training_device": spec.training.device, **spec.search.resources.model_dump()}
+        log_provenance(tracker, parent_run_id, record, environment_record(requested))
         log_dataset(tracker, parent_run_id, dataset)
     print(
         f"trials in the MLflow UI (`orchestrate ui`), best on dev first: {link}\n"
@@ -437,13 +449,17 @@ def run_sweep(
     address: str | None = None,
     overrides: Overrides | None = None,
     tracking_uri: str | None = None,
+    wait_for_resources_s: float | None = None,
 ) -> SweepSummary:
     """Run a sweep through its lifecycle (orchestrator/lifecycle.py). Everything that can be
-    checked is checked before the parent run exists; SIGINT/SIGTERM end it `interrupted`."""
+    checked is checked before the parent run exists; SIGINT/SIGTERM end it `interrupted`.
+    `wait_for_resources_s`: how long a cluster may take to add a node that holds a trial
+    (ray_adapter.check_resources; None: its default)."""
     with Interruption() as interruption:
         try:
             return _run_sweep(
-                Path(spec_path), resume, new, verbose, address, interruption, overrides, tracking_uri
+                Path(spec_path), resume, new, verbose, address, interruption, overrides, tracking_uri,
+                wait_for_resources_s,
             )
         except SweepInterrupted:
             if interruption.armed:
@@ -451,9 +467,19 @@ def run_sweep(
             raise SweepInterrupted("interrupted before the sweep started; nothing was recorded") from None
 
 
+def trials_wait_policy(spec: SweepSpec, address: str | None) -> str | None:
+    """The OMP_WAIT_POLICY the trials' processes get (orchestrator/environment.py); None when the
+    user set one (their environment carries it). The CPUs of a local Ray are this process's."""
+    if users_wait_policy():
+        return None
+    node_cpus = None if joins_a_cluster(address) else usable_cpus()
+    resources = spec.search.resources
+    return wait_policy(trials_own_cores(resources.cpu, spec.search.max_concurrent_trials, node_cpus))
+
+
 def _run_sweep(spec_path: Path, resume: bool, new: bool, verbose: int, address: str | None,
                interruption: Interruption, overrides: Overrides | None,
-               tracking_uri: str | None) -> SweepSummary:
+               tracking_uri: str | None, wait_for_resources_s: float | None) -> SweepSummary:
     # Every check of the input runs before the first write: addresses and stores answer within
     # seconds, data and vectors are read, and the cluster can hold a trial.
     spec = load_spec(spec_path, overrides, tracking_uri)
@@ -464,9 +490,10 @@ def _run_sweep(spec_path: Path, resume: bool, new: bool, verbose: int, address: 
     tracker = Tracker(spec.tracking_uri)  # creates a new store: only once the input is known good
     tracker.check_reachable()
     previous = _previous_sweep(tracker, spec, resume, new)
-    connected_here = init_ray(address, verbose=verbose > 0)
+    policy = trials_wait_policy(spec, address)
+    connected_here = init_ray(address, verbose=verbose > 0, wait_policy=policy)
     try:
-        check_resources(spec.search.resources.cpu, spec.search.resources.gpu)
+        check_resources(spec.search.resources.cpu, spec.search.resources.gpu, wait_for_resources_s)
         experiment_id, parent_run_id, state = _open_parent(
             tracker, spec, spec_path, previous, overrides
         )
@@ -542,6 +569,7 @@ def _drive(spec: SweepSpec, spec_path: Path, data: PreparedData, tracker: Tracke
                              on_stop=interruption.on_tune_stop)
         uploader.drain()  # every trial run is in the store before the selection reads it
         trials = tracker.trial_runs(experiment_id, parent_run_id)
+        tracker.set_tags(parent_run_id, {rs.TAG_TRIAL_DEVICES: trial_devices(trials)})
         run_ids = {run.data.tags.get(rs.TAG_TRIAL_ID): run.info.run_id for run in trials}
         ended = {run.data.tags.get(rs.TAG_TRIAL_ID) for run in trials if run.info.status in ("FINISHED", "FAILED")}
         complete = len(ended) >= planned or ledger.budget_spent()

@@ -298,6 +298,7 @@ class SweepRecorder:
         self.run_tags = run_tags
         self.protocol = protocol
         self.dataset = dataset  # see dataset_input
+        self._devices: dict[str, dict[str, str]] = {}  # trial id -> the device tags recorded
 
     # -- TrialListener ----------------------------------------------------------------------
     def trial_started(self, trial_id: str, params: dict[str, Any]) -> None:
@@ -318,7 +319,13 @@ class SweepRecorder:
         if progress is not None and step <= progress.last_epoch:
             return
         values = {k: float(metrics[k]) for k in EPOCH_METRICS if k in metrics}
-        self.journal.append("metrics", trial_id, {"step": step, "values": values})
+        record: dict[str, Any] = {"step": step, "values": values}
+        # What the trial's process trained on (ray_adapter.run_trial reports it with every
+        # epoch): with the epoch's metrics when it first comes, and when a retry ran elsewhere.
+        device = {tag: str(metrics[tag]) for tag in rs.DEVICE_TAGS.values() if tag in metrics}
+        if device and self._devices.get(trial_id) != device:
+            self._devices[trial_id] = record["tags"] = device
+        self.journal.append("metrics", trial_id, record)
 
     def trial_completed(self, trial_id: str, last: dict[str, Any], checkpoint_dir: str | None) -> None:
         if rs.METRIC_DIVERGED_EPOCH in last:
@@ -656,8 +663,9 @@ class JournalUploader:
         for record in records:
             step = int(record.data.get("step", 0))
             if record.kind == "metrics" and step > run.last_step:
-                values = record.data["values"]
-                parts.append(_Batch(metrics=[Metric(k, v, record.time_ms, step) for k, v in values.items()]))
+                values, tags = record.data["values"], record.data.get("tags", {})
+                parts.append(_Batch(metrics=[Metric(k, v, record.time_ms, step) for k, v in values.items()],
+                                    tags=[RunTag(k, v) for k, v in tags.items()]))
             elif record.kind == "finish" and (run.ended_ms is None or run.ended_ms < record.time_ms):
                 finish = record  # newer than the run's ending (an ending at its time is this one)
                 parts.append(_Batch(

@@ -235,6 +235,12 @@ def _state(run: Run) -> str:
     return observed_state(run.data.tags) if rs.TAG_SWEEP_STATE in run.data.tags else NOT_RECORDED
 
 
+def _devices(tags: dict[str, str], environment: dict) -> str:
+    """What the sweep's trials trained on (nli.trial_devices); sweeps recorded before it carry
+    only the driver's guess (environment.json's `device`)."""
+    return tags.get(rs.TAG_TRIAL_DEVICES) or environment.get("device", NOT_RECORDED)
+
+
 def provenance_section(record: Record) -> Section:
     section = Section("Provenance")
     rows = []
@@ -268,7 +274,7 @@ def provenance_section(record: Record) -> Section:
                 else f"{environment.get('cpu_count')} CPUs, "
                 + (f"{memory / 2**30:.0f} GiB, " if memory else "")
                 + (", ".join(gpus) if gpus else "no GPU"),
-                "device": environment.get("device", NOT_RECORDED),
+                "device": _devices(tags, environment),
                 "best dev / test (%)": " / ".join(
                     "-" if v is None else f"{v * 100:.2f}"
                     for v in (
@@ -529,7 +535,11 @@ def checklist_section(record: Record) -> Section:
     seeds = ", ".join(f"{r['model_config']}: {r['n_seeds']} seeds" for _, r in frame.iterrows())
     hardware = NOT_RECORDED
     if environment:
-        hardware = (f"{environment.get('cpu_count')} CPUs, device {environment.get('device')}, "
+        devices = "; ".join(sorted({
+            _devices(sweep.data.tags, record.artifacts[sweep.info.run_id]["environment"] or {})
+            for sweep in record.sweeps
+        }))
+        hardware = (f"{environment.get('cpu_count')} CPUs, trials on {devices}, "
                     f"GPUs: {', '.join(environment.get('gpus') or []) or 'none'}")
     packages = (
         ", ".join(f"{k} {v}" for k, v in (environment or {}).get("packages", {}).items() if v)

@@ -27,6 +27,9 @@ TAG_PLANNED_TRIALS = "nli.planned_trials"  # trials the spec plans (grid points 
 TAG_DRIVER = "nli.driver"  # "HOST PID" of the process driving the sweep (its lease)
 TAG_HEARTBEAT = "nli.heartbeat"  # unix seconds, renewed by the live driver (results/sweeps.py)
 TAG_TIME_BUDGET = "nli.time_budget_s"  # search.time_budget_s when set: its end completes a sweep
+# The devices the sweep's trials trained on, counted from their nli.device / nli.device_name
+# tags once the trials ended: e.g. "cuda:0 (NVIDIA A10G) x6; cpu (AMD EPYC 7B13) x2".
+TAG_TRIAL_DEVICES = "nli.trial_devices"
 
 SWEEP_PLANNED = "planned"
 SWEEP_RUNNING = "running"
@@ -83,6 +86,21 @@ METRIC_DIVERGED_STEP = "diverged_step"  # 1-based batch within the epoch
 TAG_RETRIES = "nli.retries"  # how many times it was retried
 TAG_RETRY_CAUSE = "nli.retry_cause"  # the error of the latest failure (its last lines)
 TAG_RESUMED_FROM_EPOCH = "nli.resumed_from_epoch"  # the epoch of the checkpoint it restarted from
+# What a trial really trained on (nli_models.training.device_info, read in the trial's own
+# process, where it sees only the GPUs Ray gave it), from its first epoch: "cuda:0" or "cpu"; the
+# GPU's name or the CPU model; fp32 | bf16 (the autocast used); torch threads; OpenMP wait policy.
+TAG_DEVICE = "nli.device"
+TAG_DEVICE_NAME = "nli.device_name"
+TAG_PRECISION = "nli.precision"
+TAG_CPU_THREADS = "nli.cpu_threads"
+TAG_OMP_WAIT_POLICY = "nli.omp_wait_policy"
+DEVICE_TAGS = {  # describe_device's keys -> the tags
+    "device": TAG_DEVICE,
+    "name": TAG_DEVICE_NAME,
+    "precision": TAG_PRECISION,
+    "threads": TAG_CPU_THREADS,
+    "omp_wait_policy": TAG_OMP_WAIT_POLICY,
+}
 # Every param of a trial (constants included, plain names) as one JSON object with its types
 # (params_json): readers take values from here and never guess a type from MLflow's strings;
 # the flat string params stay for the UI. Runs written before it existed lack it.

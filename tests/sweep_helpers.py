@@ -139,10 +139,11 @@ def start_orchestrate(args: list[str], cwd: Path, log: Path) -> subprocess.Popen
 
 
 def run_orchestrate(args: list[str], cwd: Path, env: dict | None = None, timeout: float = 400):
+    """`orchestrate ARGS` with this process's environment and `env` (a None value unsets)."""
     return subprocess.run(
         [ORCHESTRATE, *args],
         cwd=cwd,
-        env={**os.environ, **(env or {})},
+        env={k: v for k, v in {**os.environ, **(env or {})}.items() if v is not None},
         capture_output=True,
         text=True,
         timeout=timeout,

@@ -241,18 +241,31 @@ def test_thread_count_decision():
     assert choose_num_threads(None, cpus=0)[0] == 1
 
 
-def test_train_uses_the_cpus_it_may_use_with_passive_waiting(tmp_path):
-    """The printed count is torch.get_num_threads() of the real process after the choice."""
+def test_train_threads_spin_only_on_cores_of_their_own(tmp_path):
+    """The printed count is torch.get_num_threads() of the real process after the choice; the
+    wait policy is the one OpenMP read when torch loaded (OMP_DISPLAY_ENV makes it say so)."""
     config = write_yaml(tmp_path / "run.yaml", TINY_TRAIN)
-    pinned = orchestrate("train", str(config), cwd=tmp_path, prefix=("taskset", "-c", "0"))
-    assert pinned.returncode == 0, pinned.stderr
-    assert "threads: 1 (the CPUs this process may use: 1; OMP_WAIT_POLICY PASSIVE)" in pinned.stdout
+
+    def train(*args: str, env: dict | None = None, prefix: tuple[str, ...] = ()):
+        done = orchestrate("train", str(config), *args, cwd=tmp_path, prefix=prefix,
+                           env={"OMP_DISPLAY_ENV": "true", **(env or {})})
+        assert done.returncode == 0, done.stderr
+        return done.stdout, re.findall(r"OMP_WAIT_POLICY = '(\w+)'", done.stderr)
+
+    pinned, read = train(prefix=("taskset", "-c", "0"))
+    assert "threads: 1 (the CPUs this process may use: 1; OMP_WAIT_POLICY ACTIVE)" in pinned
+    assert read == ["ACTIVE"]
+    # More threads than the CPUs it may use: they share cores, and wait passively.
+    crowded, read = train("--set", "training.num_threads=2", prefix=("taskset", "-c", "0"))
+    assert "threads: 2 (training.num_threads; OMP_WAIT_POLICY PASSIVE)" in crowded
+    assert read == ["PASSIVE"]
     cpus = len(os.sched_getaffinity(0))
-    free = orchestrate("train", str(config), cwd=tmp_path)
-    assert f"threads: {cpus} (the CPUs this process may use: {cpus}; " in free.stdout
-    configured = orchestrate("train", str(config), "--set", "training.num_threads=3", cwd=tmp_path,
-                             env={"OMP_WAIT_POLICY": "ACTIVE"})  # the user's environment wins
-    assert "threads: 3 (training.num_threads; OMP_WAIT_POLICY ACTIVE)" in configured.stdout
+    free, read = train(env={"OMP_WAIT_POLICY": "PASSIVE"})  # the user's environment wins
+    assert f"threads: {cpus} (the CPUs this process may use: {cpus}; OMP_WAIT_POLICY PASSIVE)" in free
+    assert read == ["PASSIVE"]
+    configured, read = train("--set", "training.num_threads=3", env={"OMP_WAIT_POLICY": "ACTIVE"})
+    assert "threads: 3 (training.num_threads; OMP_WAIT_POLICY ACTIVE)" in configured
+    assert read == ["ACTIVE"]
 
 
 # -- C. ui, --version -----------------------------------------------------------------------

@@ -15,7 +15,6 @@ import json
 import re
 import shutil
 import subprocess
-import tempfile
 import time
 import urllib.request
 from pathlib import Path
@@ -25,9 +24,9 @@ from cluster_support import (
     BIN,
     Group,
     RayHead,
+    RayWorker,
     base_env,
     free_port,
-    node_ports,
     orchestrate,
     stop_ray_nodes,
     wait_for,
@@ -56,15 +55,9 @@ def ray_cluster(postgres_uri, logs_dir):
     """A head (2 CPUs) and a worker node (1 CPU); each node has its own temp dir, as separate
     machines would (a shared one lets a node delete the other's unpacked job working dir)."""
     head = RayHead(num_cpus=2, logs=logs_dir)
-    worker_tmp = tempfile.mkdtemp(prefix="nlirw", dir="/tmp")
-    groups = [head.group]
+    worker = RayWorker(head, num_cpus=1, num_gpus=0, log=logs_dir / "ray-worker.log")
+    groups = [head.group, worker.group]
     try:
-        groups.append(Group(
-            [str(BIN / "ray"), "start", "--address", head.address, "--block", "--node-ip-address",
-             "127.0.0.1", "--num-cpus", "1", "--num-gpus", "0", "--temp-dir", worker_tmp,
-             *node_ports()],
-            logs_dir / "ray-worker.log",
-        ))
 
         def two_nodes() -> bool:
             try:
@@ -79,7 +72,7 @@ def ray_cluster(postgres_uri, logs_dir):
     finally:
         stop_ray_nodes(groups)
         shutil.rmtree(head.temp_dir, ignore_errors=True)
-        shutil.rmtree(worker_tmp, ignore_errors=True)
+        shutil.rmtree(worker.temp_dir, ignore_errors=True)
 
 
 # -- sweeps -----------------------------------------------------------------------------------

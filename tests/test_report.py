@@ -40,6 +40,7 @@ def report(store, tmp_path_factory):  # noqa: F811
     client.log_text(store.parents["rock"], json.dumps(ENVIRONMENT), rs.ARTIFACT_ENVIRONMENT)
     client.set_tag(store.parents["rock"], rs.TAG_GIT_COMMIT, "0123456789abcdef" * 2)
     client.set_tag(store.parents["rock"], rs.TAG_GIT_DIRTY, "true")
+    client.set_tag(store.parents["rock"], rs.TAG_TRIAL_DEVICES, "cuda:0 (NVIDIA H100) x6")
     client.log_metric(store.parents["rock"], rs.METRIC_BEST_DEV_ACCURACY, 0.84)  # the old name
     out = tmp_path_factory.mktemp("report")
     result = CliRunner().invoke(
@@ -67,6 +68,9 @@ def test_provenance_and_data_come_from_the_record(report):
     page = (report / "snli-rocktaschel.html").read_text()
     assert "0123456789ab" in page and "uncommitted changes" in page  # the dirty flag warns
     assert "NVIDIA H100" in page and "torch 2.13.0" in page
+    # What the trials trained on (their own record), not environment.json's "device" guess.
+    assert "<td>cuda:0 (NVIDIA H100) x6</td>" in page
+    assert "trials on cuda:0 (NVIDIA H100) x6" in page
     # the sweep's summary metric, read under its old name (this store predates sweep.*)
     assert "<td>84.00 / -</td>" in page
     assert "ab" * 32 in page and "467,000,000 B" in page  # the file's SHA-256 and size

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from sweep_helpers import client_for, run_orchestrate, runs_of, write_spec
 
+from nli_models.training.device_info import cpu_model
 from orchestrator.sweep import SweepExists, run_sweep
 from results import run_schema as rs
 
@@ -29,6 +30,13 @@ def test_grid_sweep_records_parent_and_children(ray_session, workdir):
     assert parent.data.tags[rs.TAG_PLANNED_TRIALS] == "4"
     for tag in (rs.TAG_SPEC_HASH, rs.TAG_GIT_COMMIT, rs.TAG_GIT_DIRTY, "nli.ray_version", "nli.torch_version"):
         assert parent.data.tags.get(tag), tag
+    # Each trial records what its own process trained on (resources.gpu 0: the CPU, 1 thread per
+    # resources.cpu); the parent counts them.
+    for child in children:
+        tags = child.data.tags
+        assert (tags[rs.TAG_DEVICE], tags[rs.TAG_DEVICE_NAME], tags[rs.TAG_PRECISION],
+                tags[rs.TAG_CPU_THREADS]) == ("cpu", cpu_model(), "fp32", "1")
+    assert parent.data.tags[rs.TAG_TRIAL_DEVICES] == f"cpu ({cpu_model()}) x4"
     client = client_for(workdir)
     assert [a.path for a in client.list_artifacts(parent.info.run_id)] == [
         rs.ARTIFACT_ANALYSIS_DIR, "provenance", rs.ARTIFACT_SPEC
@@ -112,6 +120,11 @@ def _assert_readable_in_the_mlflow_ui(client, parent, children):
 
     data = json.loads(Path(client.download_artifacts(parent.info.run_id, rs.ARTIFACT_DATA_RECORD)).read_text())
     assert data["corpus"] == "toy" and data["vocabulary_size"] > 0
+    environment = json.loads(
+        Path(client.download_artifacts(parent.info.run_id, rs.ARTIFACT_ENVIRONMENT)).read_text()
+    )
+    assert "device" not in environment  # no guess of the driver's: the trials record theirs
+    assert environment["requested"] == {"training_device": "auto", "cpu": 1.0, "gpu": 0.0}
 
 
 def test_seeds_repeat_every_configuration(ray_session, workdir):

@@ -9,6 +9,7 @@ from pathlib import Path
 import torch
 
 from nli_models.config import RunConfig
+from nli_models.cpus import usable_cpus
 from nli_models.data import PreparedData, prepare_data
 from nli_models.training.metrics import Evaluation
 from nli_models.training.trainer import (
@@ -29,13 +30,6 @@ def _format_epoch(result: EpochResult, epochs: int) -> str:
     )
 
 
-def usable_cpus() -> int:
-    """CPUs this process may run on (its affinity mask: taskset, cgroups cpusets, SLURM)."""
-    if hasattr(os, "sched_getaffinity"):
-        return len(os.sched_getaffinity(0))
-    return os.cpu_count() or 1
-
-
 def choose_num_threads(configured: int | None, cpus: int) -> tuple[int, str]:
     """torch's thread count for `orchestrate train` and why: the config's training.num_threads,
     else one per usable CPU (as a sweep trial gets one per `resources.cpu`). Never torch's own
@@ -48,8 +42,7 @@ def choose_num_threads(configured: int | None, cpus: int) -> tuple[int, str]:
 def apply_num_threads(config: RunConfig) -> tuple[RunConfig, str]:
     """Set the thread count; the returned config carries it so that Trainer.fit keeps it, and
     the line says what torch now uses and why. OMP_WAIT_POLICY is part of it because it decides
-    how threads behave on a busy machine (orchestrator.environment sets PASSIVE before torch
-    loads)."""
+    how threads wait (`orchestrate train` chooses it before torch loads: orchestrator.environment)."""
     threads, why = choose_num_threads(config.training.num_threads, usable_cpus())
     torch.set_num_threads(threads)
     policy = os.environ.get("OMP_WAIT_POLICY", "OpenMP default")
