@@ -128,9 +128,12 @@ def train(config_path: str, checkpoint_dir: str | None, resume: bool,
 @slurm_allocation_options
 def validate(spec_path: str, no_data: bool, estimate: bool, assignments: tuple[str, ...],
              data_dir: str | None, tracking_uri: str | None, **slurm_allocation) -> None:
-    """Validate a sweep spec and print the resolved plan; runs nothing (but the --estimate probe)."""
+    """Validate a sweep spec and print the resolved plan; runs nothing (but the --estimate probe).
+
+    Runs every check `sweep` runs before it writes anything (the data, the vectors and whether
+    every configuration's model fits them; RAY_ADDRESS answers), except --no-data's."""
     from nli_models.config import ConfigError
-    from orchestrator.plan import describe_plan
+    from orchestrator.plan import check_input, describe_plan
     from orchestrator.spec import load_spec
 
     if estimate and no_data:
@@ -138,27 +141,28 @@ def validate(spec_path: str, no_data: bool, estimate: bool, assignments: tuple[s
     overrides = make_overrides(assignments, data_dir)
     try:
         spec = load_spec(spec_path, overrides, tracking_uri)
-        click.echo(describe_plan(spec, read_data=not no_data))
+        # The checks `sweep` runs before its first write (with --no-data, those without data).
+        data = None if no_data else check_input(spec)
+        click.echo(describe_plan(spec, data))
         if overrides:
             click.echo(f"  overrides: {', '.join(overrides.describe())}")
         report = allocation_report(spec, **slurm_allocation)
         if report:
             click.echo(report)
         if estimate:
-            click.echo(_estimate(spec))
+            click.echo(_estimate(spec, data))
     except (ConfigError, FileNotFoundError, ValueError) as exc:
         _fail(str(exc))
 
 
-def _estimate(spec) -> str:
+def _estimate(spec, data) -> str:
     import torch
 
-    from nli_models.data import prepare_data
     from nli_models.training.recipe import usable_cpus
     from orchestrator.estimate import estimate_sweep
 
     gpus = torch.cuda.device_count()
-    return estimate_sweep(spec, prepare_data(spec.data), usable_cpus(), gpus).describe(spec)
+    return estimate_sweep(spec, data, usable_cpus(), gpus).describe(spec)
 
 
 @main.command()

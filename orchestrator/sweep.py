@@ -25,9 +25,9 @@ import ray
 import torch
 
 from nli_models.config import Overrides
-from nli_models.data import PreparedData, prepare_data
+from nli_models.data import PreparedData
 from nli_models.errors import mask_secrets
-from nli_models.training import check_fits_data, make_trainer, refit_and_test
+from nli_models.training import make_trainer, refit_and_test
 from orchestrator.journal import Journal, journal_file
 from orchestrator.lifecycle import (
     RUN_STATUS,
@@ -38,11 +38,11 @@ from orchestrator.lifecycle import (
     TrialLedger,
     lease_tags,
 )
+from orchestrator.plan import check_input
 from orchestrator.progress import ProgressPrinter
 from orchestrator.provenance import data_digest, data_record, environment_record
 from orchestrator.ray_adapter import (
     TrialOutcome,
-    check_ray_address,
     check_resources,
     init_ray,
     run_tuner,
@@ -457,10 +457,7 @@ def _run_sweep(spec_path: Path, resume: bool, new: bool, verbose: int, address: 
     # Every check of the input runs before the first write: addresses and stores answer within
     # seconds, data and vectors are read, and the cluster can hold a trial.
     spec = load_spec(spec_path, overrides, tracking_uri)
-    check_ray_address(address)
-    data = prepare_data(spec.data)
-    for configuration in spec.search.configurations or [{}]:
-        check_fits_data(apply_hyperparameters(spec.base_config(), configuration), data)
+    data = check_input(spec, address)  # what `validate` checks too
     tracker = Tracker(spec.tracking_uri)  # creates a new store: only once the input is known good
     tracker.check_reachable()
     previous = _previous_sweep(tracker, spec, resume, new)
