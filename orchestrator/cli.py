@@ -85,15 +85,20 @@ def models(as_json: bool) -> None:
 @click.option("--checkpoint-dir", type=click.Path(file_okay=False), default=None,
               help="save a checkpoint after every epoch here")
 @click.option("--resume", is_flag=True, help="continue from the checkpoint in --checkpoint-dir")
+@click.option("--refit", "refit_epochs", type=click.IntRange(min=1), default=None,
+              metavar="EPOCHS",
+              help="a sweep's refit protocol: train on train + dev for EPOCHS epochs (layerwise: "
+                   "EPOCHS / blocks per phase), no early stopping, test the final weights "
+                   "(`orchestrate best` prints the EPOCHS of a refit sweep)")
 @override_options
-def train(config_path: str, checkpoint_dir: str | None, resume: bool,
+def train(config_path: str, checkpoint_dir: str | None, resume: bool, refit_epochs: int | None,
           assignments: tuple[str, ...], data_dir: str | None) -> None:
     """Train one configuration (the YAML format of a sweep, without the search block).
 
     Threads: training.num_threads, else one per CPU this process may use; printed."""
     from nli_models.config import ConfigError, load_run_config
     from nli_models.training import TrainingDiverged
-    from nli_models.training.recipe import train_and_test
+    from nli_models.training.recipe import refit_and_report, train_and_test
 
     overrides = make_overrides(assignments, data_dir)
     try:
@@ -108,8 +113,13 @@ def train(config_path: str, checkpoint_dir: str | None, resume: bool,
         _fail(f"{config_path}: model: {exc}")
     if resume and not checkpoint_dir:
         _fail("--resume needs --checkpoint-dir")
+    if refit_epochs is not None and checkpoint_dir:
+        _fail("--refit trains from scratch and keeps no checkpoint; drop --checkpoint-dir")
     try:
-        train_and_test(config, checkpoint_dir=checkpoint_dir, resume=resume, echo=click.echo)
+        if refit_epochs is not None:
+            refit_and_report(config, refit_epochs, echo=click.echo)
+        else:
+            train_and_test(config, checkpoint_dir=checkpoint_dir, resume=resume, echo=click.echo)
     except (FileNotFoundError, ValueError) as exc:
         _fail(str(exc))
     except TrainingDiverged as exc:

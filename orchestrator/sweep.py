@@ -239,23 +239,30 @@ class Selection:
 
 
 def _test_evaluation(spec, config, data, trainer, outcome: TrialOutcome):
-    """The protocol's test evaluation (search.protocol): the best-dev weights, or a refit."""
+    """The protocol's test evaluation (search.protocol): the best-dev weights, or a refit on
+    train + dev for the run's best epoch count. Returns it and, for a refit, its epochs (all
+    phases) and wall time."""
     if spec.search.protocol.refit_on_train_dev:
-        return refit_and_test(config, data, int(outcome.metrics["best_epoch"]))[1]
-    return trainer.evaluate_best("test")
+        started = time.perf_counter()
+        refit, evaluation = refit_and_test(config, data, int(outcome.metrics["best_epoch"]))
+        return evaluation, {
+            rs.METRIC_REFIT_EPOCHS: refit.state.epoch,
+            rs.METRIC_REFIT_TIME: time.perf_counter() - started,
+        }
+    return trainer.evaluate_best("test"), {}
 
 
 def _evaluate_selected(spec: SweepSpec, data: PreparedData, outcome: TrialOutcome) -> tuple[dict[str, float], bytes]:
-    """Test metrics and predictions of one seed of the selected configuration, from its
-    best-on-dev weights."""
+    """Test metrics and predictions of one seed of the selected configuration (from its
+    best-on-dev weights, or its refit: _test_evaluation)."""
     config = apply_hyperparameters(spec.base_config(), outcome.params)
     config = config.model_copy(update={"training": config.training.model_copy(update={"device": "auto"})})
     trainer = make_trainer(config, data)
     with outcome.local_checkpoint() as directory:
         trainer.load_checkpoint(directory)
-    evaluation = _test_evaluation(spec, config, data, trainer, outcome)
+    evaluation, refit = _test_evaluation(spec, config, data, trainer, outcome)
     dev = trainer.evaluate_best("dev")
-    metrics = {rs.METRIC_TEST_ACCURACY: evaluation.accuracy}
+    metrics = {rs.METRIC_TEST_ACCURACY: evaluation.accuracy, **refit}
     metrics.update({rs.CLASS_ACCURACY_PREFIX + k: v for k, v in evaluation.class_accuracy.items()})
     metrics.update({rs.DEV_CLASS_ACCURACY_PREFIX + k: v for k, v in dev.class_accuracy.items()})
     return metrics, _predictions_table(evaluation, data.labels)
@@ -330,6 +337,13 @@ def record_selection(tracker: Tracker, parent_run_id: str, selection: Selection)
         summary = {rs.METRIC_SWEEP_BEST_DEV_ACCURACY: selection.best_dev}
         if selection.best_test is not None:
             summary[rs.METRIC_SWEEP_TEST_ACCURACY] = selection.best_test
+        refit = selection.tested.get(selection.best_run_id or "", {})
+        for metric, summary_metric in (
+            (rs.METRIC_REFIT_EPOCHS, rs.METRIC_SWEEP_REFIT_EPOCHS),
+            (rs.METRIC_REFIT_TIME, rs.METRIC_SWEEP_REFIT_TIME),
+        ):
+            if metric in refit:
+                summary[summary_metric] = refit[metric]
         tracker.log_metrics(parent_run_id, summary)
     if selection.best_run_id is not None:
         tracker.set_tags(parent_run_id, {rs.TAG_BEST_RUN: selection.best_run_id})
