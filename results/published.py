@@ -304,12 +304,14 @@ PROTOCOLS: dict[tuple[str, str], Mapping[str, object]] = {
 # Known public reproductions of a published row (accuracy on the same test set), keyed by
 # (paper, model params that identify the row); papers listed in NO_REPRODUCTION have none known.
 REPRODUCTIONS: tuple[tuple[str, Mapping[str, object], str], ...] = (
+    # dmlc/gluon-nlp scripts/natural_language_inference/index.rst; its intra-sentence attention
+    # (decomposable_attention.py) has no distance bias, as that page says.
     ("parikh2016", {"variant": "vanilla"}, "GluonNLP 85.0"),
-    ("parikh2016", {"variant": "intra"}, "GluonNLP 85.5"),
-    (
+    ("parikh2016", {"variant": "intra"}, "GluonNLP 85.5 (without eq. 7's distance bias)"),
+    (  # its README at commit 09bea44 (an older README reported 82.31)
         "rocktaschel2016",
         {"variant": "word_by_word", "two_way": False},
-        "junfenglx/reasoning_attention (Lasagne) 82.3",
+        "junfenglx/reasoning_attention (Lasagne) 83.29 after 41 epochs",
     ),
 )
 NO_REPRODUCTION = {
