@@ -6,6 +6,7 @@ from __future__ import annotations
 from nli_models.data import PreparedData, prepare_data
 from nli_models.errors import mask_secrets
 from nli_models.training import check_fits_data
+from orchestrator.ray_address import check_ray_address
 from orchestrator.spec import SweepSpec, apply_hyperparameters
 
 
@@ -14,8 +15,6 @@ def check_input(spec: SweepSpec, address: str | None = None) -> PreparedData:
     first write and `validate` runs it too: the Ray address (--address or RAY_ADDRESS) answers,
     the data and vectors are read, and the model of every configuration and searched value fits
     them (e.g. model.args.embedding_dim against the vectors' dimension). Returns the data."""
-    from orchestrator.ray_adapter import check_ray_address  # imports Ray: only when it checks
-
     check_ray_address(address)
     data = prepare_data(spec.data)
     base = spec.base_config()
