@@ -382,10 +382,11 @@ CLASSES = {"snli": 3, "sick": 3, "scitail": 2}
 def theta_m_at_paper_setup(
     paper: str, published: PublishedRow, params: Mapping[str, object]
 ) -> int | None:
-    """|θ|M of our model with every model setting ``paper`` states for ``published`` (one value
-    of a searched one aside) and word vectors of the paper's dimension; our row's ``params`` fill
-    in the rest. For papers that print no parameter count (Yin et al., CAM): how much smaller
-    or larger the network we ran is than the paper's. None when the model cannot be built."""
+    """|θ|M of our model with every model setting ``paper`` states for ``published`` and word
+    vectors of the paper's dimension; our row's ``params`` fill in the rest (settings the paper
+    searched over included). For papers that print no parameter count (Yin et al., CAM): how
+    much smaller or larger the network we ran is than the paper's. None when the model cannot
+    be built."""
     from nli_models.registry import build_model, count_parameters, model_arguments
 
     name = str(published.match["model"])
