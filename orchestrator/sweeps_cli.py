@@ -133,7 +133,8 @@ def _how_to_reproduce(selected, out: Path | None) -> str:
     if not refit:
         return (f"# test accuracy {_accuracy(test)}, of the best-dev weights: "
                 f"`orchestrate train {file}` reproduces it\n")
-    epochs = int(selected.metrics[rs.METRIC_BEST_EPOCH])
+    best_epoch = selected.metrics.get(rs.METRIC_BEST_EPOCH)
+    epochs = "EPOCHS" if best_epoch is None else int(best_epoch)  # a run from before the metric
     return (
         f"# test accuracy {_accuracy(test)}, of a refit on train + dev for the run's best epoch "
         f"count ({epochs}; search.protocol.refit_on_train_dev): `orchestrate train {file} "
