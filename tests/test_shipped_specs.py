@@ -140,7 +140,10 @@ FALSE_COMPARABLE = {
         ["steps_trained"],  # 2 epochs, not 50M steps (the step count depends on the toy split)
     ),
 }
-EXTRA = {"snli_cam": ("search.configurations=[{variant: full, intra_output: repeat}]",)}
+EXTRA = {
+    "snli_cam": ("search.configurations=[{variant: full, intra_output: repeat}]",),
+    "readme_spec": ("name=readme_spec",),  # its own experiment: search_spaces/snli_wbw has one
+}
 
 
 @pytest.fixture(scope="module")
