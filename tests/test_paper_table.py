@@ -325,3 +325,12 @@ def test_a_two_epoch_parikh_run_is_not_the_50m_step_budget():
     assert differences == ["steps_trained 274,684 (paper 50,000,000)"]
     table = paper_table(_one_row(params, protocol, "snli", 2), "parikh2016")
     assert "2 (274,684)" in describe_paper_table(table)
+
+
+def test_several_seeds_show_mean_and_spread():
+    frame = _frame(("ours", PAPER_RUN))
+    frame["n_seeds"], frame["test_accuracy_std"] = 3, 0.0063
+    table = paper_table(frame, "rocktaschel2016")
+    row = table.to_pandas().query("experiment == 'ours' and row == 'Word-by-word attention, k=100'")
+    assert (row["seeds"].item(), row["test_std"].item()) == (3, pytest.approx(0.63))
+    assert "52.00 ± 0.63 (3 seeds)" in describe_paper_table(table)
