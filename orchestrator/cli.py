@@ -86,8 +86,13 @@ def models(as_json: bool) -> None:
 @click.option("--checkpoint-dir", type=click.Path(file_okay=False), default=None,
               help="save a checkpoint after every epoch here")
 @click.option("--resume", is_flag=True, help="continue from the checkpoint in --checkpoint-dir")
+@click.option("--refit", "refit_epochs", type=click.IntRange(min=1), default=None,
+              metavar="EPOCHS",
+              help="a sweep's refit protocol: train on train + dev for EPOCHS epochs (layerwise: "
+                   "EPOCHS / blocks per phase), no early stopping, test the final weights "
+                   "(`orchestrate best` prints the EPOCHS of a refit sweep)")
 @override_options
-def train(config_path: str, checkpoint_dir: str | None, resume: bool,
+def train(config_path: str, checkpoint_dir: str | None, resume: bool, refit_epochs: int | None,
           assignments: tuple[str, ...], data_dir: str | None) -> None:
     """Train one configuration (the YAML format of a sweep, without the search block).
 
@@ -100,7 +105,7 @@ def train(config_path: str, checkpoint_dir: str | None, resume: bool,
     os.environ[WAIT_POLICY] = wait_policy(owns_cores=threads <= usable_cpus())
     from nli_models.config import ConfigError, load_run_config
     from nli_models.training import TrainingDiverged
-    from nli_models.training.recipe import train_and_test
+    from nli_models.training.recipe import refit_and_report, train_and_test
 
     overrides = make_overrides(assignments, data_dir)
     try:
@@ -115,8 +120,13 @@ def train(config_path: str, checkpoint_dir: str | None, resume: bool,
         _fail(f"{config_path}: model: {exc}")
     if resume and not checkpoint_dir:
         _fail("--resume needs --checkpoint-dir")
+    if refit_epochs is not None and checkpoint_dir:
+        _fail("--refit trains from scratch and keeps no checkpoint; drop --checkpoint-dir")
     try:
-        train_and_test(config, checkpoint_dir=checkpoint_dir, resume=resume, echo=click.echo)
+        if refit_epochs is not None:
+            refit_and_report(config, refit_epochs, echo=click.echo)
+        else:
+            train_and_test(config, checkpoint_dir=checkpoint_dir, resume=resume, echo=click.echo)
     except (FileNotFoundError, ValueError) as exc:
         _fail(str(exc))
     except TrainingDiverged as exc:
@@ -151,9 +161,12 @@ def _configured_threads(config_path: str, assignments: tuple[str, ...]) -> int |
 @slurm_allocation_options
 def validate(spec_path: str, no_data: bool, estimate: bool, assignments: tuple[str, ...],
              data_dir: str | None, tracking_uri: str | None, **slurm_allocation) -> None:
-    """Validate a sweep spec and print the resolved plan; runs nothing (but the --estimate probe)."""
+    """Validate a sweep spec and print the resolved plan; runs nothing (but the --estimate probe).
+
+    Runs every check `sweep` runs before it writes anything (the data, the vectors and whether
+    every configuration's model fits them; RAY_ADDRESS answers), except --no-data's."""
     from nli_models.config import ConfigError
-    from orchestrator.plan import describe_plan
+    from orchestrator.plan import check_input, describe_plan
     from orchestrator.spec import load_spec
 
     if estimate and no_data:
@@ -161,27 +174,28 @@ def validate(spec_path: str, no_data: bool, estimate: bool, assignments: tuple[s
     overrides = make_overrides(assignments, data_dir)
     try:
         spec = load_spec(spec_path, overrides, tracking_uri)
-        click.echo(describe_plan(spec, read_data=not no_data))
+        # The checks `sweep` runs before its first write (with --no-data, those without data).
+        data = None if no_data else check_input(spec)
+        click.echo(describe_plan(spec, data))
         if overrides:
             click.echo(f"  overrides: {', '.join(overrides.describe())}")
         report = allocation_report(spec, **slurm_allocation)
         if report:
             click.echo(report)
         if estimate:
-            click.echo(_estimate(spec))
+            click.echo(_estimate(spec, data))
     except (ConfigError, FileNotFoundError, ValueError) as exc:
         _fail(str(exc))
 
 
-def _estimate(spec) -> str:
+def _estimate(spec, data) -> str:
     import torch
 
     from nli_models.cpus import usable_cpus
-    from nli_models.data import prepare_data
     from orchestrator.estimate import estimate_sweep
 
     gpus = torch.cuda.device_count()
-    return estimate_sweep(spec, prepare_data(spec.data), usable_cpus(), gpus).describe(spec)
+    return estimate_sweep(spec, data, usable_cpus(), gpus).describe(spec)
 
 
 @main.command()

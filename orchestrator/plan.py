@@ -1,13 +1,32 @@
-"""`orchestrate validate`: the resolved plan of a sweep, printed without running anything."""
+"""`orchestrate validate`: the resolved plan of a sweep, printed without running anything, and
+the checks of a sweep's input that `validate` and `sweep` share."""
 
 from __future__ import annotations
 
-from nli_models.data import prepare_data
+from nli_models.data import PreparedData, prepare_data
 from nli_models.errors import mask_secrets
-from orchestrator.spec import SweepSpec
+from nli_models.training import check_fits_data
+from orchestrator.ray_address import check_ray_address
+from orchestrator.spec import SweepSpec, apply_hyperparameters
 
 
-def describe_plan(spec: SweepSpec, read_data: bool = True) -> str:
+def check_input(spec: SweepSpec, address: str | None = None) -> PreparedData:
+    """Every check of a loaded spec's input that writes nothing, as `sweep` runs it before its
+    first write and `validate` runs it too: the Ray address (--address or RAY_ADDRESS) answers,
+    the data and vectors are read, and the model of every configuration and searched value fits
+    them (e.g. model.args.embedding_dim against the vectors' dimension). Returns the data."""
+    check_ray_address(address)
+    data = prepare_data(spec.data)
+    base = spec.base_config()
+    searched = [{key: value} for key, domain in spec.search.space.items() for value in domain.values]
+    for configuration in spec.search.configurations or [{}]:
+        for params in [{}, *searched]:
+            check_fits_data(apply_hyperparameters(base, {**configuration, **params}), data)
+    return data
+
+
+def describe_plan(spec: SweepSpec, data: PreparedData | None = None) -> str:
+    """The plan; with ``data`` (check_input's), its split sizes and vectors too."""
     search = spec.search
     lines = [
         f"sweep {spec.name!r}: model {spec.model.name}"
@@ -32,7 +51,6 @@ def describe_plan(spec: SweepSpec, read_data: bool = True) -> str:
         f"{search.time_budget_s or 'none'}; retries from checkpoint: {search.max_failures}",
         f"  tracking: {mask_secrets(spec.tracking_uri)}; storage: {spec.storage_path}",
     ]
-    if read_data:
-        data = prepare_data(spec.data)
+    if data is not None:
         lines.append(f"  data: {data.describe()}")
     return "\n".join(lines)

@@ -26,9 +26,9 @@ import torch
 
 from nli_models.config import Overrides
 from nli_models.cpus import usable_cpus
-from nli_models.data import PreparedData, prepare_data
+from nli_models.data import PreparedData
 from nli_models.errors import mask_secrets
-from nli_models.training import check_fits_data, make_trainer, refit_and_test
+from nli_models.training import make_trainer, refit_and_test
 from orchestrator.environment import trials_own_cores, users_wait_policy, wait_policy
 from orchestrator.journal import Journal, journal_file
 from orchestrator.lifecycle import (
@@ -40,11 +40,11 @@ from orchestrator.lifecycle import (
     TrialLedger,
     lease_tags,
 )
+from orchestrator.plan import check_input
 from orchestrator.progress import ProgressPrinter
 from orchestrator.provenance import data_digest, data_record, environment_record
 from orchestrator.ray_adapter import (
     TrialOutcome,
-    check_ray_address,
     check_resources,
     init_ray,
     joins_a_cluster,
@@ -251,23 +251,30 @@ class Selection:
 
 
 def _test_evaluation(spec, config, data, trainer, outcome: TrialOutcome):
-    """The protocol's test evaluation (search.protocol): the best-dev weights, or a refit."""
+    """The protocol's test evaluation (search.protocol): the best-dev weights, or a refit on
+    train + dev for the run's best epoch count. Returns it and, for a refit, its epochs (all
+    phases) and wall time."""
     if spec.search.protocol.refit_on_train_dev:
-        return refit_and_test(config, data, int(outcome.metrics["best_epoch"]))[1]
-    return trainer.evaluate_best("test")
+        started = time.perf_counter()
+        refit, evaluation = refit_and_test(config, data, int(outcome.metrics["best_epoch"]))
+        return evaluation, {
+            rs.METRIC_REFIT_EPOCHS: refit.state.epoch,
+            rs.METRIC_REFIT_TIME: time.perf_counter() - started,
+        }
+    return trainer.evaluate_best("test"), {}
 
 
 def _evaluate_selected(spec: SweepSpec, data: PreparedData, outcome: TrialOutcome) -> tuple[dict[str, float], bytes]:
-    """Test metrics and predictions of one seed of the selected configuration, from its
-    best-on-dev weights."""
+    """Test metrics and predictions of one seed of the selected configuration (from its
+    best-on-dev weights, or its refit: _test_evaluation)."""
     config = apply_hyperparameters(spec.base_config(), outcome.params)
     config = config.model_copy(update={"training": config.training.model_copy(update={"device": "auto"})})
     trainer = make_trainer(config, data)
     with outcome.local_checkpoint() as directory:
         trainer.load_checkpoint(directory)
-    evaluation = _test_evaluation(spec, config, data, trainer, outcome)
+    evaluation, refit = _test_evaluation(spec, config, data, trainer, outcome)
     dev = trainer.evaluate_best("dev")
-    metrics = {rs.METRIC_TEST_ACCURACY: evaluation.accuracy}
+    metrics = {rs.METRIC_TEST_ACCURACY: evaluation.accuracy, **refit}
     metrics.update({rs.CLASS_ACCURACY_PREFIX + k: v for k, v in evaluation.class_accuracy.items()})
     metrics.update({rs.DEV_CLASS_ACCURACY_PREFIX + k: v for k, v in dev.class_accuracy.items()})
     return metrics, _predictions_table(evaluation, data.labels)
@@ -342,6 +349,13 @@ def record_selection(tracker: Tracker, parent_run_id: str, selection: Selection)
         summary = {rs.METRIC_SWEEP_BEST_DEV_ACCURACY: selection.best_dev}
         if selection.best_test is not None:
             summary[rs.METRIC_SWEEP_TEST_ACCURACY] = selection.best_test
+        refit = selection.tested.get(selection.best_run_id or "", {})
+        for metric, summary_metric in (
+            (rs.METRIC_REFIT_EPOCHS, rs.METRIC_SWEEP_REFIT_EPOCHS),
+            (rs.METRIC_REFIT_TIME, rs.METRIC_SWEEP_REFIT_TIME),
+        ):
+            if metric in refit:
+                summary[summary_metric] = refit[metric]
         tracker.log_metrics(parent_run_id, summary)
     if selection.best_run_id is not None:
         tracker.set_tags(parent_run_id, {rs.TAG_BEST_RUN: selection.best_run_id})
@@ -483,10 +497,7 @@ def _run_sweep(spec_path: Path, resume: bool, new: bool, verbose: int, address: 
     # Every check of the input runs before the first write: addresses and stores answer within
     # seconds, data and vectors are read, and the cluster can hold a trial.
     spec = load_spec(spec_path, overrides, tracking_uri)
-    check_ray_address(address)
-    data = prepare_data(spec.data)
-    for configuration in spec.search.configurations or [{}]:
-        check_fits_data(apply_hyperparameters(spec.base_config(), configuration), data)
+    data = check_input(spec, address)  # what `validate` checks too
     tracker = Tracker(spec.tracking_uri)  # creates a new store: only once the input is known good
     tracker.check_reachable()
     previous = _previous_sweep(tracker, spec, resume, new)

@@ -79,7 +79,9 @@ def sweeps_command(experiments: tuple[str, ...], tracking_uri: str | None) -> No
 @tracking_uri_option
 def best_command(experiment: str, out: Path | None, tracking_uri: str | None) -> None:
     """The configuration EXPERIMENT's latest completed sweep selected on dev (its best seed),
-    as a training config: `orchestrate train FILE` retrains it as is."""
+    as a training config: `orchestrate train FILE` retrains it as is. Its header says which
+    command reproduces the run's test accuracy: for a sweep that refits on train + dev,
+    `orchestrate train FILE --refit EPOCHS`."""
     from mlflow.exceptions import MlflowException
 
     from nli_models.training import TRIAL_CONFIG_FILE
@@ -109,15 +111,36 @@ def best_command(experiment: str, out: Path | None, tracking_uri: str | None) ->
         raise click.UsageError(str(exc)) from None
     except (MlflowException, OSError) as exc:
         raise click.ClickException(f"reading the selected run failed: {exc}") from None
-    dev = client.get_run(run_id).data.metrics.get(rs.METRIC_BEST_DEV_ACCURACY)
+    selected = client.get_run(run_id).data
+    dev = selected.metrics.get(rs.METRIC_BEST_DEV_ACCURACY)
     text = (f"# selected on dev by sweep {completed[0].run_id} of experiment {experiment!r}: "
-            f"trial run {run_id}, best dev accuracy {_accuracy(dev)}\n{config}")
+            f"trial run {run_id}, best dev accuracy {_accuracy(dev)}\n"
+            f"{_how_to_reproduce(selected, out)}{config}")
     if out is None:
         sys.stdout.write(text)
         return
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(text)
     click.echo(f"wrote {out}", err=True)
+
+
+def _how_to_reproduce(selected, out: Path | None) -> str:
+    """Header lines: which `orchestrate train` reproduces the run's test accuracy. A refit sweep
+    tested a retrain on train + dev for the run's best epoch count, which `train --refit` does."""
+    test = selected.metrics.get(rs.METRIC_TEST_ACCURACY)
+    file = out or "FILE"
+    refit = selected.tags.get(rs.TAG_PROTOCOL_PREFIX + "refit_on_train_dev") == "True"
+    if not refit:
+        return (f"# test accuracy {_accuracy(test)}, of the best-dev weights: "
+                f"`orchestrate train {file}` reproduces it\n")
+    best_epoch = selected.metrics.get(rs.METRIC_BEST_EPOCH)
+    epochs = "EPOCHS" if best_epoch is None else int(best_epoch)  # a run from before the metric
+    return (
+        f"# test accuracy {_accuracy(test)}, of a refit on train + dev for the run's best epoch "
+        f"count ({epochs}; search.protocol.refit_on_train_dev): `orchestrate train {file} "
+        f"--refit {epochs}` reproduces it; `orchestrate train {file}` trains on train alone and "
+        "tests the best-dev weights instead\n"
+    )
 
 
 SWEEP_COMMANDS = (sweeps_command, best_command)

@@ -1,10 +1,13 @@
 """``orchestrate results --paper P``: our rows beside the paper's, as the paper prints them.
 
 One row per published result with a test accuracy and each of our rows that matches it (or none):
-the paper's label, |θ|M, train / dev / test accuracy, the published test accuracy, the
+the paper's label, |θ|M, train / dev / test accuracy (mean ± std over the selected configuration's
+seeds, and how many), the epochs and optimizer steps it trained, the published test accuracy, the
 difference, the known public reproductions of that row, and every way our run's protocol differs
-from the paper's (``results.published.PROTOCOLS``). A row with any difference is marked not
-comparable: its Δ measures the protocol as much as the model.
+from everything the paper states (``results.published.PROTOCOLS`` and the row's own settings). A
+row with any difference is marked not comparable: its Δ measures the protocol as much as the
+model. A published system this code does not run (Yin et al.'s feature-based Table 6 rows) gets
+no Δ at all.
 
 Our train accuracy is the running accuracy over the training batches (run_schema), the papers'
 an evaluation; the column says so.
@@ -21,10 +24,12 @@ import pyarrow as pa
 from results.published import (
     PAPERS,
     matches_row,
+    our_setup,
     our_value,
     protocol_differences,
     reproductions,
     same_corpus,
+    theta_m_at_paper_setup,
 )
 from results.render import render
 from results.schema import arrow_table, describe, table_columns
@@ -48,12 +53,10 @@ def paper_table(results: pd.DataFrame, paper: str) -> pa.Table:
         ]
         for row in matching or [None]:
             ours = {} if row is None else _ours(row)
-            differences = (
-                None
-                if row is None
-                else protocol_differences(paper, published.dataset, _fingerprint(row))
-            )
+            setup = None if row is None else _setup(row)
+            differences = None if row is None else protocol_differences(paper, published, setup)
             test = ours.get("test_accuracy")
+            delta = None if test is None or not published.runnable else test - theirs["test_accuracy"]
             rows.append(
                 {
                     "table": published.table,
@@ -63,13 +66,24 @@ def paper_table(results: pd.DataFrame, paper: str) -> pa.Table:
                     "model_config": None if row is None else row["model_config"],
                     "theta_m": _int(ours.get("theta_m")),
                     "published_theta_m": _int(theirs.get("theta_m")),
+                    "paper_setup_theta_m": (
+                        None
+                        if row is None or "theta_m" in theirs
+                        else theta_m_at_paper_setup(
+                            paper, published, json.loads(row["hyperparameters"])
+                        )
+                    ),
                     "train_running": ours.get("train_accuracy"),
                     "published_train": theirs.get("train_accuracy"),
                     "dev": ours.get("dev_accuracy"),
                     "published_dev": theirs.get("dev_accuracy"),
                     "test": test,
+                    "test_std": None if row is None else _percent(row.get("test_accuracy_std")),
+                    "seeds": None if row is None else _int(row.get("n_seeds")),
+                    "epochs_trained": None if row is None else _float(row.get("epochs_trained")),
+                    "steps_trained": None if setup is None else _int(setup.get("steps_trained")),
                     "published_test": theirs["test_accuracy"],
-                    "delta": None if test is None else test - theirs["test_accuracy"],
+                    "delta": delta,
                     "reproductions": reproductions(paper, published),
                     "comparable": None if differences is None else not differences,
                     "differences": None if differences is None else json.dumps(differences),
@@ -84,13 +98,25 @@ def _ours(row: pd.Series) -> dict[str, float | None]:
     return {metric: our_value(row, metric) for metric in metrics}
 
 
-def _fingerprint(row: pd.Series) -> dict[str, str] | None:
+def _setup(row: pd.Series) -> dict[str, object] | None:
     text = row.get("protocol")
-    return json.loads(text) if isinstance(text, str) else None
+    fingerprint = json.loads(text) if isinstance(text, str) else None
+    params = json.loads(row["hyperparameters"])
+    return our_setup(fingerprint, params, _float(row.get("epochs_trained")))
 
 
-def _int(value: float | None) -> int | None:
+def _float(value: object) -> float | None:
+    return None if value is None or pd.isna(value) else float(value)
+
+
+def _int(value: object) -> int | None:
+    value = _float(value)
     return None if value is None or math.isnan(value) else int(round(value))
+
+
+def _percent(value: object) -> float | None:
+    value = _float(value)
+    return None if value is None else 100 * value
 
 
 def format_count(value: object, exact: bool) -> str:
@@ -105,6 +131,31 @@ def format_count(value: object, exact: bool) -> str:
     return f"{value / 1_000_000:.1f}M"
 
 
+def _spread(test: float, std: float, seeds: float) -> str:
+    """'73.71 ± 0.63 (3 seeds)', '73.71 (1 seed)'; empty when not run."""
+    if pd.isna(test):
+        return ""
+    if pd.isna(seeds):
+        return f"{test:.2f}"
+    if seeds == 1 or pd.isna(std):
+        return f"{test:.2f} ({int(seeds)} seed{'s' if seeds != 1 else ''})"
+    return f"{test:.2f} ± {std:.2f} ({int(seeds)} seeds)"
+
+
+def _budget(epochs: float, steps: float) -> str:
+    if pd.isna(epochs):
+        return ""
+    shown = f"{epochs:g}"
+    return shown if pd.isna(steps) else f"{shown} ({int(steps):,})"
+
+
+def _delta(delta: float, test: float) -> str | None:
+    if pd.isna(test):
+        return None
+    # No Δ against a published system that cannot be run here (its differences say why).
+    return "n/a (not runnable)" if pd.isna(delta) else f"{delta:+.2f}"
+
+
 def describe_paper_table(table: pa.Table, fmt: str = "md") -> str:
     """The wide table (rendered in ``fmt``) and, under it, each row's protocol differences."""
     frame = table.to_pandas()
@@ -115,14 +166,24 @@ def describe_paper_table(table: pa.Table, fmt: str = "md") -> str:
                 for r, e in zip(frame["row"], frame["experiment"], strict=True)
             ],
             "|θ|M": [format_count(v, exact=True) for v in frame["theta_m"]],
-            "paper |θ|M": [format_count(v, exact=False) for v in frame["published_theta_m"]],
+            "paper |θ|M": [
+                format_count(printed, exact=False)
+                if not pd.isna(printed)
+                else "" if pd.isna(computed) else f"{format_count(computed, exact=False)} (computed)"
+                for printed, computed in zip(
+                    frame["published_theta_m"], frame["paper_setup_theta_m"], strict=True
+                )
+            ],
             "train (running)": frame["train_running"],
             "paper train": frame["published_train"],
             "dev": frame["dev"],
             "paper dev": frame["published_dev"],
-            "test": frame["test"],
+            "test": [_spread(t, s, n) for t, s, n in zip(frame["test"], frame["test_std"], frame["seeds"], strict=True)],
             "paper test": frame["published_test"],
-            "Δ": [None if pd.isna(d) else f"{d:+.2f}" for d in frame["delta"]],
+            "Δ": [_delta(d, t) for d, t in zip(frame["delta"], frame["test"], strict=True)],
+            "epochs (steps)": [
+                _budget(e, s) for e, s in zip(frame["epochs_trained"], frame["steps_trained"], strict=True)
+            ],
             "reproductions": frame["reproductions"],
             "protocol": [
                 "not run" if pd.isna(c) else "comparable" if c else "NOT COMPARABLE"

@@ -24,10 +24,16 @@ params, as logged for its selected configuration, equals the published value (nu
 numerically, booleans case-insensitively; see ``results.params.same_value``) and its corpus (tag
 nli.corpus) is the published row's dataset.
 
-Protocols: ``PROTOCOLS`` holds what each paper states about how it trained (training file and
-size, vectors, optimiser, budget, initialisation, batch size, layerwise training, refit), in the
-fields of a run's protocol fingerprint; ``protocol_differences`` lists where a run departs from
-it. ``REPRODUCTIONS`` holds known public reproductions of a row (results.paper_table shows both).
+Protocols: ``PROTOCOLS`` holds every setting each paper states about how it trained (training
+file and size, vectors and their dimension, whether they are tuned, OOV policy, optimiser and its
+parameters, budget, patience, initialisation, batch size, each model hyperparameter, the reading
+of each reconstructed part, layerwise training, refit), in the names of a run's protocol
+fingerprint (run_schema.PROTOCOL_FIELDS) and of its logged params; a published row's ``setup``
+adds what the paper states for that row alone (Yin Table 2, Parikh's learning rates).
+``our_setup`` gathers the same names for one of our rows and ``protocol_differences`` lists every
+one that differs. A published row whose system cannot be run here (``runnable`` false: Yin Table
+6's feature-based rows) is never comparable. ``REPRODUCTIONS`` holds known public reproductions
+of a row (results.paper_table shows both).
 """
 
 from __future__ import annotations
@@ -35,12 +41,12 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
-from results.params import same_value
+from results.params import as_int, parse_param, same_value
 from results.run_schema import CLASS_ACCURACY_PREFIX, DEV_CLASS_ACCURACY_PREFIX
 from results.schema import arrow_table, describe, table_columns
 
@@ -62,6 +68,32 @@ class PublishedRow:
     match: Mapping[str, object]  # params that identify the row among ours
     values: Mapping[str, float]  # metric -> published value (accuracies in percent)
     note: str = ""
+    setup: Mapping[str, object] = field(default_factory=dict)  # settings stated for this row alone
+    runnable: bool = True  # false: the published system has parts this code does not run
+
+
+@dataclass(frozen=True)
+class OneOf:
+    """A setting the paper searched over: any of its values is the paper's (it tuned on dev)."""
+
+    values: tuple[object, ...]
+
+    def __str__(self) -> str:
+        return "one of " + ", ".join(_show(v) for v in self.values)
+
+
+@dataclass(frozen=True)
+class Present:
+    """A part the paper uses without a value to compare (a delimiter token): any value but
+    None is the paper's."""
+
+    what: str
+
+    def __str__(self) -> str:
+        return self.what
+
+
+NOT_COMPARED = object()  # in a row's setup: a paper-wide setting that does not apply to the row
 
 
 def _rocktaschel(label, variant, k, arch, theta_wm, theta_m, train, dev, test) -> PublishedRow:
@@ -94,8 +126,9 @@ ROCKTASCHEL2016 = tuple(_rocktaschel(*row) for row in (
 # fmt: on
 
 
-def _parikh(label, variant, train, test, theta_m, neutral, entailment, contradiction):
+def _parikh(label, variant, lr, train, test, theta_m, neutral, entailment, contradiction):
     match = {"model": "decomposable", "variant": variant, "hidden_size": 200}
+    setup = {"lr": lr}  # §5.1: "0.05-vanilla, 0.025-intra-attention"
     table1 = {"train_accuracy": train, "test_accuracy": test, "theta_m": theta_m}
     table2 = {
         "dev_accuracy.neutral": neutral,
@@ -103,7 +136,7 @@ def _parikh(label, variant, train, test, theta_m, neutral, entailment, contradic
         "dev_accuracy.contradiction": contradiction,
     }
     return (
-        PublishedRow("Table 1", label, "snli", match, table1),
+        PublishedRow("Table 1", label, "snli", match, table1, setup=setup),
         PublishedRow(
             "Table 2",
             label,
@@ -111,22 +144,42 @@ def _parikh(label, variant, train, test, theta_m, neutral, entailment, contradic
             match,
             table2,
             "dev-set breakdown (dev_accuracy.<label> of the selected runs)",
+            setup,
         ),
     )
 
 
 # fmt: off
 PARIKH2016 = tuple(published for row in (
-    # label, variant, Table 1: train, test, |θ|M; Table 2 (dev): N, E, C
-    ("Our approach (vanilla)", "vanilla", 89.5, 86.3, 382e3, 83.6, 91.3, 85.8),
-    ("Our approach with intra-sentence attention", "intra", 90.5, 86.8, 582e3, 83.7, 92.1, 86.7),
+    # label, variant, lr (§5.1), Table 1: train, test, |θ|M; Table 2 (dev): N, E, C
+    ("Our approach (vanilla)", "vanilla", 0.05, 89.5, 86.3, 382e3, 83.6, 91.3, 85.8),
+    ("Our approach with intra-sentence attention", "intra", 0.025, 90.5, 86.8, 582e3, 83.7, 92.1, 86.7),
 ) for published in _parikh(*row))
 # fmt: on
 
 
+# Table 2 (TE): lr and ℓ2 per ABCNN row; filter width 3 for every TE row. BCNN has no Table 2 row.
+_TABLE2_TE = {
+    ("abcnn1", 1): (0.08, 0.0006),
+    ("abcnn1", 2): (0.085, 0.0006),
+    ("abcnn2", 1): (0.09, 0.00065),
+    ("abcnn2", 2): (0.085, 0.0007),
+    ("abcnn3", 1): (0.09, 0.0007),
+    ("abcnn3", 2): (0.09, 0.0007),
+}
+
+
 def _yin(table, label, variant, num_blocks, accuracy, note) -> PublishedRow:
     match = {"model": "abcnn", "variant": variant, "num_blocks": num_blocks}
-    return PublishedRow(table, label, "sick", match, {"test_accuracy": accuracy}, note)
+    setup = {}
+    if (variant, num_blocks) in _TABLE2_TE:
+        lr, l2 = _TABLE2_TE[variant, num_blocks]
+        setup = {"lr": lr, "l2": l2, "filter_width": 3}
+    if num_blocks == 1:
+        setup["layerwise"] = NOT_COMPARED  # one block: layerwise training is a no-op
+    return PublishedRow(
+        table, label, "sick", match, {"test_accuracy": accuracy}, note, setup, note != _FEATURES
+    )
 
 
 _FEATURES = (
@@ -157,7 +210,10 @@ YIN2016 = tuple(_yin(*row) for row in (
 def _cam(table, label, variant, dataset, values) -> PublishedRow:
     hidden_size = {"snli": 300, "scitail": 100}[dataset]
     match = {"model": "cam", "variant": variant, "hidden_size": hidden_size}
-    return PublishedRow(table, label, dataset, match, values)
+    # "scale" is our reading of the repeated r_p, r_h (docs/fidelity.md): the literal "repeat"
+    # makes inter-attention uniform; inter_only has no intra-attention to read.
+    setup = {"intra_output": None if variant == "inter_only" else "scale"}
+    return PublishedRow(table, label, dataset, match, values, setup=setup)
 
 
 # fmt: off
@@ -175,68 +231,87 @@ GAJBHIYE2018 = tuple(_cam(*row) for row in (
 # fmt: on
 
 # -- the papers' protocols ------------------------------------------------------------------
-# What each paper trained on and how, in the terms of a run's protocol fingerprint
-# (run_schema.PROTOCOL_FIELDS); only what the paper states is listed, and only that is compared.
-# Vector files are compared without their extension (glove.840B.300d.zip = glove.840B.300d.txt).
+# Every setting each paper states, in the names of a run's protocol fingerprint
+# (run_schema.PROTOCOL_FIELDS), of its logged params (model and training hyperparameters) and of
+# what our_setup derives (steps_trained, vectors_tuned); only what the paper states is listed, and
+# all of it is compared. Vector files are compared without their extension
+# (glove.840B.300d.zip = glove.840B.300d.txt).
 _SNLI_TRAIN = {"corpus": "snli", "train_file": "snli_1.0_train.jsonl", "train_size": 549_367}
+_GLOVE_840B = {"vectors": "glove.840B.300d", "vectors_dim": 300}
+_WORD2VEC = {"vectors": "GoogleNews-vectors-negative300", "vectors_dim": 300}
+_CAM = {  # §IV "Hyperparameters": GloVe "to initialize the word embeddings" (so tuned)
+    **_GLOVE_840B,
+    "vectors_policy": "train_oov",  # OOV U(-0.05, 0.05)
+    "vectors_tuned": True,
+    "optimizer": "adam",
+    "lr": 0.001,
+    "batch_size": OneOf((32, 256, 512)),
+    "l2": OneOf((1e-4, 1e-5)),
+}
 PROTOCOLS: dict[tuple[str, str], Mapping[str, object]] = {
-    ("rocktaschel2016", "snli"): {  # §3: word2vec fixed, OOV tuned; ADAM
+    ("rocktaschel2016", "snli"): {  # §2.2.1 delimiter; §3 grid, ADAM; §4 word2vec not tuned
         **_SNLI_TRAIN,
-        "vectors": "GoogleNews-vectors-negative300",
-        "vectors_dim": 300,
-        "vectors_policy": "train_oov",
+        **_WORD2VEC,
+        "vectors_policy": "train_oov",  # footnote 1: OOV words of train random, tuned
+        "vectors_tuned": False,
         "optimizer": "adam",
+        "lr": OneOf((1e-4, 3e-4, 1e-3)),
+        "dropout": OneOf((0.0, 0.1, 0.2)),
+        "l2": OneOf((0.0, 1e-4, 3e-4, 1e-3)),
+        "delimiter_id": Present("a delimiter token read before the hypothesis"),
     },
     ("parikh2016", "snli"): {  # §5.1
         **_SNLI_TRAIN,
-        "vectors": "glove.840B.300d",
-        "vectors_dim": 300,
+        **_GLOVE_840B,
         "vectors_policy": "hashed_oov",
+        "vectors_tuned": False,
         "optimizer": "adagrad",
-        "max_steps": 50_000_000,
+        "steps_trained": 50_000_000,  # "All settings were run for 50 million steps"
+        "patience": None,  # the best-dev model of the whole run is kept: no early stopping
         "batch_size": 4,
         "init": "gaussian_0.01",
+        "projection_dim": 200,
+        "dropout": 0.2,
     },
-    ("yin2016", "sick"): {  # §5.1, §5.1.2, §5.4
+    ("yin2016", "sick"): {  # §5.1, §5.1.2, Table 2 (50 kernels), §5.4
         "corpus": "sick",
         "train_file": "SICK.txt",
         "train_size": 4_439,
-        "vectors": "GoogleNews-vectors-negative300",
-        "vectors_dim": 300,
+        **_WORD2VEC,
         "vectors_policy": "single_unk",
+        "vectors_tuned": False,
         "optimizer": "adagrad",
+        "hidden_size": 50,
         "layerwise": True,
         "refit_on_train_dev": True,
     },
-    ("gajbhiye2018", "snli"): {  # §IV, Table I
+    ("gajbhiye2018", "snli"): {
         **_SNLI_TRAIN,
-        "vectors": "glove.840B.300d",
-        "vectors_dim": 300,
-        "vectors_policy": "train_oov",
-        "optimizer": "adam",
-        "lr": 0.001,
+        **_CAM,
+        "dropout": 0.4,  # "only to the input of BiLSTM layer for SNLI"
+        "dropout_at": "bilstm_input",
     },
     ("gajbhiye2018", "scitail"): {
         "corpus": "scitail",
         "train_file": "scitail_1.0_train.tsv",
         "train_size": 23_596,
-        "vectors": "glove.840B.300d",
-        "vectors_dim": 300,
-        "vectors_policy": "train_oov",
-        "optimizer": "adam",
-        "lr": 0.001,
+        **_CAM,
+        "dropout": 0.3,  # "to each feed forward connection ... for SciTail"
+        "dropout_at": "feed_forward",
     },
 }
 
 # Known public reproductions of a published row (accuracy on the same test set), keyed by
 # (paper, model params that identify the row); papers listed in NO_REPRODUCTION have none known.
 REPRODUCTIONS: tuple[tuple[str, Mapping[str, object], str], ...] = (
+    # dmlc/gluon-nlp scripts/natural_language_inference/index.rst; its intra-sentence attention
+    # (decomposable_attention.py) has no distance bias, as that page says.
     ("parikh2016", {"variant": "vanilla"}, "GluonNLP 85.0"),
-    ("parikh2016", {"variant": "intra"}, "GluonNLP 85.5"),
-    (
+    ("parikh2016", {"variant": "intra"}, "GluonNLP 85.5 (without eq. 7's distance bias)"),
+    (  # its README at commit 09bea44 (an older README reported 82.31)
         "rocktaschel2016",
         {"variant": "word_by_word", "two_way": False},
-        "junfenglx/reasoning_attention (Lasagne) 82.3",
+        "junfenglx/reasoning_attention (Lasagne) 83.29 after 41 epochs",
     ),
 )
 NO_REPRODUCTION = {
@@ -254,26 +329,96 @@ def reproductions(paper: str, published: PublishedRow) -> str:
     return "; ".join(found) or NO_REPRODUCTION.get(paper, "none listed")
 
 
-def protocol_differences(
-    paper: str, dataset: str, fingerprint: Mapping[str, str] | None
-) -> list[str]:
-    """Every way a run's protocol fingerprint (tag values, as text) differs from what the paper
-    states; a run without a fingerprint differs in being unknown."""
+def paper_setup(paper: str, published: PublishedRow) -> dict[str, object]:
+    """Every setting ``paper`` states for ``published``: the paper's protocol and the row's own."""
+    setup = {**PROTOCOLS.get((paper, published.dataset), {}), **published.setup}
+    return {name: value for name, value in setup.items() if value is not NOT_COMPARED}
+
+
+def our_setup(
+    fingerprint: Mapping[str, str] | None,
+    params: Mapping[str, object],
+    epochs_trained: float | None = None,
+) -> dict[str, object] | None:
+    """One of our rows in the names of paper_setup: its protocol fingerprint (tag values, as
+    text), its params, and what follows from them: ``vectors_tuned`` (no OOV policy tunes the
+    pretrained rows, nli_models.data.vectors) and ``steps_trained`` (the epochs it trained times
+    the batches of an epoch, capped by max_steps). None when the run has no fingerprint."""
     if fingerprint is None:
+        return None
+    ours: dict[str, object] = {**params, **fingerprint}
+    has_vectors = str(fingerprint.get("vectors")) not in ("None", "")
+    ours["vectors_tuned"] = False if has_vectors else None
+    train_size, batch_size = as_int(ours.get("train_size")), as_int(ours.get("batch_size"))
+    if epochs_trained is not None and not math.isnan(epochs_trained) and train_size and batch_size:
+        steps = math.ceil(epochs_trained) * math.ceil(train_size / batch_size)
+        max_steps = as_int(ours.get("max_steps"))
+        ours["steps_trained"] = steps if max_steps is None else min(steps, max_steps)
+    return ours
+
+
+def protocol_differences(
+    paper: str, published: PublishedRow, ours: Mapping[str, object] | None
+) -> list[str]:
+    """Every way one of our rows (our_setup) differs from what the paper states for
+    ``published``; a run without a fingerprint differs in being unknown, and a published system
+    this code does not run differs from any of ours."""
+    if ours is None:
         return ["protocol not recorded (the run predates protocol fingerprints)"]
     differences = []
-    for field, theirs in PROTOCOLS.get((paper, dataset), {}).items():
-        ours = fingerprint.get(field)
-        if not _same_protocol_value(field, ours, theirs):
-            differences.append(f"{field} {_show(ours)} (paper {_show(theirs)})")
+    if not published.runnable:
+        differences.append(f"the published system is not run here: {published.note}")
+    for name, theirs in paper_setup(paper, published).items():
+        mine = ours.get(name, MISSING)
+        if not _same_setting(name, mine, theirs):
+            shown = "not recorded" if mine is MISSING else _show(mine)
+            differences.append(f"{name} {shown} (paper {_show(theirs)})")
     return differences
 
 
-def _same_protocol_value(field: str, ours: str | None, theirs: object) -> bool:
-    if ours is None:
+CLASSES = {"snli": 3, "sick": 3, "scitail": 2}
+
+
+def theta_m_at_paper_setup(
+    paper: str, published: PublishedRow, params: Mapping[str, object]
+) -> int | None:
+    """|θ|M of our model with every model setting ``paper`` states for ``published`` and word
+    vectors of the paper's dimension; our row's ``params`` fill in the rest (settings the paper
+    searched over included). For papers that print no parameter count (Yin et al., CAM): how
+    much smaller or larger the network we ran is than the paper's. None when the model cannot
+    be built."""
+    from nli_models.registry import build_model, count_parameters, model_arguments
+
+    name = str(published.match["model"])
+    arguments = set(model_arguments(name)) - {"vocab_size", "num_classes", "embedding_dim"}
+    stated = {k: v for k, v in paper_setup(paper, published).items() if not isinstance(v, OneOf | Present)}
+    setup = {**params, **published.match, **stated}
+    model_args = {k: parse_param(v) for k, v in setup.items() if k in arguments}
+    try:
+        model = build_model(
+            name,
+            **model_args,
+            vocab_size=10,
+            num_classes=CLASSES[published.dataset],
+            embedding_dim=int(stated.get("vectors_dim", 300)),
+        )
+    except (ValueError, TypeError):
+        return None
+    return count_parameters(model)[0]
+
+
+MISSING = object()  # a setting our run did not record (an older run, another model)
+
+
+def _same_setting(name: str, ours: object, theirs: object) -> bool:
+    if ours is MISSING:
         return False
-    if field == "vectors":
-        return _stem(ours) == theirs
+    if isinstance(theirs, OneOf):
+        return any(same_value(value, ours) for value in theirs.values)
+    if isinstance(theirs, Present):
+        return not same_value(None, ours)
+    if name == "vectors":
+        return _stem(str(ours)) == theirs
     return same_value(theirs, ours)
 
 
@@ -284,13 +429,11 @@ def _stem(name: str) -> str:
 
 
 def _show(value: object) -> str:
-    if isinstance(value, str):
-        try:
-            value = int(value)
-        except ValueError:
-            return value
-    if isinstance(value, bool):
-        return str(value).lower()
+    if isinstance(value, OneOf | Present):
+        return str(value)
+    value = parse_param(value)  # tag values are text: '4439' -> 4,439, 'False' -> false
+    if isinstance(value, bool) or value is None:
+        return str(value).lower() if isinstance(value, bool) else "None"
     return f"{value:,}" if isinstance(value, int) else str(value)
 
 

@@ -381,14 +381,56 @@ def search_section(record: Record) -> Section:
 
 
 def selection_section(record: Record) -> Section:
-    return Section("Selection protocol").text(
+    section = Section("Selection protocol").text(
         "Within each model configuration (architecture row), the hyperparameters with the best "
         "mean `best_dev_accuracy` over seeds are selected, using FINISHED trials only (ties: "
-        "higher minimum over seeds, fewer parameters, smallest configuration key). Each trial's "
-        "weights are those of its best dev epoch. Test data is evaluated for the selected "
+        "higher minimum over seeds, fewer parameters, smallest configuration key). A trial's dev "
+        "accuracy is that of its best dev epoch. Test data is evaluated for the selected "
         "configuration alone, after the search (Rocktäschel et al. 2016, §3); no other "
-        "configuration's test accuracy exists in the record."
+        "configuration's test accuracy exists in the record. What each row's selected runs "
+        "trained and where its test number comes from:"
     )
+    section.bullets([_protocol_ran(row) for _, row in record.table.to_pandas().iterrows()])
+    refits = [
+        f"sweep {sweep.info.run_id[:12]}: the refit of its best run trained "
+        f"{sweep.data.metrics[rs.METRIC_SWEEP_REFIT_EPOCHS]:g} epochs in "
+        f"{sweep.data.metrics.get(rs.METRIC_SWEEP_REFIT_TIME, 0.0):.1f} s"
+        for sweep in record.sweeps
+        if rs.METRIC_SWEEP_REFIT_EPOCHS in sweep.data.metrics
+    ]
+    return section.bullets(refits) if refits else section
+
+
+def _protocol_ran(row: pd.Series) -> str:
+    """One row's protocol as its selected run's fingerprint (nli.protocol.*) records it."""
+    head = f"`{row['model_config']}`: "
+    if not isinstance(row["protocol"], str):
+        return head + f"protocol {NOT_RECORDED} (the runs predate protocol fingerprints)"
+    protocol = json.loads(row["protocol"])
+    budget = f"at most {protocol.get('epochs', NOT_RECORDED)} epochs"
+    if _present(protocol.get("max_steps")):
+        budget += f" or {int(protocol['max_steps']):,} optimizer steps, whichever comes first"
+    patience = _present(protocol.get("patience"))
+    budget += (
+        f"; early stopping after {patience} epochs without a better dev accuracy"
+        if patience else "; no early stopping"
+    )
+    if protocol.get("layerwise") == "True":
+        budget += (
+            "; layerwise: one phase per block with that budget, each starting from the previous "
+            "phase's best-dev weights (Yin et al. §5.1.2)"
+        )
+    if protocol.get("refit_on_train_dev") == "True":
+        test = (
+            "test: each selected seed retrained on train + dev for its best epoch count (refit; "
+            "layerwise: that count / blocks per phase, rounded up), with no early stopping, and "
+            "tested once on the refit's final weights, not those of the best dev epoch; dev is "
+            "part of that training data, and with layerwise training the phase boundary is "
+            "still chosen on it (Yin et al. §5.4)"
+        )
+    else:
+        test = "test: the best-dev-epoch weights of each selected seed"
+    return f"{head}{budget}; {test}."
 
 
 def results_section(record: Record) -> Section:

@@ -135,6 +135,12 @@ METRIC_TRIAL_TIME = "trial_time_s"
 # Only on the selected configuration's runs (and the parent): the paper protocol evaluates test
 # data for that configuration alone.
 METRIC_TEST_ACCURACY = "test_accuracy"
+# With search.protocol.refit_on_train_dev, on each selected run: the test accuracy is that of a
+# retrain on train + dev (nli_models/training/refit.py), for the run's best_epoch (layerwise: per
+# phase best_epoch / blocks, rounded up); these say how many epochs it trained in all and how
+# long it took. The parent holds those of its best run (sweep.refit_*).
+METRIC_REFIT_EPOCHS = "refit_epochs"
+METRIC_REFIT_TIME = "refit_time_s"
 CLASS_ACCURACY_PREFIX = "test_accuracy."  # + label name, e.g. test_accuracy.entailment
 DEV_CLASS_ACCURACY_PREFIX = "dev_accuracy."  # per-class dev accuracy (Parikh Table 2), selected runs
 ARTIFACT_TEST_PREDICTIONS = "predictions/test_predictions.parquet"  # columns: index, label, prediction
@@ -167,6 +173,8 @@ CONSTANT_PARAM_PREFIX = "const."
 # they existed hold the plain names: read LEGACY_SWEEP_METRICS[name] when name is absent.
 METRIC_SWEEP_BEST_DEV_ACCURACY = "sweep.best_dev_accuracy"
 METRIC_SWEEP_TEST_ACCURACY = "sweep.test_accuracy"
+METRIC_SWEEP_REFIT_EPOCHS = "sweep.refit_epochs"  # the best run's refit_epochs (refit sweeps)
+METRIC_SWEEP_REFIT_TIME = "sweep.refit_time_s"
 LEGACY_SWEEP_METRICS = {
     METRIC_SWEEP_BEST_DEV_ACCURACY: METRIC_BEST_DEV_ACCURACY,
     METRIC_SWEEP_TEST_ACCURACY: METRIC_TEST_ACCURACY,

@@ -119,3 +119,41 @@ def test_unknown_experiment_is_a_usage_error_and_writes_nothing(store, tmp_path)
     assert result.exit_code == 2
     assert "unknown experiment(s): no-such-sweep" in result.output
     assert not out.exists()
+
+
+def test_selection_protocol_says_what_ran_refit_layerwise_epochs_patience():
+    """A refit sweep's test number is the retrain's, not the best dev epoch's: the section says
+    so per row, with the budget, patience and layerwise phases, and the refit's epochs and time."""
+    from types import SimpleNamespace
+
+    import pyarrow as pa
+
+    from results.report import Record, selection_section, to_markdown
+
+    refit = {"epochs": "20", "max_steps": "None", "patience": "3", "layerwise": "True",
+             "refit_on_train_dev": "True"}
+    plain = {**refit, "layerwise": "False", "refit_on_train_dev": "False", "patience": "None",
+             "max_steps": "50000000"}
+    table = pa.table({
+        "model_config": ["abcnn/abcnn3 num_blocks=2", "decomposable/vanilla", "old"],
+        "protocol": [json.dumps(refit), json.dumps(plain), None],
+    })
+    sweep = SimpleNamespace(
+        info=SimpleNamespace(run_id="0123456789abcdef"),
+        data=SimpleNamespace(metrics={rs.METRIC_SWEEP_REFIT_EPOCHS: 14.0,
+                                      rs.METRIC_SWEEP_REFIT_TIME: 81.25}),
+    )
+    record = Record(None, [sweep], [], table, {}, {}, {})
+    text, _ = to_markdown("t", "s", [selection_section(record)], "files")
+    abcnn, decomposable, old, refit_line = [
+        line for line in text.splitlines() if line.startswith("- ")
+    ]
+    assert "at most 20 epochs; early stopping after 3 epochs" in abcnn
+    assert "layerwise: one phase per block" in abcnn
+    assert "retrained on train + dev for its best epoch count" in abcnn
+    assert "not those of the best dev epoch" in abcnn and "phase boundary is still chosen" in abcnn
+    assert "or 50,000,000 optimizer steps" in decomposable and "no early stopping" in decomposable
+    assert "test: the best-dev-epoch weights" in decomposable and "layerwise" not in decomposable
+    assert "not recorded" in old
+    assert refit_line == "- sweep 0123456789ab: the refit of its best run trained 14 epochs in 81.2 s"
+    assert "weights are those of its best dev epoch" not in text

@@ -5,7 +5,7 @@ search.protocol.refit_on_train_dev tests the selected configuration after a refi
 from __future__ import annotations
 
 import pytest
-from sweep_helpers import runs_of, write_spec
+from sweep_helpers import run_orchestrate, runs_of, write_spec
 
 from nli_models.config import RunConfig
 from nli_models.data import prepare_data
@@ -59,5 +59,24 @@ def test_fingerprint_on_every_trial_and_refit_on_train_plus_dev(ray_session, wor
     params = {"lr": float(run.data.params["lr"]), "seed": 1}
     config: RunConfig = apply_hyperparameters(spec.base_config(), params)
     epochs = int(run.data.metrics[rs.METRIC_BEST_EPOCH])
-    _, expected = refit_and_test(config, data, epochs)
+    refit, expected = refit_and_test(config, data, epochs)
     assert run.data.metrics[rs.METRIC_TEST_ACCURACY] == pytest.approx(expected.accuracy)
+    # The record says what the test number came from: the refit's epochs and time, on the run
+    # and (the best run's) on the parent.
+    assert run.data.metrics[rs.METRIC_REFIT_EPOCHS] == refit.state.epoch == epochs
+    assert run.data.metrics[rs.METRIC_REFIT_TIME] > 0
+    (parent,), _ = runs_of(workdir, "tiny")
+    assert parent.data.metrics[rs.METRIC_SWEEP_REFIT_EPOCHS] == epochs
+    assert parent.data.metrics[rs.METRIC_SWEEP_REFIT_TIME] == run.data.metrics[rs.METRIC_REFIT_TIME]
+
+    # `best` exports what reproduces that test number: the config and `train --refit EPOCHS`.
+    best = workdir / "best.yaml"
+    exported = run_orchestrate(["best", "tiny", "--out", str(best)], cwd=workdir)
+    assert exported.returncode == 0, exported.stderr
+    test = run.data.metrics[rs.METRIC_TEST_ACCURACY]
+    assert f"test accuracy {test:.4f}, of a refit on train + dev" in best.read_text()
+    assert f"`orchestrate train {best} --refit {epochs}` reproduces it" in best.read_text()
+    trained = run_orchestrate(["train", str(best), "--refit", str(epochs)], cwd=workdir)
+    assert trained.returncode == 0, trained.stdout + trained.stderr
+    assert f"refit on train + dev (540 pairs): {epochs} epochs" in trained.stdout
+    assert f"test accuracy {test:.4f} (final weights of the refit" in trained.stdout

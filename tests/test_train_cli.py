@@ -153,6 +153,26 @@ def test_checkpoint_and_resume(tmp_path):
     )
 
 
+def test_refit_trains_on_train_plus_dev_and_tests_the_final_weights(tmp_path):
+    """`--refit EPOCHS`: a refit sweep's protocol; its equality with the sweep's own test number
+    is tested in test_sweep_protocol."""
+    config = write_config(tmp_path, TINY)
+    result = run_train(config, "--refit", 2)
+    assert result.exit_code == 0, result.output
+    assert "refit on train + dev (135 pairs): 2 epochs, no early stopping" in result.output
+    assert re.search(r"^test accuracy \d\.\d{4} \(final weights of the refit; entailment ",
+                     result.output, re.M)
+    assert not EPOCH_LINE.search(result.output) and "best-on-dev" not in result.output
+    assert_bad_input(run_train(config, "--refit", 1, "--checkpoint-dir", tmp_path / "c"),
+                     "--refit trains from scratch")
+    no_dev = jsonl_config(tmp_path)
+    del no_dev["data"]["dev_holdout"]
+    no_dev["data"]["splits"] = ["train", "test"]
+    assert_bad_input(run_train(write_config(tmp_path, no_dev, "no_dev.yaml"), "--refit", 1),
+                     "refit on train + dev needs dev and test splits")
+    assert run_train(config, "--refit", 0).exit_code == 2
+
+
 # -- bad input: the config ----------------------------------------------------------------------
 
 

@@ -133,3 +133,22 @@ def test_missing_and_malformed_files(tmp_path):
     broken.write_text("name: [unclosed\n")
     result = CliRunner().invoke(main, ["validate", str(broken)])
     assert result.exit_code == 2 and "not valid YAML" in result.output
+
+
+def test_validate_runs_the_sweeps_fit_to_data_checks(tmp_path, monkeypatch):
+    """A model whose embedding_dim contradicts the vectors' dimension: `validate` rejects it as
+    `sweep` does (both run orchestrator.plan.check_input), before anything is written."""
+    monkeypatch.chdir(tmp_path)
+    vectors = tmp_path / "vectors.txt"
+    vectors.write_text("a 0.1 0.2 0.3 0.4\nthe 0.4 0.3 0.2 0.1\n")
+    spec = merge(BASE_SPEC, {"data": {"vectors": {"source": str(vectors)}}})  # model: 16-d
+    result, path, written = _validate(tmp_path, spec)
+    assert result.exit_code == 2, result.output
+    assert "model.args.embedding_dim=16 but the word vectors" in result.output
+    assert "have dimension 4" in result.output and "Traceback" not in result.output
+    assert not written
+    swept = CliRunner().invoke(main, ["sweep", str(path)], catch_exceptions=False)
+    assert swept.exit_code == 2 and "have dimension 4" in swept.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["spec.yaml", "vectors.txt"]
+    fixed = merge(spec, {"model": {"args": {"embedding_dim": 4}}})
+    assert _validate(tmp_path, fixed)[0].exit_code == 0

@@ -12,6 +12,7 @@ from nli_models.config import RunConfig
 from nli_models.cpus import usable_cpus
 from nli_models.data import PreparedData, prepare_data
 from nli_models.training.metrics import Evaluation
+from nli_models.training.refit import refit_and_test
 from nli_models.training.trainer import (
     CHECKPOINT_FILE,
     EpochResult,
@@ -93,3 +94,24 @@ def train_and_test(
         per_class = ", ".join(f"{k} {v:.4f}" for k, v in test.class_accuracy.items())
         echo(f"test accuracy {test.accuracy:.4f} (best-on-dev weights; {per_class})")
     return trainer, test
+
+
+def refit_and_report(
+    config: RunConfig, epochs: int, echo: Callable[[str], None] = print
+) -> Evaluation:
+    """`orchestrate train --refit EPOCHS`: a sweep's refit protocol (search.protocol.
+    refit_on_train_dev, nli_models/training/refit.py) for one configuration: train on train + dev
+    for EPOCHS epochs (layerwise: EPOCHS / blocks per phase, rounded up), no early stopping, and
+    test once on the final weights. With the config `orchestrate best` exports and the selected
+    run's best epoch it reproduces that run's test accuracy."""
+    resolve_device(config.training.device)
+    config, threads = apply_num_threads(config)
+    data = prepare_data(config.data)
+    echo(f"data: {data.describe()}")
+    echo(threads)
+    pairs = len(data.splits.get("train", ())) + len(data.splits.get("dev", ()))
+    trainer, test = refit_and_test(config, data, epochs)
+    echo(f"refit on train + dev ({pairs:,} pairs): {trainer.state.epoch} epochs, no early stopping")
+    per_class = ", ".join(f"{k} {v:.4f}" for k, v in test.class_accuracy.items())
+    echo(f"test accuracy {test.accuracy:.4f} (final weights of the refit; {per_class})")
+    return test

@@ -3,10 +3,13 @@
 Yin et al. (§5.4) select hyperparameters on dev, then train the final system on train and dev
 (4,934 SICK pairs) and report test. ``refit_and_test`` does that for one configuration: a fresh
 model (same seed) trained on train + dev for a given number of epochs, with no early stopping,
-and the test split evaluated once on the final weights. Dev is part of the training data, so
-nothing is selected on it; the vocabulary stays the one prepared from train (plus vectors).
-With layerwise training each phase gets ceil(epochs / blocks) epochs (the selected run's epoch
-count spans its phases).
+and the test split evaluated once on the final weights; the vocabulary stays the one prepared
+from train (plus vectors). Dev is part of the training data, yet still read after every epoch:
+without layerwise training nothing is chosen on it. With layerwise training each phase gets
+ceil(epochs / blocks) epochs (the selected run's epoch count spans its phases), and the next
+phase starts from the previous phase's best-on-dev weights (``Trainer._next_phase``), so the
+phase boundary is still selected on dev, which the refit also trains on; only the last phase
+ends on its final weights.
 """
 
 from __future__ import annotations

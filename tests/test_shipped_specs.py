@@ -1,0 +1,186 @@
+"""Every spec the project ships (search_spaces/ and the README's annotated example) validates as
+written and, shrunk with `--set` to one trial of one epoch on toy pairs written in its corpus's
+official format (`--data-dir`), sweeps. Four of the shrunk sweeps are the false "comparable"
+cases of issue 25, and `orchestrate results --paper` lists each one's differences."""
+
+from __future__ import annotations
+
+import json
+import re
+import zlib
+from pathlib import Path
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from nli_models.data.toy import make_toy_corpus
+from orchestrator.cli import main
+
+# About 15 s a spec (a sweep of one trial, its selection and analysis): 3 minutes in all.
+pytestmark = [pytest.mark.ray, pytest.mark.slow]
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+SPACES = sorted((REPO_ROOT / "search_spaces").glob("*.yaml"))
+VECTOR_DIM = 8
+
+
+def readme_spec(folder: Path) -> Path:
+    """The README's annotated spec (the first YAML block that is a whole spec), as a file."""
+    text = (REPO_ROOT / "README.md").read_text()
+    blocks = re.findall(r"```yaml\n(.*?)```", text, flags=re.S)
+    (spec,) = [b for b in blocks if b.startswith("name:")]
+    path = folder / "readme_spec.yaml"
+    path.write_text(spec)
+    return path
+
+
+def write_corpora(folder: Path) -> Path:
+    """The toy corpus as SNLI jsonl, SICK.txt and SciTail tsv (the official layouts, under one
+    data dir), and a GloVe-style text file with a VECTOR_DIM-d vector for every word."""
+    # 300 pairs: the README's spec carves a 10% dev holdout out of the 10 premises of SNLI dev.
+    three, two = make_toy_corpus(300, seed=0), make_toy_corpus(60, seed=0, num_classes=2)
+    snli = folder / "snli_1.0"
+    snli.mkdir(parents=True)
+    words = set()
+    for name, split in three.items():
+        lines = [
+            json.dumps({"gold_label": e.label, "sentence1": e.premise, "sentence2": e.hypothesis,
+                        "pairID": e.pair_id})
+            for e in split.examples
+        ]
+        (snli / f"snli_1.0_{name}.jsonl").write_text("\n".join(lines) + "\n")
+        words |= {w for e in split.examples for w in f"{e.premise} {e.hypothesis}".split()}
+    sick = ["pair_ID\tsentence_A\tsentence_B\tentailment_label\tSemEval_set"]
+    sets = {"train": "TRAIN", "dev": "TRIAL", "test": "TEST"}
+    for name, split in three.items():
+        sick += [
+            f"{i}\t{e.premise}\t{e.hypothesis}\t{e.label.upper()}\t{sets[name]}"
+            for i, e in enumerate(split.examples, start=len(sick))
+        ]
+    (folder / "sick").mkdir()
+    (folder / "sick" / "SICK.txt").write_text("\n".join(sick) + "\n")
+    scitail = folder / "SciTailV1.1" / "tsv_format"
+    scitail.mkdir(parents=True)
+    for name, split in two.items():
+        label = {"entailment": "entails", "not_entailment": "neutral"}
+        lines = [f"{e.premise}\t{e.hypothesis}\t{label[e.label]}" for e in split.examples]
+        (scitail / f"scitail_1.0_{name}.tsv").write_text("\n".join(lines) + "\n")
+    vectors = [f"{w} " + " ".join(f"{(zlib.crc32(w.encode()) >> i) % 7 / 7 - 0.4:.3f}"
+                                  for i in range(VECTOR_DIM))
+               for w in sorted(words)]
+    (folder / "vectors.txt").write_text("\n".join(vectors) + "\n")
+    return folder
+
+
+def shrunk(spec_path: Path, data_dir: Path, extra: tuple[str, ...] = ()) -> list[str]:
+    """`--set`/`--data-dir` options that make `spec_path` one trial of one epoch on the toy
+    files of `data_dir`, tracked in one store beside it; `extra` assignments go last (they win)."""
+    spec = yaml.safe_load(spec_path.read_text())
+    search = spec["search"]
+    assignments = [
+        "training.epochs=1",
+        "search.seeds=[1]",
+        "search.max_concurrent_trials=1",
+        "search.resources={cpu: 1, gpu: 0}",
+        f"search.tracking_uri={store_uri(data_dir)}",
+        f"search.storage_path={data_dir.parent / 'ray_results'}",
+        "search.space={"
+        + ", ".join(f"{k}: {{grid: [{json.dumps(first_value(v))}]}}" for k, v in search.get("space", {}).items())
+        + "}",
+        "search.sampler=grid",
+    ]
+    if search.get("configurations"):
+        assignments.append(f"search.configurations=[{json.dumps(search['configurations'][0])}]")
+    if spec["data"]["corpus"] == "toy":
+        assignments.append("data.toy.size=90")
+    if spec["data"].get("vectors"):
+        assignments += [
+            f"data.vectors.source={data_dir / 'vectors.txt'}",
+            f"data.vectors.embedding_dim={VECTOR_DIM}",
+            f"model.args.embedding_dim={VECTOR_DIM}",
+        ]
+    options = [option for a in (*assignments, *extra) for option in ("--set", a)]
+    return [*options, "--data-dir", str(data_dir)]
+
+
+def store_uri(data_dir: Path) -> str:
+    return f"sqlite:///{data_dir.parent / 'mlruns.db'}"  # one store: its schema is made once
+
+
+def first_value(domain: dict) -> object:
+    kind, values = next(iter(domain.items()))
+    return values[0] if isinstance(values, list) else values
+
+
+# The issue's false "comparable" cases: spec -> (extra --set, paper, differences it must list).
+FALSE_COMPARABLE = {
+    "sick_abcnn": (
+        ("model.args.hidden_size=20", "model.args.filter_width=4",
+         "search.configurations=[{variant: abcnn3, num_blocks: 2}]",
+         "search.space={lr: {grid: [0.5]}, l2: {grid: [0.0007]}}"),
+        "yin2016",
+        ["hidden_size 20 (paper 50)", "filter_width 4 (paper 3)", "lr 0.5 (paper 0.09)"],
+    ),
+    "snli_cam": (
+        ("model.args.dropout=0.0",),  # the first configuration, made the literal reading
+        "gajbhiye2018",
+        ["intra_output repeat (paper scale)", "dropout 0.0 (paper 0.4)",
+         "vectors_tuned false (paper true)"],
+    ),
+    "snli_wbw": (
+        ("search.space={lr: {grid: [0.1]}}",),
+        "rocktaschel2016",
+        ["lr 0.1 (paper one of 0.0001, 0.0003, 0.001)",
+         "delimiter_id None (paper a delimiter token read before the hypothesis)"],
+    ),
+    "snli_decomposable": (
+        ("training.epochs=2",),
+        "parikh2016",
+        ["steps_trained"],  # 2 epochs, not 50M steps (the step count depends on the toy split)
+    ),
+}
+EXTRA = {
+    "snli_cam": ("search.configurations=[{variant: full, intra_output: repeat}]",),
+    "readme_spec": ("name=readme_spec",),  # its own experiment: search_spaces/snli_wbw has one
+}
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory) -> Path:
+    return write_corpora(tmp_path_factory.mktemp("shipped") / "data")
+
+
+def _cli(args: list[str]):
+    return CliRunner().invoke(main, args, catch_exceptions=False)
+
+
+@pytest.mark.parametrize("spec_path", [*SPACES, "README"], ids=lambda p: getattr(p, "stem", p))
+def test_spec_validates_as_written_and_sweeps_shrunk(spec_path, data_dir, ray_session, tmp_path):
+    if spec_path == "README":
+        spec_path = readme_spec(tmp_path)
+    as_written = _cli(["validate", str(spec_path), "--no-data"])
+    assert as_written.exit_code == 0, as_written.output
+
+    name = spec_path.stem
+    extra, paper, expected = FALSE_COMPARABLE.get(name, ((), None, []))
+    options = shrunk(spec_path, data_dir, (*EXTRA.get(name, ()), *extra))
+    planned = _cli(["validate", str(spec_path), *options])
+    assert planned.exit_code == 0, planned.output
+    assert "-> 1 trials" in planned.output and re.search(r"  data: .*train \d+", planned.output)
+
+    swept = _cli(["sweep", str(spec_path), *options])
+    assert swept.exit_code == 0, swept.output
+    assert "sweep finished: 1 trials (0 failed)" in swept.output
+    if paper is None:
+        return
+    experiment = yaml.safe_load(spec_path.read_text())["name"]
+    out = tmp_path / "table.parquet"
+    compared = _cli(["results", experiment, "--tracking-uri", store_uri(data_dir),
+                     "--out", str(out), "--paper", paper])
+    assert compared.exit_code == 0, compared.output
+    assert "NOT COMPARABLE" in compared.output
+    assert "| comparable |" not in compared.output
+    listed = compared.output.split("Protocol differences from the paper:")[1]
+    for difference in expected:
+        assert difference in listed, (difference, compared.output)
