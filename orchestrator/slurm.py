@@ -33,7 +33,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from nli_models.errors import InputError
+from nli_models.errors import InputError, mask_secrets, without_passwords
 from orchestrator.environment import DEFAULTS
 from orchestrator.ray_jobs import (
     ClusterError,
@@ -478,7 +478,8 @@ def sbatch(job: BatchJob) -> str:
     if result.returncode != 0:
         raise ClusterError(f"sbatch refused the job: {result.stderr.strip()}")
     job_id = result.stdout.strip().split(";")[0]
-    (Path(job.log_dir) / f"{job.job_name}-{job_id}.sbatch").write_text(job.script)
+    # A copy to read, beside the output: the job was given the script with its passwords.
+    (Path(job.log_dir) / f"{job.job_name}-{job_id}.sbatch").write_text(mask_secrets(job.script))
     return job_id
 
 
@@ -586,7 +587,8 @@ def record_path() -> Path:
 
 def record(job: BatchJob, job_id: str) -> Submitted:
     entry = Submitted(
-        job_id=job_id, spec=job.spec_path, spec_name=job.spec_name, tracking_uri=job.tracking_uri,
+        job_id=job_id, spec=job.spec_path, spec_name=job.spec_name,
+        tracking_uri=without_passwords(job.tracking_uri),
         planned_trials=job.planned_trials, output=str(Path(job.log_dir) / f"{job.job_name}-{job_id}.out"),
         submitted=time.strftime("%Y-%m-%dT%H:%M:%S"),
     )
