@@ -173,8 +173,10 @@ def sweep(spec_path: str, resume: bool, new: bool, address: str | None, verbose:
           assignments: tuple[str, ...], data_dir: str | None, tracking_uri: str | None) -> None:
     """Run a hyperparameter sweep on Ray Tune, tracked in MLflow.
 
-    Exit status: 0 completed; 1 completed with failed trials, or a failure; 2 bad input
-    (nothing written); 3 interrupted (SIGINT/SIGTERM; continue with --resume)."""
+    Exit status: 0 completed; 1 completed with failed trials or with no trial finished
+    (nothing selected), or a failure; 2 bad input (nothing written); 3 interrupted
+    (SIGINT/SIGTERM, or a time budget that ran out before any trial ended; continue with
+    --resume)."""
     from nli_models.errors import InputError
     from orchestrator.lifecycle import SweepInterrupted
     from orchestrator.progress import interrupted_line
@@ -194,15 +196,18 @@ def sweep(spec_path: str, resume: bool, new: bool, address: str | None, verbose:
     if summary.interrupted:
         click.echo(interrupted_line(summary.done, summary.failed, summary.planned, spec_path), err=True)
         sys.exit(EXIT_INTERRUPTED)
+    nothing_selected = summary.best_dev_accuracy is None  # every trial failed or diverged
     click.echo(
         f"sweep finished: {summary.trials} trials ({summary.failed} failed)"
         + (f", {summary.diverged} diverged (loss NaN/inf; never selected)" if summary.diverged
            else "")
         + "; "
-        f"best dev accuracy {_percent(summary.best_dev_accuracy)}; test accuracy of the selected "
-        f"configuration {_percent(summary.test_accuracy)}; MLflow parent run {summary.parent_run_id}"
+        + ("no trial finished: nothing selected, no test evaluation" if nothing_selected else
+           f"best dev accuracy {_percent(summary.best_dev_accuracy)}; test accuracy of the "
+           f"selected configuration {_percent(summary.test_accuracy)}")
+        + f"; MLflow parent run {summary.parent_run_id}"
     )
-    if summary.failed:
+    if summary.failed or nothing_selected:
         sys.exit(1)
 
 

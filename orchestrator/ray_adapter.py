@@ -518,7 +518,6 @@ def run_tuner(
                 scheduler=make_scheduler(spec),
                 num_samples=num_samples,
                 max_concurrent_trials=search.max_concurrent_trials,
-                time_budget_s=search.time_budget_s,
                 reuse_actors=True,
             ),
             run_config=tune.RunConfig(
