@@ -30,3 +30,9 @@ def without_passwords(text: str) -> str:
     on disk names the store, and the reader brings its own credentials (MLflow's environment
     variables, ~/.pgpass, PGPASSWORD)."""
     return _URI_PASSWORD.sub(lambda m: f"{m['scheme']}{m['user']}@", text)
+
+
+def error_line(message: str) -> str:
+    """`error: MESSAGE` as the CLI prints bad input: one line (a parser's multi-line message
+    joined), passwords masked."""
+    return "error: " + " ".join(mask_secrets(message).split())

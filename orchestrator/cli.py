@@ -9,7 +9,7 @@ from pathlib import Path
 
 import click
 
-from nli_models.errors import InputError, mask_secrets
+from nli_models.errors import InputError, error_line, mask_secrets
 from orchestrator.cli_options import make_overrides, override_options, tracking_uri_option
 from orchestrator.cluster_cli import allocation_report, slurm_allocation_options
 from orchestrator.environment import configure_environment
@@ -24,7 +24,7 @@ EXIT_INTERRUPTED = 3
 
 
 def _fail(message: str, code: int = EXIT_BAD_INPUT) -> None:
-    click.echo(f"error: {mask_secrets(message)}", err=True)
+    click.echo(error_line(message), err=True)
     sys.exit(code)
 
 
@@ -57,7 +57,11 @@ class _Commands(click.Group):
         try:
             return super().invoke(ctx)
         except InputError as exc:
-            click.echo(f"error: {mask_secrets(str(exc))}", err=True)
+            click.echo(error_line(str(exc)), err=True)
+            ctx.exit(EXIT_BAD_INPUT)
+        except click.UsageError as exc:  # click's own (a bad option value): one line, as ours
+            where = f"{exc.ctx.command_path}: " if exc.ctx is not None else ""
+            click.echo(error_line(where + exc.format_message()), err=True)
             ctx.exit(EXIT_BAD_INPUT)
 
 

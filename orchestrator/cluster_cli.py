@@ -14,7 +14,7 @@ from pathlib import Path
 
 import click
 
-from nli_models.errors import mask_secrets
+from nli_models.errors import error_line, mask_secrets
 from orchestrator.cli_options import make_overrides, override_options
 from orchestrator.slurm import DEFAULT_SIGNAL_BEFORE_S
 
@@ -22,7 +22,7 @@ ADDRESS_HELP = "Ray dashboard of the head node (default: RAY_ADDRESS or http://1
 
 
 def _fail(message: str, code: int) -> None:
-    click.echo(f"error: {mask_secrets(message)}", err=True)
+    click.echo(error_line(message), err=True)
     sys.exit(code)
 
 
