@@ -226,7 +226,7 @@ def slurm_tracking_uri(uri: str) -> str:
         f"tracking store {uri} is a file: the job's trials write to it from every node, and "
         "SQLite's locking is unreliable on the network file systems clusters share (NFS, "
         "Lustre), so runs get lost or the store corrupted. Run the tracking server where the "
-        "nodes reach it (`orchestrate server --host 0.0.0.0` on the login or a service node) and "
+        "nodes reach it (`orchestrate server --host 0.0.0.0 --basic-auth` on the login or a service node) and "
         "pass --tracking-uri http://HOST:5000, or set search.tracking_uri / MLFLOW_TRACKING_URI"
     )
 
