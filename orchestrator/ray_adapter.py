@@ -6,6 +6,7 @@ Ray 2.60 runs Train V2: inside a trial only ray.tune.report / get_checkpoint / g
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -142,6 +143,20 @@ def diverged_result(trainer: Trainer, exc: TrainingDiverged) -> dict[str, Any]:
 
 
 # -- the driver -------------------------------------------------------------------------------
+@contextlib.contextmanager
+def _sigterm_blocked():
+    """SIGTERM blocked while the local Ray starts: its processes inherit the signal mask. SIGTERM
+    to the sweep's whole process group (what `timeout`, SLURM and Kubernetes send) then reaches
+    the driver alone, which stops the trials, records the state and shuts Ray down itself, as
+    on Ctrl-C (Ray blocks SIGINT in its processes the same way); before, Ray's processes died
+    first and the driver could record nothing. The driver's own mask is restored at once."""
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
 def init_ray(address: str | None = None, num_cpus: int | None = None, verbose: bool = False) -> bool:
     """Join the cluster in RAY_ADDRESS / `address`, or start a local instance. Returns whether
     this call connected (False: the process was already connected, e.g. by a test session)."""
@@ -154,7 +169,8 @@ def init_ray(address: str | None = None, num_cpus: int | None = None, verbose: b
         # address="local": always a private instance. A bare ray.init() joins the cluster named in
         # Ray's current-cluster file, which a killed `ray start --head` leaves behind (a dead head
         # then hangs every local sweep).
-        ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, **kwargs)
+        with _sigterm_blocked():
+            ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, **kwargs)
         global _reaper
         _reaper = start_reaper()  # the local instance goes with this process, even on SIGKILL
     return True
