@@ -18,7 +18,7 @@ from pydantic import BaseModel, Field, ValidationError, field_validator, model_v
 
 from nli_models.data.config import DataConfig
 from nli_models.data.encode import BUCKET_CHUNK_BATCHES
-from nli_models.errors import InputError
+from nli_models.errors import InputError, mask_secrets
 from nli_models.registry import build_model, model_class
 from nli_models.strict import StrictModel, check_finite, load_yaml
 
@@ -238,9 +238,10 @@ class Overrides:
         return pairs
 
     def describe(self) -> list[str]:
-        """One `key=value` per override, values as YAML flow text (recorded with a run)."""
+        """One `key=value` per override, values as YAML flow text (printed, recorded with a run),
+        passwords in URIs masked."""
         return [
-            f"{key}={yaml.safe_dump(value, default_flow_style=True, width=10**6).strip().removesuffix('...').strip()}"
+            mask_secrets(f"{key}={yaml.safe_dump(value, default_flow_style=True, width=10**6).strip().removesuffix('...').strip()}")
             for key, value in self.pairs()
         ]
 

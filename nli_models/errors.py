@@ -23,3 +23,16 @@ def mask_secrets(text: str) -> str:
     """`text` with the password of every URI in it (`scheme://user:PASSWORD@host`) replaced by
     `***`: error messages, `validate` output and tags show where a store is, never its secret."""
     return _URI_PASSWORD.sub(lambda m: f"{m['scheme']}{m['user']}:***@", text)
+
+
+def without_passwords(text: str) -> str:
+    """`text` with the password of every URI in it removed (`scheme://user@host`): a record kept
+    on disk names the store, and the reader brings its own credentials (MLflow's environment
+    variables, ~/.pgpass, PGPASSWORD)."""
+    return _URI_PASSWORD.sub(lambda m: f"{m['scheme']}{m['user']}@", text)
+
+
+def error_line(message: str) -> str:
+    """`error: MESSAGE` as the CLI prints bad input: one line (a parser's multi-line message
+    joined), passwords masked."""
+    return "error: " + " ".join(mask_secrets(message).split())

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import click
 
-from nli_models.errors import InputError, mask_secrets
+from nli_models.errors import InputError, error_line, mask_secrets
 from orchestrator.cli_options import make_overrides, override_options, tracking_uri_option
 from orchestrator.cluster_cli import allocation_report, slurm_allocation_options
 from orchestrator.environment import WAIT_POLICY, configure_environment, wait_policy
@@ -25,7 +25,7 @@ EXIT_INTERRUPTED = 3
 
 
 def _fail(message: str, code: int = EXIT_BAD_INPUT) -> None:
-    click.echo(f"error: {mask_secrets(message)}", err=True)
+    click.echo(error_line(message), err=True)
     sys.exit(code)
 
 
@@ -58,7 +58,11 @@ class _Commands(click.Group):
         try:
             return super().invoke(ctx)
         except InputError as exc:
-            click.echo(f"error: {mask_secrets(str(exc))}", err=True)
+            click.echo(error_line(str(exc)), err=True)
+            ctx.exit(EXIT_BAD_INPUT)
+        except click.UsageError as exc:  # click's own (a bad option value): one line, as ours
+            where = f"{exc.ctx.command_path}: " if exc.ctx is not None else ""
+            click.echo(error_line(where + exc.format_message()), err=True)
             ctx.exit(EXIT_BAD_INPUT)
 
 
@@ -215,8 +219,10 @@ def sweep(spec_path: str, resume: bool, new: bool, address: str | None, verbose:
           tracking_uri: str | None) -> None:
     """Run a hyperparameter sweep on Ray Tune, tracked in MLflow.
 
-    Exit status: 0 completed; 1 completed with failed trials, or a failure; 2 bad input
-    (nothing written); 3 interrupted (SIGINT/SIGTERM; continue with --resume)."""
+    Exit status: 0 completed; 1 completed with failed trials or with no trial finished
+    (nothing selected), or a failure; 2 bad input (nothing written); 3 interrupted
+    (SIGINT/SIGTERM, or a time budget that ran out before any trial ended; continue with
+    --resume)."""
     from nli_models.errors import InputError
     from orchestrator.lifecycle import SweepInterrupted
     from orchestrator.progress import interrupted_line
@@ -236,15 +242,18 @@ def sweep(spec_path: str, resume: bool, new: bool, address: str | None, verbose:
     if summary.interrupted:
         click.echo(interrupted_line(summary.done, summary.failed, summary.planned, spec_path), err=True)
         sys.exit(EXIT_INTERRUPTED)
+    nothing_selected = summary.best_dev_accuracy is None  # every trial failed or diverged
     click.echo(
         f"sweep finished: {summary.trials} trials ({summary.failed} failed)"
         + (f", {summary.diverged} diverged (loss NaN/inf; never selected)" if summary.diverged
            else "")
         + "; "
-        f"best dev accuracy {_percent(summary.best_dev_accuracy)}; test accuracy of the selected "
-        f"configuration {_percent(summary.test_accuracy)}; MLflow parent run {summary.parent_run_id}"
+        + ("no trial finished: nothing selected, no test evaluation" if nothing_selected else
+           f"best dev accuracy {_percent(summary.best_dev_accuracy)}; test accuracy of the "
+           f"selected configuration {_percent(summary.test_accuracy)}")
+        + f"; MLflow parent run {summary.parent_run_id}"
     )
-    if summary.failed:
+    if summary.failed or nothing_selected:
         sys.exit(1)
 
 

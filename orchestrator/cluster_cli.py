@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
 from pathlib import Path
 
 import click
 
-from nli_models.errors import mask_secrets
+from nli_models.errors import error_line, mask_secrets
 from orchestrator.cli_options import make_overrides, override_options
 from orchestrator.slurm import DEFAULT_SIGNAL_BEFORE_S
 
@@ -21,7 +22,7 @@ ADDRESS_HELP = "Ray dashboard of the head node (default: RAY_ADDRESS or http://1
 
 
 def _fail(message: str, code: int) -> None:
-    click.echo(f"error: {message}", err=True)
+    click.echo(error_line(message), err=True)
     sys.exit(code)
 
 
@@ -125,8 +126,8 @@ def submit_to_slurm(spec_path, tracking_uri, resume, new, env, ray_only, overrid
                                 new=new, env=env, overrides=overrides)
     for warning in job.warnings:
         click.echo(f"warning: {warning}", err=True)
-    if dry_run:
-        click.echo(job.script, nl=False)
+    if dry_run:  # what would be submitted, its passwords masked (the job gets them)
+        click.echo(mask_secrets(job.script), nl=False)
         click.echo(f"(dry run: nothing submitted; {options.allocation.describe()} runs {job.at_once})",
                    err=True)
         return
@@ -220,13 +221,13 @@ def submit_command(spec_path, address, tracking_uri, resume, new, working_dir, e
     jobs = _jobs(address)
     job = jobs.submit(submission)
     click.echo(job)
-    click.echo(
+    click.echo(mask_secrets(
         f"submitted sweep {submission.spec_name!r} to {address} as job {job} "
-        f"(working dir {submission.runtime_env['working_dir']}; MLflow {mask_secrets(submission.tracking_uri)})\n"
+        f"(working dir {submission.runtime_env['working_dir']}; MLflow {submission.tracking_uri})\n"
         f"  follow:  orchestrate logs {job} --address {address} --follow\n"
         f"  status:  orchestrate jobs --address {address}\n"
         f"  stop:    orchestrate stop {job} --address {address}\n"
-        f"  dashboard: {address}/#/jobs",
+        f"  dashboard: {address}/#/jobs"),
         err=True,
     )
     if follow:
@@ -302,7 +303,7 @@ def _slurm_rows(progress: _Progress) -> list[dict]:
             "trials_done": progress.done(entry.tracking_uri, entry.spec_name),
             "trials_planned": entry.planned_trials,
             "output": entry.output,
-            "tracking_uri": mask_secrets(entry.tracking_uri),
+            "tracking_uri": entry.tracking_uri,
         })
     return rows
 
@@ -326,8 +327,8 @@ def jobs_command(address, slurm_only, as_json):
     rows = _ray_rows(address, progress) if ask_ray else []
     rows += _slurm_rows(progress)
     if as_json:
-        for row in rows:
-            click.echo(json.dumps(row))
+        for row in rows:  # an entrypoint may hold a --set with a URI
+            click.echo(mask_secrets(json.dumps(row)))
         return
     if not rows:
         click.echo("no jobs" + (f" on {_jobs(address).address}" if ask_ray else ""))
@@ -341,7 +342,8 @@ def jobs_command(address, slurm_only, as_json):
     table += [(r["job_id"], r["backend"], r["spec"], r["state"], r["elapsed"], trials(r)) for r in rows]
     widths = [max(len(str(row[i])) for row in table) for i in range(len(table[0]))]
     for row in table:
-        click.echo("  ".join(str(cell).ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip())
+        line = "  ".join(str(cell).ljust(width) for cell, width in zip(row, widths, strict=True))
+        click.echo(mask_secrets(line.rstrip()))
 
 
 def _slurm_entry(job_id: str, address: str | None):
@@ -455,25 +457,36 @@ def stop_command(job_id, address):
 @click.option("--basic-auth", is_flag=True,
               help="require a username and password (MLflow's basic-auth app); the admin is "
                    "MLFLOW_TRACKING_USERNAME / MLFLOW_TRACKING_PASSWORD from the environment")
+@click.option("--no-auth", is_flag=True,
+              help="allow a --host other than loopback without --basic-auth (warns)")
 def server_command(backend_store_uri, artifacts_destination, host, port, workers, allowed_hosts,
-                   basic_auth):
-    """Run the MLflow tracking server that sweeps log to (--tracking-uri http://HOST:PORT)."""
+                   basic_auth, no_auth):
+    """Run the MLflow tracking server that sweeps log to (--tracking-uri http://HOST:PORT).
+
+    A --host other machines can reach needs --basic-auth, or --no-auth to run it open."""
     import tempfile
 
     from orchestrator import tracking_server as ts
 
+    scratch = None
     try:
+        warning = ts.check_exposure(host, basic_auth, no_auth)
         ts.check_backend(backend_store_uri)
         artifacts = ts.artifacts_location(artifacts_destination)
         auth = None
         if basic_auth:
-            # A private folder for the auth app's ini file, which the server reads after exec.
-            auth = ts.basic_auth_settings(backend_store_uri, Path(tempfile.mkdtemp(prefix="nli-auth-")))
+            # A private folder for the auth app's ini file, which the server reads as it starts.
+            scratch = Path(tempfile.mkdtemp(prefix="nli-auth-"))
+            auth = ts.basic_auth_settings(backend_store_uri, scratch)
         argv, env = ts.server_command(
             backend_store_uri, artifacts, host, port, workers, allowed_hosts, auth
         )
     except ts.ServerError as exc:
+        if scratch is not None:
+            shutil.rmtree(scratch, ignore_errors=True)
         _fail(str(exc), exc.exit_code)
+    if warning:
+        click.echo(f"warning: {warning}", err=True)
     click.echo(
         f"MLflow tracking server on {ts.mask_uri(backend_store_uri)} at "
         f"{ts.tracking_url(host, port)} (artifacts: {artifacts}); sweeps: "
@@ -482,7 +495,9 @@ def server_command(backend_store_uri, artifacts_destination, host, port, workers
     )
     sys.stdout.flush()
     sys.stderr.flush()
-    os.execve(argv[0], argv, env)
+    if scratch is None:
+        os.execve(argv[0], argv, env)  # nothing to clean up after it: the server takes this process
+    sys.exit(ts.run_until_stopped(argv, env, scratch))
 
 
 # -- sync -------------------------------------------------------------------------------------

@@ -5,8 +5,10 @@
 
 `planned`: the parent exists, no trial has been asked for. `completed`: every planned trial ended
 (all epochs, early stopping, stopped by the scheduler, or failed after its retries; or the
-search's time budget ran out) and the selection on dev and the test evaluation are recorded; they
-happen in this state only. `interrupted`: SIGINT/SIGTERM, a second signal, or a driver that died
+search's time budget, counted from the first trial's start, ran out after at least one trial
+ended) and the selection on dev and the test evaluation are recorded; they happen in this state
+only (with no trial selectable, every one failed or diverged, nothing is selected or tested). A
+budget that runs out before any trial ended leaves the sweep `interrupted` (resumable). `interrupted`: SIGINT/SIGTERM, a second signal, or a driver that died
 (seen by readers through its lease, results/sweeps.py). `failed`: the driver crashed.
 
 Signals (Interruption): the first SIGINT or SIGTERM stops Tune's scheduling through Tune's own
@@ -178,19 +180,43 @@ class TrialLedger:
     every trial it was running (and pending ones) TERMINATED. A trial ended if its last report
     says so (all epochs or patience: `trial_finished`), or if the scheduler stopped it while the
     sweep was neither interrupted nor out of its time budget. Any other "completed" trial was
-    cut: listeners hear trial_cut and its run becomes KILLED, to be resumed."""
+    cut: listeners hear trial_cut and its run becomes KILLED, to be resumed.
+
+    The time budget (search.time_budget_s) counts from the first trial's start in this driver,
+    not from the start of Ray and Tune (which on a busy machine took longer than a small
+    budget): when it runs out the ledger stops Tune as Ctrl-C would (Tune's own time_budget_s
+    is not used), and the trials that ended by then are the sweep's."""
 
     def __init__(self, listeners: list, interruption: Interruption, time_budget_s: float | None):
         self.listeners = listeners
         self.interruption = interruption
-        self.deadline = None if time_budget_s is None else time.monotonic() + time_budget_s
+        self.time_budget_s = time_budget_s
+        self.deadline: float | None = None  # set when the first trial starts
         self.ended: set[str] = set()
         self.cut: set[str] = set()
+        self._stop_tune: Callable[[], None] | None = None
+        self._budget_timer: threading.Timer | None = None
+
+    def on_tune_stop(self, stop: Callable[[], None]) -> None:
+        """Tune's stop for the running fit(), called when the budget runs out."""
+        self._stop_tune = stop
 
     def budget_spent(self) -> bool:
         return self.deadline is not None and time.monotonic() >= self.deadline
 
+    def _budget_ran_out(self) -> None:
+        if self._stop_tune is not None:
+            # Tune's stop sets its stop event, then puts back a SIGINT handler, which only the
+            # main thread may do (ValueError here; the driver's own handler stays, as it should).
+            with contextlib.suppress(ValueError):
+                self._stop_tune()
+
     def trial_started(self, trial_id: str, params: dict[str, Any]) -> None:
+        if self.time_budget_s is not None and self.deadline is None:
+            self.deadline = time.monotonic() + self.time_budget_s
+            self._budget_timer = threading.Timer(self.time_budget_s, self._budget_ran_out)
+            self._budget_timer.daemon = True
+            self._budget_timer.start()
         self.cut.discard(trial_id)
         for listener in self.listeners:
             listener.trial_started(trial_id, params)
@@ -224,5 +250,7 @@ class TrialLedger:
             listener.trial_retried(trial_id, retries, cause, resumed_from_epoch)
 
     def sweep_ended(self) -> None:
+        if self._budget_timer is not None:
+            self._budget_timer.cancel()
         for listener in self.listeners:
             listener.sweep_ended()

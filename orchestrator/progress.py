@@ -38,6 +38,7 @@ class ProgressPrinter:
         self.done: set[str] = set()
         self.already_done = already_done  # finished before a --resume
         self.failed: set[str] = set()
+        self.diverged: set[str] = set()  # counted apart, as the sweep's last line counts them
         self.best: float | None = None
         self.epochs_per_trial = epochs_per_trial
         self.epochs: dict[str, int] = {}  # trial -> epochs it has reported here
@@ -45,7 +46,8 @@ class ProgressPrinter:
 
     def _pending(self) -> int:
         done = len(self.done) + self.already_done
-        return max(self.total - done - len(self.failed) - len(self.running), 0)
+        ended = done + len(self.failed) + len(self.diverged)
+        return max(self.total - ended - len(self.running), 0)
 
     def eta(self, now: float | None = None) -> str:
         """Remaining time from the seconds per trial-epoch so far; '?' before the first epoch."""
@@ -57,7 +59,7 @@ class ProgressPrinter:
                 max(self.epochs_per_trial - self.epochs.get(t, 0), 0) for t in self.running
             )
             return _clock(per_epoch * remaining)
-        finished_here = len(self.done) + len(self.failed)
+        finished_here = len(self.done) + len(self.failed) + len(self.diverged)
         if finished_here and self.first_start is not None:  # epochs unknown: whole trials
             per_trial = (now - self.first_start) / finished_here
             return _clock(per_trial * (self._pending() + len(self.running)))
@@ -73,7 +75,9 @@ class ProgressPrinter:
         done = len(self.done) + self.already_done
         return (
             f"[{_clock(elapsed)}] trials: {done} done, {len(self.running)} running, "
-            f"{self._pending()} pending, {len(self.failed)} failed (of {self.total}) | best "
+            f"{self._pending()} pending, {len(self.failed)} failed"
+            + (f", {len(self.diverged)} diverged" if self.diverged else "")
+            + f" (of {self.total}) | best "
             f"{self.metric} {self._best()} | eta {self.eta()}"
         )
 
@@ -92,6 +96,7 @@ class ProgressPrinter:
             self.first_start = time.monotonic()
         self.running.add(trial_id)
         self.failed.discard(trial_id)
+        self.diverged.discard(trial_id)
         self._print()
 
     def trial_result(self, trial_id: str, metrics: dict[str, Any]) -> None:
@@ -107,7 +112,7 @@ class ProgressPrinter:
     def trial_completed(self, trial_id: str, last: dict[str, Any], checkpoint_dir: str | None) -> None:
         self.running.discard(trial_id)
         if rs.METRIC_DIVERGED_EPOCH in last:
-            self.failed.add(trial_id)
+            self.diverged.add(trial_id)
             print(f"trial {trial_id} diverged: the training loss became "
                   f"{last.get('diverged_loss')} at epoch {last[rs.METRIC_DIVERGED_EPOCH]}, step "
                   f"{last[rs.METRIC_DIVERGED_STEP]}; stopped", file=self.stream, flush=True)

@@ -6,6 +6,7 @@ Ray 2.60 runs Train V2: inside a trial only ray.tune.report / get_checkpoint / g
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -166,6 +167,20 @@ def diverged_result(trainer: Trainer, exc: TrainingDiverged) -> dict[str, Any]:
 
 
 # -- the driver -------------------------------------------------------------------------------
+@contextlib.contextmanager
+def _sigterm_blocked():
+    """SIGTERM blocked while the local Ray starts: its processes inherit the signal mask. SIGTERM
+    to the sweep's whole process group (what `timeout`, SLURM and Kubernetes send) then reaches
+    the driver alone, which stops the trials, records the state and shuts Ray down itself, as
+    on Ctrl-C (Ray blocks SIGINT in its processes the same way); before, Ray's processes died
+    first and the driver could record nothing. The driver's own mask is restored at once."""
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
 def joins_a_cluster(address: str | None) -> bool:
     """Whether init_ray joins a running cluster (--address or RAY_ADDRESS) rather than starting
     a private local instance."""
@@ -189,7 +204,8 @@ def init_ray(address: str | None = None, verbose: bool = False, wait_policy: str
         # Ray's current-cluster file, which a killed `ray start --head` leaves behind (a dead head
         # then hangs every local sweep). Ray would count every CPU of the machine, not the ones
         # this process may use (taskset, cpusets): trials would share them.
-        ray.init(address="local", num_cpus=usable_cpus(), include_dashboard=False, **kwargs)
+        with _sigterm_blocked():
+            ray.init(address="local", num_cpus=usable_cpus(), include_dashboard=False, **kwargs)
         global _reaper
         _reaper = start_reaper()  # the local instance goes with this process, even on SIGKILL
     return True
@@ -566,7 +582,6 @@ def run_tuner(
                 scheduler=make_scheduler(spec),
                 num_samples=num_samples,
                 max_concurrent_trials=search.max_concurrent_trials,
-                time_budget_s=search.time_budget_s,
                 reuse_actors=True,
             ),
             run_config=tune.RunConfig(

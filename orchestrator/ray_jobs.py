@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from nli_models.errors import mask_secrets
+from nli_models.errors import without_passwords
 from orchestrator.environment import DEFAULTS
 
 if TYPE_CHECKING:
@@ -314,7 +314,7 @@ def build_submission(
         metadata={
             "nli.spec": relative,
             "nli.spec_name": spec.name,
-            "nli.tracking_uri": mask_secrets(uri),
+            "nli.tracking_uri": without_passwords(uri),
             "nli.storage_path": spec.search.storage_path or "",
             "nli.planned_trials": str(spec.num_trials()),
         },

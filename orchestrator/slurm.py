@@ -33,7 +33,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from nli_models.errors import InputError
+from nli_models.errors import InputError, mask_secrets, without_passwords
 from orchestrator.environment import DEFAULTS
 from orchestrator.ray_jobs import (
     ClusterError,
@@ -65,6 +65,14 @@ TIME_FORMATS = (  # sbatch --time: minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH
     r"(?P<d>\d+)-(?P<h>\d+)", r"(?P<d>\d+)-(?P<h>\d+):(?P<m>\d+)",
     r"(?P<d>\d+)-(?P<h>\d+):(?P<m>\d+):(?P<s>\d+)",
 )
+# Values pasted into `#SBATCH` lines. sbatch reads a line up to its newline and splits it on white
+# space: a newline in a value would end the #SBATCH block and run the rest as a command on the
+# compute node, a space would add options of its own. Names (partitions, accounts, QOS) are
+# letters, digits and these marks; a partition list is comma-separated.
+SBATCH_NAME = re.compile(r"[A-Za-z0-9_.,+@:-]+")
+# Paths in #SBATCH lines (--output, --chdir): no white space or control characters (as above), no
+# quotes or backslashes (sbatch unquotes them), no % (sbatch expands %x, %j, ... in --output).
+UNSAFE_PATH = re.compile(r"[\s\x00-\x1f\x7f\"'\\%]")
 
 
 class SlurmInputError(JobInputError, InputError):
@@ -160,7 +168,11 @@ def time_limit_seconds(text: str) -> int:
 def sbatch_line(text: str) -> str:
     """An extra `#SBATCH` option (given as `--mem=16G` or `#SBATCH --mem=16G`)."""
     line = re.sub(r"^#SBATCH\s+", "", text.strip())
-    if "\n" in text or not re.match(r"--?[A-Za-z]", line):
+    # One option and its value: `--name[=value]` or `-x[ ]value`, the value without white space
+    # (a second word would be a second option, a newline the end of the #SBATCH block).
+    if not re.fullmatch(r"--[A-Za-z][\w-]*(=\S+)?|-[A-Za-z]( ?\S+)?", line) or any(
+        ord(c) < 32 or ord(c) == 127 for c in line
+    ):
         raise SlurmInputError(f"--sbatch {text!r}: expected one sbatch option, e.g. --mem=16G")
     option = re.split(r"[=\s]", line, maxsplit=1)[0] if line.startswith("--") else line[:2]
     if option in MANAGED_OPTIONS:
@@ -170,7 +182,30 @@ def sbatch_line(text: str) -> str:
     return line
 
 
+def check_name(option: str, value: str | None) -> None:
+    """SlurmInputError unless `value` (a partition, account or QOS) is a plain name."""
+    if value is not None and not SBATCH_NAME.fullmatch(value):
+        raise SlurmInputError(
+            f"{option} {value!r}: letters, digits and _.,+@:- only (it goes into an #SBATCH line)"
+        )
+
+
+def check_path(option: str, path: str | Path) -> None:
+    """SlurmInputError for a path that an #SBATCH line or the script's comments cannot hold."""
+    bad = UNSAFE_PATH.search(str(path))
+    if bad:
+        raise SlurmInputError(
+            f"{option} {str(path)!r}: holds {bad.group()!r}; a path in the batch script's #SBATCH "
+            "lines may not hold white space, control characters, quotes, backslashes or %: "
+            "use another folder"
+        )
+
+
 def check_options(options: SlurmOptions) -> None:
+    for option, value in (("--partition", options.partition), ("--account", options.account),
+                          ("--qos", options.qos)):
+        check_name(option, value)
+    check_path("--log-dir", options.log_dir)
     if options.time_limit is not None:
         limit = time_limit_seconds(options.time_limit)
         if limit and options.signal_before_s >= limit:
@@ -191,7 +226,7 @@ def slurm_tracking_uri(uri: str) -> str:
         f"tracking store {uri} is a file: the job's trials write to it from every node, and "
         "SQLite's locking is unreliable on the network file systems clusters share (NFS, "
         "Lustre), so runs get lost or the store corrupted. Run the tracking server where the "
-        "nodes reach it (`orchestrate server --host 0.0.0.0` on the login or a service node) and "
+        "nodes reach it (`orchestrate server --host 0.0.0.0 --basic-auth` on the login or a service node) and "
         "pass --tracking-uri http://HOST:5000, or set search.tracking_uri / MLFLOW_TRACKING_URI"
     )
 
@@ -356,7 +391,7 @@ def render_script(*, options: SlurmOptions, spec_path: Path, spec_name: str, job
                   cwd: Path, python: str) -> str:
     header = ["#!/bin/bash"] + [f"#SBATCH {line}" for line in _directives(options, job_name, log_dir, cwd)]
     header += [
-        f"# Sweep {spec_name!r} ({spec_path}) on a Ray cluster private to this job.",
+        f"# Sweep {spec_name!r} ({str(spec_path)!r}) on a Ray cluster private to this job.",
         "# Written by `orchestrate submit --slurm`; see orchestrator/slurm.py for its signals.",
     ]
     exports = {k: os.environ.get(k, DEFAULTS[k]) for k in DEFAULTS}
@@ -390,6 +425,7 @@ def build_batch_job(spec_path: str | Path, options: SlurmOptions, *, tracking_ur
         spec_path, resume, new, overrides, tracking_uri, error=SlurmInputError
     )
     check_options(options)
+    check_path("the working directory (--chdir)", Path(cwd or os.getcwd()).resolve())
     uri = slurm_tracking_uri(spec.tracking_uri)
     at_once, why = trials_at_once(spec, options.allocation, "the requested allocation")
     warnings = [w for w in (loopback_warning(uri),) if w]
@@ -442,7 +478,8 @@ def sbatch(job: BatchJob) -> str:
     if result.returncode != 0:
         raise ClusterError(f"sbatch refused the job: {result.stderr.strip()}")
     job_id = result.stdout.strip().split(";")[0]
-    (Path(job.log_dir) / f"{job.job_name}-{job_id}.sbatch").write_text(job.script)
+    # A copy to read, beside the output: the job was given the script with its passwords.
+    (Path(job.log_dir) / f"{job.job_name}-{job_id}.sbatch").write_text(mask_secrets(job.script))
     return job_id
 
 
@@ -550,7 +587,8 @@ def record_path() -> Path:
 
 def record(job: BatchJob, job_id: str) -> Submitted:
     entry = Submitted(
-        job_id=job_id, spec=job.spec_path, spec_name=job.spec_name, tracking_uri=job.tracking_uri,
+        job_id=job_id, spec=job.spec_path, spec_name=job.spec_name,
+        tracking_uri=without_passwords(job.tracking_uri),
         planned_trials=job.planned_trials, output=str(Path(job.log_dir) / f"{job.job_name}-{job_id}.out"),
         submitted=time.strftime("%Y-%m-%dT%H:%M:%S"),
     )

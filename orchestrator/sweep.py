@@ -574,25 +574,34 @@ def _drive(spec: SweepSpec, spec_path: Path, data: PreparedData, tracker: Tracke
             epochs_per_trial=spec.training.epochs,
         )
         ledger = TrialLedger([recorder, progress], interruption, spec.search.time_budget_s)
+
+        def on_tune_stop(stop) -> None:  # a signal or the time budget stops the fit
+            ledger.on_tune_stop(stop)
+            interruption.on_tune_stop(stop)
+
         state.move(rs.SWEEP_RUNNING)
         outcomes = run_tuner(spec, data, f"{spec.name}-{parent_run_id[:8]}", [ledger],
-                             resume=resumed, verbose=min(verbose, 3),
-                             on_stop=interruption.on_tune_stop)
+                             resume=resumed, verbose=min(verbose, 3), on_stop=on_tune_stop)
         uploader.drain()  # every trial run is in the store before the selection reads it
         trials = tracker.trial_runs(experiment_id, parent_run_id)
         tracker.set_tags(parent_run_id, {rs.TAG_TRIAL_DEVICES: trial_devices(trials)})
         run_ids = {run.data.tags.get(rs.TAG_TRIAL_ID): run.info.run_id for run in trials}
         ended = {run.data.tags.get(rs.TAG_TRIAL_ID) for run in trials if run.info.status in ("FINISHED", "FAILED")}
-        complete = len(ended) >= planned or ledger.budget_spent()
+        # A budget that ran out before any trial ended leaves nothing to complete: resumable.
+        complete = len(ended) >= planned or (ledger.budget_spent() and bool(ended))
+        if ledger.budget_spent() and not ended and not interruption.requested:
+            progress.phase(f"the time budget (search.time_budget_s {spec.search.time_budget_s:g} s "
+                           "from the first trial's start) ran out before any trial ended")
         if interruption.requested or not complete:
             return end_interrupted()
+        finished = {run.data.tags.get(rs.TAG_TRIAL_ID) for run in trials if run.info.status == "FINISHED"}
         progress.phase(
             f"{len(ended)} trials ended; selecting on dev, then evaluating the selected "
-            "configuration on test"
+            "configuration on test" if finished else
+            f"{len(ended)} trials ended, none finished (failed or diverged): nothing to select"
         )
         _test_evaluation_delay(interruption)
         full_params = {o.trial_id: {**base_params, **o.params} for o in outcomes}
-        finished = {run.data.tags.get(rs.TAG_TRIAL_ID) for run in trials if run.info.status == "FINISHED"}
         # Test data is touched once, for the final selection, computed before anything is recorded.
         selection = apply_paper_protocol(
             spec, data, [o for o in outcomes if o.trial_id in finished], run_ids, full_params, interruption

@@ -62,8 +62,10 @@ from results.sweeps import observed_state, sweep_runs, trial_runs
 from results.tracking_uri import (
     PROBE_TIMEOUT_S,
     check_tracking_uri,
+    client_uri,
     probe_database,
     probe_http,
+    split_credentials,
     unreachable_store,
 )
 
@@ -194,7 +196,7 @@ class Tracker:
         self._raise_unavailable(probe_database(tracking_uri))
         try:
             with _store_creation_lock(tracking_uri):
-                self.client = MlflowClient(tracking_uri=tracking_uri)
+                self.client = MlflowClient(tracking_uri=client_uri(tracking_uri))
         except Exception as exc:  # MLflow and SQLAlchemy raise many types for a bad store
             self._raise_unavailable(str(exc))
 
@@ -861,9 +863,10 @@ def runs_view_link(base_url: str, experiment_id: str, charts: bool = False) -> s
 
 
 def ui_base_url(tracking_uri: str) -> str:
-    """Where the UI of a store is: the tracking server itself, else `orchestrate ui`'s address."""
+    """Where the UI of a store is: the tracking server itself (without credentials: the link is
+    printed and kept in the parent's description), else `orchestrate ui`'s address."""
     if tracking_uri.startswith(("http://", "https://")):
-        return tracking_uri
+        return split_credentials(tracking_uri)[0]
     return "http://127.0.0.1:5000"
 
 
@@ -956,7 +959,7 @@ def sweep_view_links(tracking_uri: str, base_url: str) -> dict[str, tuple[str, s
         if not Path(tracking_uri.removeprefix("sqlite:///").split("?")[0]).exists():
             return {}
     key = rs.EXPERIMENT_TAG_SHARED_VIEW_PREFIX + rs.RUNS_VIEW_KEY
-    experiments = MlflowClient(tracking_uri).search_experiments(filter_string=f"tags.`{key}` != ''")
+    experiments = MlflowClient(client_uri(tracking_uri)).search_experiments(filter_string=f"tags.`{key}` != ''")
     return {
         e.name: (
             runs_view_link(base_url, e.experiment_id),

@@ -8,9 +8,12 @@ starts, so a wrong URI or a stopped database is one clear line instead of a trac
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import secrets
 import shutil
+import signal
+import subprocess
 import sys
 import time
 import urllib.error
@@ -38,6 +41,59 @@ class ServerInputError(ServerError):
 mask_uri = mask_secrets  # one masking rule for every message (nli_models.errors)
 
 USERNAME_ENV, PASSWORD_ENV = "MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD"
+
+
+def is_loopback(host: str) -> bool:
+    """Only this machine can connect to a server listening on `host`."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False  # a name: it resolves to an interface others may reach
+
+
+def check_exposure(host: str, basic_auth: bool, no_auth: bool) -> str | None:
+    """ServerInputError for a server other machines could reach with no authentication unless
+    --no-auth says so explicitly; then the warning to print (None when there is nothing to say)."""
+    if basic_auth and no_auth:
+        raise ServerInputError("--basic-auth and --no-auth exclude each other")
+    if basic_auth or is_loopback(host):
+        return None
+    if not no_auth:
+        raise ServerInputError(
+            f"--host {host} listens beyond this machine: without authentication anyone who can "
+            "reach it reads and writes every run and artifact. Pass --basic-auth (the admin from "
+            f"{USERNAME_ENV} / {PASSWORD_ENV}), or --no-auth on a network only you use"
+        )
+    return (f"--no-auth: the server on {host} has no authentication; every machine that reaches "
+            "it can read and write every run and artifact")
+
+
+def run_until_stopped(argv: list[str], env: dict[str, str], scratch: Path) -> int:
+    """Run the server as a child (its own process group) and remove `scratch` (the auth app's ini
+    file, which names the database with its password) when it ends: SIGINT, SIGTERM and SIGHUP
+    are passed on to the server, which stops; then the folder goes. Returns its exit code (128 +
+    the signal's number when a signal ended it, as a shell reports it)."""
+    try:
+        process = subprocess.Popen(argv, env=env, start_new_session=True)
+    except BaseException:
+        shutil.rmtree(scratch, ignore_errors=True)
+        raise
+
+    def forward(signum, _frame) -> None:
+        try:
+            os.killpg(process.pid, signum)
+        except ProcessLookupError:
+            pass
+
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, forward)
+    try:
+        code = process.wait()
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return 128 - code if code < 0 else code
 
 
 def basic_auth_settings(backend_store_uri: str, folder: Path) -> dict[str, str]:

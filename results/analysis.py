@@ -113,25 +113,43 @@ def evaluated_trials(done: Sequence[TrialRun], evaluator: str) -> list[TrialRun]
     return random.Random(0).sample(ordered, FANOVA_MAX_TRIALS)
 
 
-def importance_table(trials: Sequence[TrialRun]) -> pa.Table:
-    """Importance of each searched hyperparameter per experiment (empty where fewer than two
-    finished trials or nothing varied)."""
+def importance_gap(done: Sequence[TrialRun], names: Sequence[str]) -> str | None:
+    """Why importance cannot be computed over one experiment's finished trials, or None. fANOVA
+    raises on the last case ("zero total variance in all trees")."""
+    if len(done) < 2:
+        return f"fewer than two finished trials ({len(done)})"
+    if not names:
+        return "no hyperparameter took two values"
+    if len({t.record.best_dev_accuracy for t in done}) == 1:
+        return f"all {len(done)} finished trials have the same best dev accuracy"
+    return None
+
+
+def importance_with_notes(trials: Sequence[TrialRun]) -> tuple[pa.Table, dict[str, str]]:
+    """Importance of each searched hyperparameter per experiment, and per experiment where it
+    could not be computed, why (one line; `importance not computed: WHY`)."""
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # no "A new study created" lines
-    rows = []
+    rows, notes = [], {}
     for experiment in sorted({t.experiment for t in trials}):
         done = finished([t for t in trials if t.experiment == experiment])
         names = searched_params([t.record.params for t in done])
-        if len(done) < 2 or not names:
+        gap = importance_gap(done, names)
+        if gap:
+            notes[experiment] = gap
             continue
         # The ranges of all the trials, also where fANOVA sees a sample.
         distributions = {name: _distribution(_values(done, name)) for name in names}
         for evaluator, make in EVALUATORS.items():
             seen = evaluated_trials(done, evaluator)
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")  # Optuna's ExperimentalWarning for PED-ANOVA
-                importances = optuna.importance.get_param_importances(
-                    _study(seen, distributions), evaluator=make()
-                )
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")  # Optuna's ExperimentalWarning for PED-ANOVA
+                    importances = optuna.importance.get_param_importances(
+                        _study(seen, distributions), evaluator=make()
+                    )
+            except (RuntimeError, ValueError, ZeroDivisionError) as exc:  # e.g. a tie in a sample
+                notes[experiment] = f"{evaluator}: {exc}"
+                continue
             rows += [
                 {
                     "experiment": experiment,
@@ -142,7 +160,12 @@ def importance_table(trials: Sequence[TrialRun]) -> pa.Table:
                 }
                 for name, value in importances.items()
             ]
-    return arrow_table(rows, COLUMNS, "importance")
+    return arrow_table(rows, COLUMNS, "importance"), notes
+
+
+def importance_table(trials: Sequence[TrialRun]) -> pa.Table:
+    """importance_with_notes without the notes (empty where it cannot be computed)."""
+    return importance_with_notes(trials)[0]
 
 
 def plot_importance(table: pa.Table, experiment: str) -> Figure | None:

@@ -240,15 +240,18 @@ def _add_analysis(
 ) -> None:
     """Per experiment: importance, parallel coordinates and top-k learning curves under
     FOLDER/EXPERIMENT/, also logged to the parent run of the experiment's best trial."""
-    from results.analysis import analysis_files, importance_table, top_trials
+    from results.analysis import analysis_files, importance_with_notes, top_trials
+    from results.files import file_stem
     from results.run_schema import ARTIFACT_ANALYSIS_DIR, METRIC_DEV_ACCURACY
     from results.tracking import metric_histories
 
-    importance = importance_table(trials)
+    importance, notes = importance_with_notes(trials)
+    for experiment, why in notes.items():
+        warnings.warn(f"{experiment}: importance not computed: {why}", ResultsWarning, stacklevel=2)
     for experiment in sorted({t.experiment for t in trials}):
         top = top_trials(trials, experiment)
         histories = metric_histories(client, [t.record.run_id for t in top], METRIC_DEV_ACCURACY)
-        target = folder / experiment
+        target = folder / file_stem(experiment)
         outputs.files += analysis_files(trials, importance, histories, experiment, target)
         parent = next((t.parent_run_id for t in top if t.parent_run_id), None)
         if parent:

@@ -15,6 +15,7 @@ import base64
 import html
 import json
 import os
+import re
 import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -31,7 +32,7 @@ from mlflow.entities import Experiment, Run
 
 from results import run_schema as rs
 from results.analysis import (
-    importance_table,
+    importance_with_notes,
     plot_importance,
     plot_learning_curves,
     plot_parallel_coordinates,
@@ -41,6 +42,7 @@ from results.compare import compare_predictions, describe_comparison
 from results.errors import ResultsError
 from results.evp import evp_table, plot_evp
 from results.figures import figure_bytes, new_figure
+from results.files import file_stem
 from results.predictions import majority_class, read_predictions
 from results.render import format_count, format_hyperparameters, render, results_view
 from results.sweeps import observed_state
@@ -140,27 +142,56 @@ def to_html(title: str, subtitle: str, sections: Sequence[Section]) -> str:
     )
 
 
+def _markdown_inline(text: str) -> str:
+    """`text` for Markdown, escaped as the HTML page escapes it: <, > and & as entities and [ ]
+    backslashed outside `code` spans (whose content Markdown shows as is). Values from the store
+    (experiment names, params, tags) may hold backticks that would move a span's end: a text
+    whose backticks do not pair up one by one is escaped whole."""
+    def escape(part: str) -> str:
+        return html.escape(part, quote=False).replace("[", r"\[").replace("]", r"\]")
+
+    if "``" in text or "\\`" in text or text.count("`") % 2:
+        return escape(text)
+    parts = text.split("`")
+    return "`".join(p if i % 2 else escape(p) for i, p in enumerate(parts))
+
+
+def _markdown_cells(frame: pd.DataFrame) -> pd.DataFrame:
+    """Every cell as escaped text on one line (a newline would end the table's row)."""
+    text = frame.astype(object).fillna("")
+    return text.map(lambda v: _markdown_inline(" ".join(v.splitlines())) if isinstance(v, str) else v)
+
+
+def _fence(text: str) -> str:
+    """A code fence longer than any run of backticks in `text`, which cannot end it early."""
+    longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
+    return "`" * max(3, longest + 1)
+
+
 def to_markdown(
     title: str, subtitle: str, sections: Sequence[Section], image_dir: str
 ) -> tuple[str, list[tuple[str, bytes]]]:
-    """The page as Markdown and its images as (relative path, PNG bytes)."""
-    lines, images = [f"# {title}", "", subtitle, ""], []
+    """The page as Markdown and its images as (relative path, PNG bytes). What comes from the
+    store is escaped as in the HTML page: raw HTML in a name or param shows as text."""
+    md = _markdown_inline
+    lines, images = [f"# {md(title)}", "", md(subtitle), ""], []
     for section in sections:
-        lines += [f"## {section.title}", ""]
+        lines += [f"## {md(section.title)}", ""]
         for kind, content in section.blocks:
             if kind == "text":
-                lines += [content, ""]
+                lines += [md(content), ""]
             elif kind == "bullets":
-                lines += [*(f"- {item}" for item in content), ""]
+                lines += [*(f"- {md(item)}" for item in content), ""]
             elif kind == "table":
-                lines += [render(content.astype(object).fillna(""), "md")]
+                lines += [render(_markdown_cells(content), "md")]
             elif kind == "code":
-                lines += ["```", content.rstrip(), "```", ""]
+                fence = _fence(content)
+                lines += [fence, content.rstrip(), fence, ""]
             else:
                 png, name, caption = content
                 path = f"{image_dir}/{name}.png"
                 images.append((path, png))
-                lines += [f"![{caption}]({path})", "", f"*{caption}*", ""]
+                lines += [f"![{md(caption)}]({path})", "", f"*{md(caption)}*", ""]
     return "\n".join(lines), images
 
 
@@ -461,11 +492,11 @@ def results_section(record: Record) -> Section:
 def analysis_section(record: Record) -> Section:
     section = Section("Analysis of the search")
     name = record.experiment.name
-    importance = importance_table(record.trials)
+    importance, notes = importance_with_notes(record.trials)
     section.figure(plot_importance(importance, name), "importance",
                    "Hyperparameter importance (Optuna fANOVA and PED-ANOVA) for best dev accuracy")
-    if not len(importance):
-        section.text("Importance: fewer than two finished trials, or nothing varied.")
+    if name in notes:
+        section.text(f"Importance: not computed: {notes[name]}.")
     section.figure(plot_parallel_coordinates(record.trials, name), "parallel_coordinates",
                    "Searched hyperparameters against best dev accuracy, one line per trial")
     top = top_trials(record.trials, name)
@@ -644,9 +675,10 @@ def build_report(client: MlflowClient, experiment: Experiment) -> tuple[str, str
 def report_files(
     client: MlflowClient, experiment: Experiment, out_dir: Path
 ) -> list[tuple[Path, str | bytes]]:
-    """EXPERIMENT.html (self-contained), EXPERIMENT.md and the Markdown's images."""
+    """EXPERIMENT.html (self-contained), EXPERIMENT.md and the Markdown's images, inside
+    `out_dir` whatever the experiment is called (results.files.file_stem)."""
     title, subtitle, sections = build_report(client, experiment)
-    stem = experiment.name
+    stem = file_stem(experiment.name)
     markdown, images = to_markdown(title, subtitle, sections, f"{stem}_files")
     return [
         (out_dir / f"{stem}.html", to_html(title, subtitle, sections)),

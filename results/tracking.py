@@ -44,7 +44,7 @@ from results.run_schema import (
     TAG_SELECTED,
 )
 from results.selection import TrialRecord
-from results.tracking_uri import check_tracking_uri, unreachable_store
+from results.tracking_uri import check_tracking_uri, client_uri, unreachable_store
 
 TRIAL_FILTER = f"tags.`{TAG_ROLE}` = '{ROLE_TRIAL}'"
 
@@ -76,7 +76,7 @@ def open_client(tracking_uri: str) -> MlflowClient:
             f"MLflow tracking store {mask_secrets(tracking_uri)} is unreachable: "
             f"{mask_secrets(unreachable)}"
         )
-    return MlflowClient(tracking_uri=tracking_uri)
+    return MlflowClient(tracking_uri=client_uri(tracking_uri))
 
 
 def _local_store_path(tracking_uri: str) -> Path | None:

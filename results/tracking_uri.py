@@ -9,6 +9,7 @@ Kept free of MLflow imports so that `orchestrate --help` stays light.
 
 from __future__ import annotations
 
+import base64
 import os
 import socket
 import urllib.error
@@ -59,6 +60,32 @@ def check_tracking_uri(uri: str) -> None:
         )
 
 
+CREDENTIAL_ENVS = ("MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD")
+
+
+def split_credentials(uri: str) -> tuple[str, tuple[str, str] | None]:
+    """An http(s) URI without its `user:password@`, and (user, password) percent-decoded; other
+    URIs as they are (a database driver reads its own userinfo)."""
+    parts = urllib.parse.urlsplit(uri) if "://" in uri else None
+    if parts is None or parts.scheme not in ("http", "https") or "@" not in parts.netloc:
+        return uri, None
+    userinfo, host = parts.netloc.rsplit("@", 1)
+    user, _, password = userinfo.partition(":")
+    bare = urllib.parse.urlunsplit(parts._replace(netloc=host))
+    return bare, (urllib.parse.unquote(user), urllib.parse.unquote(password))
+
+
+def client_uri(uri: str) -> str:
+    """The URI to give MLflow's client: `http://user:password@host` becomes `http://host` with
+    the two as MLflow's basic-auth credentials (MLFLOW_TRACKING_USERNAME / _PASSWORD of this
+    process; the URI's win over the environment's), so no request line, log or error of MLflow
+    carries the password."""
+    bare, credentials = split_credentials(uri)
+    if credentials is not None:  # `user@host` alone keeps the environment's password
+        os.environ.update((k, v) for k, v in zip(CREDENTIAL_ENVS, credentials, strict=True) if v)
+    return bare
+
+
 def probe_database(uri: str) -> str | None:
     """Why a database server cannot be reached (None: a TCP connection opened). SQLAlchemy and
     MLflow retry a refused connection for over a minute and a half."""
@@ -77,8 +104,13 @@ def probe_database(uri: str) -> str | None:
 def probe_http(uri: str) -> str | None:
     """Why an HTTP tracking server cannot be reached (None: it answered). One quick request:
     the MLflow client itself retries a refused connection for about 4 minutes."""
+    bare, credentials = split_credentials(uri)  # urllib would take `user:password@host` for a host
+    request = urllib.request.Request(bare.rstrip("/") + "/health")
+    if credentials is not None:
+        token = base64.b64encode(":".join(credentials).encode()).decode()
+        request.add_header("Authorization", f"Basic {token}")
     try:
-        urllib.request.urlopen(uri.rstrip("/") + "/health", timeout=PROBE_TIMEOUT_S).close()
+        urllib.request.urlopen(request, timeout=PROBE_TIMEOUT_S).close()
     except urllib.error.HTTPError:
         return None  # it answered (auth or routing is checked by the real request)
     except (urllib.error.URLError, OSError) as exc:

@@ -158,6 +158,24 @@ def test_sigterm_with_pending_trials_then_sweeps_results_and_resume(tmp_path):
     assert shown.stdout.splitlines()[1].split()[2:4] == ["completed", "4/0/4"]
 
 
+def test_sigterm_to_the_whole_process_group_ends_the_sweep_as_sigint_does(tmp_path):
+    """Issue 27: `timeout`, SLURM and Kubernetes send SIGTERM to every process of the job; Ray's
+    local processes died of it before the driver recorded anything (exit 1, parent left
+    RUNNING). They start with SIGTERM blocked, so the driver stops them itself."""
+    import time
+
+    spec = _spec(tmp_path, "group-term", {"max_concurrent_trials": 1})
+    driver, log = _start(tmp_path, spec, EPOCH_DELAY)
+    wait_while_driving(trial_running(tmp_path, "group-term", log), driver, log, "a running trial")
+    sent = time.monotonic()
+    assert _interrupt(driver, log, signal.SIGTERM, group=True) == EXIT_INTERRUPTED
+    assert time.monotonic() - sent < 60
+    assert "SIGTERM: stopping the sweep" in log.read_text()
+    parent, children = _assert_interrupted(tmp_path, "group-term")
+    assert any(c.info.status == "KILLED" for c in children)
+    _assert_resume_completes(tmp_path, spec, "group-term", planned=4)
+
+
 def test_ctrl_c_during_the_last_trial_with_a_concurrency_limit(tmp_path):
     spec = _spec(tmp_path, "last", {"max_concurrent_trials": 1,
                                     "space": {"lr": {"grid": [0.001, 0.01]}, "dropout": {"grid": [0.0]}}})

@@ -76,8 +76,14 @@ def test_ledger_counts_a_trial_only_when_the_driver_saw_it_end():
     assert not any(name == "trial_errored" for name, _ in heard.events)
 
     budget = TrialLedger([heard], Interruption(), time_budget_s=0)
+    assert not budget.budget_spent()  # the budget counts from the first trial's start
+    stopped = []
+    budget.on_tune_stop(lambda: stopped.append("tune"))
+    budget.trial_started("cut-by-the-budget", {})
     budget.trial_completed("cut-by-the-budget", {"trial_finished": 0}, None)
     assert budget.cut == {"cut-by-the-budget"} and budget.budget_spent()
+    budget._budget_timer.join(10)
+    assert stopped == ["tune"]  # the ledger stopped Tune when the budget ran out
 
 
 def test_signal_before_the_parent_exists_aborts_at_once():

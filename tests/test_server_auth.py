@@ -40,30 +40,47 @@ def _get(url: str, auth: tuple[str, str] | None = None) -> int:
         return 0
 
 
-@pytest.fixture(scope="module")
-def auth_server(tmp_path_factory):
-    """One server for the module's tests (each start costs seconds of imports and migrations)."""
-    tmp_path = tmp_path_factory.mktemp("auth-server")
+def _start_server(folder, *options: str, env: dict | None = None):
+    """`orchestrate server` on a new SQLite store in `folder` (TMPDIR there too), in its own
+    session; (process, url, log path) once it answers (with the admin's credentials)."""
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    env = {**os.environ, "MLFLOW_TRACKING_USERNAME": USER, "MLFLOW_TRACKING_PASSWORD": PASSWORD}
-    log = (tmp_path / "server.log").open("w")
-    process = subprocess.Popen(
-        [ORCHESTRATE, "server", "--backend-store-uri", f"sqlite:///{tmp_path / 'server.db'}",
-         "--artifacts-destination", str(tmp_path / "artifacts"), "--port", str(port), "--basic-auth"],
-        env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-    )
+    (folder / "tmp").mkdir()
+    env = {**os.environ, "MLFLOW_TRACKING_USERNAME": USER, "MLFLOW_TRACKING_PASSWORD": PASSWORD,
+           "TMPDIR": str(folder / "tmp"), **(env or {})}
+    log_path = folder / "server.log"
+    with log_path.open("w") as log:
+        process = subprocess.Popen(
+            [ORCHESTRATE, "server", "--backend-store-uri", f"sqlite:///{folder / 'server.db'}",
+             "--artifacts-destination", str(folder / "artifacts"), "--port", str(port), *options],
+            env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        )
     deadline = time.monotonic() + 180
     search = f"{url}/api/2.0/mlflow/experiments/search?max_results=1"
     while _get(search, (USER, PASSWORD)) != 200:
-        assert process.poll() is None, (tmp_path / "server.log").read_text()
+        assert process.poll() is None, log_path.read_text()
         assert time.monotonic() < deadline, "the server did not come up"
         time.sleep(1)
+    return process, url, log_path
+
+
+def _stop_server(process, signum) -> int:
+    os.killpg(process.pid, signum)
+    return process.wait(timeout=60)
+
+
+@pytest.fixture(scope="module")
+def auth_server(tmp_path_factory):
+    """One server for the module's tests (each start costs seconds of imports and migrations)."""
+    folder = tmp_path_factory.mktemp("auth-server")
+    process, url, log = _start_server(folder, "--basic-auth")
+    # While it runs, its private folder holds the auth app's settings (the database URI).
+    [scratch] = list((folder / "tmp").glob("nli-auth-*"))
+    assert oct(scratch.stat().st_mode & 0o777) == "0o700"
     yield url
-    os.killpg(process.pid, signal.SIGTERM)
-    process.wait(timeout=30)
-    log.close()
-    assert PASSWORD not in (tmp_path / "server.log").read_text()
+    _stop_server(process, signal.SIGTERM)
+    assert PASSWORD not in log.read_text()
+    assert list((folder / "tmp").iterdir()) == []  # issue 27: no nli-auth-* folder left behind
 
 
 def test_basic_auth_needs_credentials_in_the_environment(tmp_path):
@@ -124,3 +141,77 @@ def test_sweep_logs_with_credentials_from_the_environment(auth_server, tmp_path)
         f"{auth_server}/api/2.0/mlflow-artifacts/artifacts?path={urllib.parse.quote(path)}",
         headers={"Authorization": f"Basic {token}"}), timeout=10))
     assert TRIAL_CONFIG_FILE in [f["path"] for f in listed["files"]], listed
+
+
+def test_basic_auth_server_stopped_by_ctrl_c_leaves_no_folder_and_no_server(tmp_path):
+    process, url, _ = _start_server(tmp_path, "--basic-auth")
+    assert len(list((tmp_path / "tmp").glob("nli-auth-*"))) == 1
+    _stop_server(process, signal.SIGINT)
+    assert list((tmp_path / "tmp").iterdir()) == []
+    assert _get(f"{url}/health") == 0  # nothing listens any more
+
+
+@pytest.mark.parametrize("host", ["0.0.0.0", "::", "10.1.2.3", "head.cluster.example"])
+def test_a_server_others_can_reach_needs_authentication(tmp_path, host):
+    """Issue 27: `--host 0.0.0.0` started a server any machine could write to."""
+    result = run_orchestrate(
+        ["server", "--backend-store-uri", f"sqlite:///{tmp_path / 's.db'}", "--host", host,
+         "--artifacts-destination", str(tmp_path / "a")], cwd=tmp_path, timeout=120)
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.startswith(f"error: --host {host} listens beyond this machine")
+    assert "--basic-auth" in result.stderr and "--no-auth" in result.stderr
+    assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr
+    assert list(tmp_path.iterdir()) == []  # neither the store nor the artifacts folder
+
+
+def test_no_auth_runs_an_open_server_with_a_warning(tmp_path):
+    process, url, log = _start_server(tmp_path, "--host", "0.0.0.0", "--no-auth")
+    try:
+        assert _get(f"{url}/api/2.0/mlflow/experiments/search?max_results=1") == 200  # open
+        assert "warning: --no-auth: the server on 0.0.0.0 has no authentication" in log.read_text()
+    finally:
+        _stop_server(process, signal.SIGTERM)
+    both = run_orchestrate(["server", "--backend-store-uri", f"sqlite:///{tmp_path / 'x.db'}",
+                            "--basic-auth", "--no-auth"], cwd=tmp_path, timeout=120)
+    assert both.returncode == 2 and "exclude each other" in both.stderr
+
+
+def test_credentials_in_an_http_tracking_uri_are_used_and_never_printed(auth_server, tmp_path):
+    """Issue 27: `http://user:pw@host:port` of a live server was "unreachable: Name or service
+    not known" (urllib took `user:pw@host` for the host); `validate` printed the password in its
+    overrides line and the sweep's parent run kept it in its nli.overrides tag."""
+    host = auth_server.removeprefix("http://")
+    uri = f"http://{USER}:{urllib.parse.quote(PASSWORD, safe='')}@{host}"
+    no_env = {"MLFLOW_TRACKING_USERNAME": "", "MLFLOW_TRACKING_PASSWORD": ""}
+    spec = write_spec(tmp_path, {
+        "name": "uri-credentials", "training": {"epochs": 1},
+        "search": {"space": {"lr": {"grid": [0.003]}, "dropout": {"grid": [0.0]}}},
+    })
+    override = f"search.tracking_uri={uri}"
+    validated = run_orchestrate(["validate", str(spec), "--no-data", "--set", override],
+                                cwd=tmp_path, env=no_env, timeout=120)
+    assert validated.returncode == 0, validated.stderr
+    assert f"overrides: search.tracking_uri=http://{USER}:***@{host}" in validated.stdout
+    swept = run_orchestrate(["sweep", str(spec), "--set", override], cwd=tmp_path,
+                            env={**no_env, "NLI_DATA_DIR": str(tmp_path / "data-cache")})
+    assert swept.returncode == 0, swept.stderr
+    listed = run_orchestrate(["sweeps", "uri-credentials", "--tracking-uri", uri], cwd=tmp_path,
+                             env=no_env, timeout=120)
+    assert listed.returncode == 0 and "completed" in listed.stdout, listed.stdout + listed.stderr
+    for result in (listed, validated, swept):
+        output = result.stdout + result.stderr
+        assert PASSWORD not in output and urllib.parse.quote(PASSWORD, safe="") not in output
+    token = base64.b64encode(f"{USER}:{PASSWORD}".encode()).decode()
+    found = json.load(urllib.request.urlopen(urllib.request.Request(
+        f"{auth_server}/api/2.0/mlflow/experiments/get-by-name?experiment_name=uri-credentials",
+        headers={"Authorization": f"Basic {token}"}), timeout=10))
+    request = urllib.request.Request(
+        f"{auth_server}/api/2.0/mlflow/runs/search", method="POST",
+        data=json.dumps({"experiment_ids": [found["experiment"]["experiment_id"]]}).encode(),
+        headers={"Authorization": f"Basic {token}", "Content-Type": "application/json"})
+    runs = json.load(urllib.request.urlopen(request, timeout=10))["runs"]
+    [parent] = [r for r in runs if {"key": rs.TAG_ROLE, "value": rs.ROLE_SWEEP} in r["data"]["tags"]]
+    tags = {t["key"]: t["value"] for t in parent["data"]["tags"]}
+    assert json.loads(tags[rs.TAG_OVERRIDES]) == [f"search.tracking_uri=http://{USER}:***@{host}"]
+    assert all(PASSWORD not in v and "%25" not in v for v in tags.values())  # description too
+    assert f"{auth_server}/#/experiments/" in tags[rs.TAG_MLFLOW_NOTE]

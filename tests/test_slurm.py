@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 from cluster_support import orchestrate
+from sweep_helpers import run_orchestrate
 
 from orchestrator.slurm import Allocation, trials_at_once
 from orchestrator.spec import load_spec
@@ -196,3 +197,46 @@ def test_overrides_are_checked_here_and_reach_the_sweep_and_its_resumptions(tmp_
     assert "SWEEP_OPTIONS=(" not in result.stdout.split("SWEEP_OPTIONS=(", 1)[1]
     bad = orchestrate("submit", str(spec), "--slurm", "--set", "training.epochs=-1")
     assert bad.returncode == 2 and "training.epochs" in bad.stderr
+
+
+INJECTED = "gpu\ntouch /tmp/nli-injected"
+
+
+@pytest.mark.parametrize(
+    ("options", "in_cwd", "named"),
+    [
+        (("--partition", INJECTED), "", "--partition"),
+        (("--account", INJECTED), "", "--account"),
+        (("--qos", INJECTED), "", "--qos"),
+        (("--qos", "high --nodes=64"), "", "--qos"),  # a second option on the #SBATCH line
+        (("--log-dir", "logs\ntouch /tmp/nli-injected"), "", "--log-dir"),
+        (("--sbatch", "--mem=4G --nodes=64"), "", "--sbatch"),
+        (("--sbatch", "--mem=4G\ntouch /tmp/nli-injected"), "", "--sbatch"),
+        ((), "work\ntouch /tmp/nli-injected", "the working directory (--chdir)"),
+    ],
+)
+def test_values_that_would_inject_into_the_batch_script_are_refused(tmp_path, private_record,
+                                                                    options, in_cwd, named):
+    """Issue 27: a newline in an #SBATCH value ended the #SBATCH block and ran the rest as a
+    command on the compute node. Through the real CLI process, with and without --dry-run."""
+    spec = spec_file(tmp_path / "specs")
+    cwd = tmp_path / in_cwd if in_cwd else tmp_path
+    cwd.mkdir(parents=True, exist_ok=True)
+    env = {"XDG_CACHE_HOME": str(tmp_path / "cache")}
+    for dry_run in (("--dry-run",), ()):
+        result = run_orchestrate(["submit", str(spec), "--slurm", *dry_run, *options], cwd=cwd,
+                                 env=env, timeout=120)
+        assert result.returncode == 2, (result.stdout, result.stderr)
+        assert result.stdout == ""  # no script printed
+        assert result.stderr.startswith(f"error: {named} ") and result.stderr.count("\n") == 1
+        assert "Traceback" not in result.stderr
+    assert not private_record.exists()
+    assert not (tmp_path / "logs\ntouch /tmp/nli-injected").exists()
+
+
+def test_partition_lists_and_plain_names_pass(tmp_path):
+    result = orchestrate("submit", str(spec_file(tmp_path)), "--slurm", "--dry-run",
+                         "--partition", "gpu,a100", "--account", "nlp-lab_2", "--qos", "normal")
+    assert result.returncode == 0, result.stderr
+    assert "#SBATCH --partition=gpu,a100" in result.stdout
+    assert "#SBATCH --account=nlp-lab_2" in result.stdout

@@ -1,0 +1,73 @@
+"""Issue 27 item 7 through the real `orchestrate sweep` process: a time budget that runs out
+before any trial ended leaves the sweep interrupted (resumable), never `completed` with nothing;
+a sweep where no trial is selectable (every one diverged) exits 1 with one consistent summary.
+
+Both join one Ray instance of the module (`--address`): what they check is the driver's ending,
+not Ray's start."""
+
+from __future__ import annotations
+
+import pytest
+from cluster_support import RayHead
+from sweep_helpers import run_orchestrate, runs_of, write_spec
+from toy_configs import toy_data
+
+from results import run_schema as rs
+
+
+@pytest.fixture(scope="module")
+def ray_head(logs_dir):
+    head = RayHead(num_cpus=2, logs=logs_dir)
+    yield head
+    head.stop()
+
+
+def _sweep(ray_head, tmp_path, spec):
+    return run_orchestrate(["sweep", str(spec), "--address", ray_head.address], cwd=tmp_path,
+                           env={"NLI_DATA_DIR": str(tmp_path / "data-cache")})
+
+
+def test_a_budget_spent_before_any_trial_ended_is_interrupted_not_completed(ray_head, tmp_path):
+    """Issue 27: `time_budget_s: 10` spent during start-up gave a `completed` sweep with 0
+    trials, exit 0, that could not be resumed. The budget now counts from the first trial's
+    start; one that runs out before any trial ended leaves the sweep resumable."""
+    spec = write_spec(tmp_path, {
+        "name": "budget", "data": toy_data(4000), "training": {"epochs": 40},
+        "search": {"time_budget_s": 2, "space": {"lr": {"grid": [0.001, 0.003]},
+                                                 "dropout": {"grid": [0.0]}}},
+    })
+    result = _sweep(ray_head, tmp_path, spec)
+    output = result.stdout + result.stderr
+    assert result.returncode == 3, output
+    assert "ran out before any trial ended" in output
+    assert f"interrupted: 0/2 trials done; continue with: orchestrate sweep {spec} --resume" in output
+    assert "selecting on dev" not in output and "Traceback" not in output
+    [parent], children = runs_of(tmp_path, "budget")
+    assert parent.data.tags[rs.TAG_SWEEP_STATE] == rs.SWEEP_INTERRUPTED
+    assert parent.info.status == "KILLED"
+    assert all(c.info.status == "KILLED" for c in children)
+    assert rs.METRIC_TEST_ACCURACY not in parent.data.metrics
+
+
+def test_a_sweep_with_nothing_selectable_exits_1_with_one_consistent_summary(ray_head, tmp_path):
+    """Issue 27: every trial diverged, yet exit 0, "0 failed" in the summary against "2 failed
+    (of 2)" in the progress, and "selecting on dev, then evaluating on test"."""
+    spec = write_spec(tmp_path, {
+        "name": "all-diverged", "training": {"epochs": 2},
+        "search": {"space": {"lr": {"grid": [1e10]}, "dropout": {"grid": [0.0, 0.2]}}},
+    })
+    result = _sweep(ray_head, tmp_path, spec)
+    output = result.stdout + result.stderr
+    assert result.returncode == 1, output
+    assert "0 failed, 2 diverged (of 2)" in output
+    assert "2 failed" not in output
+    assert "selecting on dev" not in output
+    assert "2 trials ended, none finished (failed or diverged): nothing to select" in output
+    [summary] = [line for line in output.splitlines() if line.startswith("sweep finished:")]
+    assert summary.startswith(
+        "sweep finished: 2 trials (0 failed), 2 diverged (loss NaN/inf; never selected); no trial "
+        "finished: nothing selected, no test evaluation; MLflow parent run ")
+    [parent], children = runs_of(tmp_path, "all-diverged")
+    assert parent.data.tags[rs.TAG_SWEEP_STATE] == rs.SWEEP_COMPLETED
+    assert sorted(c.info.status for c in children) == ["FAILED", "FAILED"]
+    assert not any(c.data.tags.get(rs.TAG_SELECTED) for c in children)
