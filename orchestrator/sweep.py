@@ -11,7 +11,6 @@ import io
 import json
 import os
 import platform
-import subprocess
 import sys
 import tempfile
 import time
@@ -39,7 +38,7 @@ from orchestrator.lifecycle import (
     lease_tags,
 )
 from orchestrator.progress import ProgressPrinter
-from orchestrator.provenance import data_digest, data_record, environment_record
+from orchestrator.provenance import data_digest, data_record, environment_record, git_state
 from orchestrator.ray_adapter import (
     TrialOutcome,
     check_ray_address,
@@ -107,16 +106,8 @@ def _diverged(run) -> bool:
 
 def _git_tags() -> dict[str, str]:
     """The commit of the code that runs (this package's checkout), whatever the working folder."""
-    def git(*args: str) -> str:
-        return subprocess.run(
-            ["git", *args], capture_output=True, text=True, timeout=10, check=True,
-            cwd=Path(__file__).resolve().parent,
-        ).stdout.strip()
-
-    try:
-        return {rs.TAG_GIT_COMMIT: git("rev-parse", "HEAD"), rs.TAG_GIT_DIRTY: str(bool(git("status", "--porcelain"))).lower()}
-    except (OSError, subprocess.SubprocessError):
-        return {rs.TAG_GIT_COMMIT: "unknown", rs.TAG_GIT_DIRTY: "unknown"}
+    commit, dirty = git_state(Path(__file__).resolve().parent)
+    return {rs.TAG_GIT_COMMIT: commit, rs.TAG_GIT_DIRTY: "unknown" if dirty is None else str(dirty).lower()}
 
 
 def _version_tags() -> dict[str, str]:
