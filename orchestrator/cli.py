@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import json
-import os
 import sys
-from pathlib import Path
 
 import click
 
@@ -228,12 +226,23 @@ def _port_in_use(port: int) -> OSError | None:
 @main.command()
 @tracking_uri_option
 @click.option("--port", default=5000, show_default=True, type=click.IntRange(1, 65535))
-def ui(tracking_uri: str | None, port: int) -> None:
-    """Start the MLflow UI on the configured store, on 127.0.0.1."""
-    from results.tracking_uri import check_tracking_uri, resolve_tracking_uri, unreachable_store
+@click.option("-v", "--verbose", is_flag=True, help="show MLflow's and uvicorn's own log lines")
+def ui(tracking_uri: str | None, port: int, verbose: bool) -> None:
+    """Start the MLflow UI on the configured store, on 127.0.0.1.
+
+    Its home page opens experiments on their runs table; /sweeps lists every sweep's trials."""
+    from results.tracking_uri import (
+        check_tracking_uri,
+        missing_store,
+        resolve_tracking_uri,
+        unreachable_store,
+    )
 
     uri = resolve_tracking_uri(tracking_uri)
     check_tracking_uri(uri)
+    missing = missing_store(uri)
+    if missing is not None:
+        _fail(missing)
     unreachable = unreachable_store(uri)
     if unreachable is not None:
         _fail(f"MLflow tracking store {mask_secrets(uri)} is unreachable: "
@@ -242,24 +251,27 @@ def ui(tracking_uri: str | None, port: int) -> None:
     if busy is not None:
         _fail(f"port {port} on 127.0.0.1 is not free ({busy.strerror}): another server (an "
               f"MLflow UI?) uses it; pick another with --port", code=1)
-    click.echo(f"MLflow UI for {mask_secrets(uri)} at http://127.0.0.1:{port} (Ctrl-C stops it)")
-    _echo_sweep_links(uri, f"http://127.0.0.1:{port}")
-    env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
-    mlflow = str(Path(sys.executable).with_name("mlflow"))
-    os.execve(mlflow, [mlflow, "ui", "--backend-store-uri", uri, "--host", "127.0.0.1",
-                       "--port", str(port), "--workers", "1"], env)
+    from orchestrator.ui_server import SWEEPS_PAGE, serve
+
+    root = f"http://127.0.0.1:{port}"
+    click.echo(f"MLflow UI for {mask_secrets(uri)} at {root}/ (Ctrl-C stops it)\n"
+               f"  every sweep's trials: {root}{SWEEPS_PAGE}")
+    _echo_sweep_links(uri, root)
+    serve(uri, port, verbose)
 
 
 def _echo_sweep_links(tracking_uri: str, base_url: str) -> None:
     """Each swept experiment's trials view (table and parallel-coordinates chart)."""
-    from orchestrator.tracking import sweep_view_links
+    from orchestrator.tracking import runs_view_path, sweep_views, ui_link
 
     try:
-        links = sweep_view_links(tracking_uri, base_url)
+        views = sweep_views(tracking_uri)
     except Exception as exc:  # the UI still starts; it shows the same store's error
         click.echo(f"(could not list the sweeps' views: {exc})", err=True)
         return
-    for name, (table, chart) in links.items():
+    for name, experiment_id in views.items():
+        table = ui_link(base_url, runs_view_path(experiment_id))
+        chart = ui_link(base_url, runs_view_path(experiment_id, charts=True))
         click.echo(f"  {name}: trials {table}\n  {' ' * len(name)}  chart  {chart}")
 
 

@@ -68,6 +68,7 @@ from orchestrator.tracking import (
     log_provenance,
     protocol_tags,
     source_tags,
+    ui_hint,
 )
 from results import run_schema as rs
 from results.selection import TrialRecord, seed_runs, select_configuration
@@ -344,11 +345,11 @@ def _describe_for_researchers(
     experiment_id: str,
     parent_run_id: str,
     resume: bool,
-) -> tuple[str, dict[str, str], dict]:
+) -> tuple[dict[str, str], dict]:
     """What the MLflow UI shows of the sweep: its summary and description, MLflow's source tags,
-    the data and environment records, the dataset input. Returns the trials view's deep link,
-    the source tags and the dataset input for the trial runs."""
-    link = describe_sweep(tracker, spec, spec_path, experiment_id, parent_run_id, resume)
+    the data and environment records, the dataset input. Returns the source tags and the
+    dataset input for the trial runs."""
+    describe_sweep(tracker, spec, spec_path, experiment_id, parent_run_id, resume)
     sources = source_tags(spec_path, _git_tags()[rs.TAG_GIT_COMMIT])
     record = data_record(spec.data, data)
     dataset = dataset_input(record, data_digest(record))
@@ -359,12 +360,8 @@ def _describe_for_researchers(
             device = "cuda" if torch.cuda.is_available() and spec.search.resources.gpu else "cpu"
         log_provenance(tracker, parent_run_id, record, environment_record(device))
         log_dataset(tracker, parent_run_id, dataset)
-    print(
-        f"trials in the MLflow UI (`orchestrate ui`), best on dev first: {link}\n"
-        f"hyperparameters against dev accuracy: {link}&compareRunsMode=CHART",
-        file=sys.stderr,
-    )
-    return link, sources, dataset
+    print(ui_hint(tracker.tracking_uri, experiment_id), file=sys.stderr)
+    return sources, dataset
 
 
 def _link_best(
@@ -503,7 +500,7 @@ def _drive(spec: SweepSpec, spec_path: Path, data: PreparedData, tracker: Tracke
             _close_runs(tracker, experiment_id, parent_run_id, state, rs.SWEEP_INTERRUPTED)
         return summary(rs.SWEEP_INTERRUPTED)
 
-    link, sources, dataset = _describe_for_researchers(
+    sources, dataset = _describe_for_researchers(
         tracker, spec, spec_path, data, experiment_id, parent_run_id, resumed
     )
     # One tracking path: events go to the journal (a resumed sweep reads what it holds), the
@@ -555,7 +552,7 @@ def _drive(spec: SweepSpec, spec_path: Path, data: PreparedData, tracker: Tracke
         _link_best(tracker, spec, spec_path, experiment_id, parent_run_id,
                    selection.best_dev, selection.best_test)
         _log_analysis(tracker, experiment_id, parent_run_id)
-        print(f"trials in the MLflow UI, best on dev first: {link}", file=sys.stderr)
+        print(ui_hint(tracker.tracking_uri, experiment_id), file=sys.stderr)
         return summary(rs.SWEEP_COMPLETED, selection)
     except BaseException as exc:
         with contextlib.suppress(TrackingUnavailable):

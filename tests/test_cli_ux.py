@@ -27,7 +27,7 @@ from orchestrator.ray_jobs import JobInputError, build_submission
 from orchestrator.spec import load_spec
 from results.tracking_uri import DEFAULT_TRACKING_URI, resolve_tracking_uri
 
-HEAVY = ("torch", "ray", "mlflow", "pandas", "optuna")
+HEAVY = ("torch", "ray", "mlflow", "pandas", "optuna", "pyarrow", "numpy")
 TINY_TRAIN = {
     "name": "tiny",
     "model": {"name": "decomposable", "variant": "vanilla",
@@ -334,13 +334,26 @@ def test_help_of_every_command_loads_no_heavy_library(tmp_path):
     assert re.search(r"^HEAVY \[\]$", result.stderr, re.M), result.stderr
 
 
-def test_orchestrate_help_is_fast(tmp_path, record_property):
-    """Measured, reported, not asserted against a number (the machine is shared)."""
-    timings = []
-    for _ in range(3):
+HELP_BUDGET = 6.0  # README: `orchestrate --help` takes at most 6x a bare interpreter's start
+
+
+def test_orchestrate_help_costs_a_few_interpreter_starts(tmp_path, record_property):
+    """The time budget as a ratio against `python -c pass` on the same machine at the same moment
+    (the machine is shared; seconds alone would measure the other jobs): best of 7, interleaved,
+    with bytecode cached as on a user's machine (in tmp_path, after one warm-up run of each)."""
+    cached = {"PYTHONDONTWRITEBYTECODE": "", "PYTHONPYCACHEPREFIX": str(tmp_path / "pycache")}
+    help_s, bare_s = [], []
+    for attempt in range(8):
         started = time.perf_counter()
-        result = orchestrate("--help", cwd=tmp_path)
-        timings.append(time.perf_counter() - started)
+        result = orchestrate("--help", cwd=tmp_path, env=cached)
+        elapsed = time.perf_counter() - started
         assert result.returncode == 0 and "Commands:" in result.stdout
-    record_property("orchestrate_help_seconds", min(timings))
-    print(f"orchestrate --help: best of 3 {min(timings):.2f} s ({', '.join(f'{t:.2f}' for t in timings)})")
+        started = time.perf_counter()
+        subprocess.run([sys.executable, "-c", "pass"], check=True, cwd=tmp_path, env={**os.environ, **cached})
+        if attempt:  # the first run of each wrote the bytecode cache
+            help_s.append(elapsed)
+            bare_s.append(time.perf_counter() - started)
+    ratio = min(help_s) / min(bare_s)
+    record_property("orchestrate_help_seconds", min(help_s))
+    print(f"orchestrate --help: best of 7 {min(help_s):.3f} s, python -c pass {min(bare_s):.3f} s: {ratio:.1f}x")
+    assert ratio <= HELP_BUDGET, (help_s, bare_s)
