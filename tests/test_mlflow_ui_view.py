@@ -190,11 +190,14 @@ def test_the_sweeps_page_and_the_description_link_open_the_trials_in_one_click(u
         note_link = {Browser.ELEMENT: browser.find(f"//a[normalize-space()='{rs.RUNS_VIEW_NAME}']")}
         assert browser.run("return arguments[0].getAttribute('href')", note_link).startswith("#/experiments/")
         # shown above the description's fold (not under its "show more" gradient) ...
-        assert browser.run(
-            "const r = arguments[0].getBoundingClientRect();"
-            "return arguments[0].contains(document.elementFromPoint(r.x + 5, r.y + r.height / 2))",
+        fold = browser.run(  # the description shows its first 100 px under a "show more" gradient
+            "let e = arguments[0].parentElement;"
+            "while (e && getComputedStyle(e).maxHeight === 'none') e = e.parentElement;"
+            "return e && [arguments[0].getBoundingClientRect().bottom - e.getBoundingClientRect().top,"
+            " e.clientHeight]",
             note_link,
         )
+        assert fold is None or fold[0] <= fold[1] / 2, fold
         # ... and resolved against the UI it is read in (it opens in a new tab: same address)
         target = browser.run("return arguments[0].href", note_link)
         assert target.startswith(root + "#/experiments/")
