@@ -71,10 +71,10 @@ def main() -> None:
 @click.option("--json", "as_json", is_flag=True, help="paper configurations with |θ|M as JSON")
 def models(as_json: bool) -> None:
     """List registered models, their variants and the paper rows they reproduce."""
-    from orchestrator.model_catalog import catalog, render_catalog
+    from orchestrator.model_catalog import render_catalog, shipped_catalog
 
-    rows = catalog()
-    click.echo(json.dumps(rows, indent=2) if as_json else render_catalog(rows))
+    catalog = shipped_catalog()
+    click.echo(json.dumps(catalog["papers"], indent=2) if as_json else render_catalog(catalog))
 
 
 # -- train ------------------------------------------------------------------------------------
