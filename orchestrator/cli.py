@@ -49,7 +49,9 @@ def _print_version(ctx: click.Context, _param: click.Parameter, value: bool) -> 
 
 class _Commands(click.Group):
     """The one place bad input becomes `error: MESSAGE` and exit 2, whichever command (or
-    subcommand) raised it, with no traceback and with passwords in URIs masked."""
+    subcommand) raised it, with no traceback and with passwords in URIs masked; click's own
+    errors (bad options, ClickException) get the same `error: ` style instead of its `Error: `,
+    and an abort (Ctrl-C, end of input) says why instead of a bare `Aborted!`."""
 
     def invoke(self, ctx: click.Context):
         try:
@@ -57,6 +59,30 @@ class _Commands(click.Group):
         except InputError as exc:
             click.echo(f"error: {mask_secrets(str(exc))}", err=True)
             ctx.exit(EXIT_BAD_INPUT)
+
+    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, standalone_mode, **extra)
+        try:
+            code = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except click.ClickException as exc:
+            if isinstance(exc, click.UsageError) and exc.ctx is not None:
+                hint = "" if exc.ctx.command.get_help_option(exc.ctx) is None else (
+                    f"\nTry '{exc.ctx.command_path} --help' for help.")
+                click.echo(exc.ctx.get_usage() + hint, err=True)
+            click.echo(f"error: {_lowercase_start(mask_secrets(exc.format_message()))}", err=True)
+            sys.exit(exc.exit_code)
+        except click.Abort:
+            click.echo("error: interrupted (Ctrl-C or end of input); stopped", err=True)
+            sys.exit(1)
+        sys.exit(code if isinstance(code, int) else 0)
+
+
+def _lowercase_start(message: str) -> str:
+    """'No such option' -> 'no such option'; 'MLflow ...' stays."""
+    if len(message) > 1 and message[0].isupper() and message[1].islower():
+        return message[0].lower() + message[1:]
+    return message
 
 
 @click.group(cls=_Commands, context_settings={"help_option_names": ["-h", "--help"]})

@@ -111,6 +111,15 @@ def _git_tags() -> dict[str, str]:
     return {rs.TAG_GIT_COMMIT: commit, rs.TAG_GIT_DIRTY: "unknown" if dirty is None else str(dirty).lower()}
 
 
+def _best_of(runs: list, metric: str, mode: str) -> float | None:
+    """The best value of ``metric`` the trial runs reached (their best_<metric>, else its last)."""
+    values = [
+        run.data.metrics.get(f"best_{metric}", run.data.metrics.get(metric)) for run in runs
+    ]
+    values = [v for v in values if v is not None]
+    return (max if mode == "max" else min)(values) if values else None
+
+
 def _version_tags() -> dict[str, str]:
     return {
         "nli.ray_version": ray.__version__,
@@ -302,8 +311,8 @@ def apply_paper_protocol(
                     selection.tested[run_id], selection.predictions[run_id] = metrics, predictions
                     tests.append(metrics[rs.METRIC_TEST_ACCURACY])
         test = sum(tests) / len(tests) if tests else None
-        print(f"selected on dev for {label}: {seeds[0].params} dev {dev:.4f}"
-              + (f" test {test:.4f}" if test is not None else ""), file=sys.stderr)
+        print(f"selected on dev for {label}: {seeds[0].params} dev {dev:.2%}"
+              + (f" test {test:.2%}" if test is not None else ""), file=sys.stderr)
         if selection.best_dev is None or dev > selection.best_dev:
             selection.best_dev, selection.best_test = dev, test
             best_run = max(seeds, key=lambda o: o.metrics["best_dev_accuracy"])
@@ -516,12 +525,14 @@ def _drive(spec: SweepSpec, spec_path: Path, data: PreparedData, tracker: Tracke
         dataset=dataset,
     )
     try:
-        finished_before = sum(
-            run.info.status == "FINISHED" for run in tracker.trial_runs(experiment_id, parent_run_id)
-        )
+        uploader.drain()  # a resumed sweep's earlier trials are in the store before they are counted
+        finished_before = [
+            run for run in tracker.trial_runs(experiment_id, parent_run_id) if run.info.status == "FINISHED"
+        ]
         progress = ProgressPrinter(
-            planned, spec.search.metric, spec.search.mode, already_done=finished_before,
+            planned, spec.search.metric, spec.search.mode, already_done=len(finished_before),
             epochs_per_trial=spec.training.epochs,
+            best_so_far=_best_of(finished_before, spec.search.metric, spec.search.mode),
         )
         ledger = TrialLedger([recorder, progress], interruption, spec.search.time_budget_s)
         state.move(rs.SWEEP_RUNNING)
