@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 
 import click
@@ -207,6 +208,8 @@ def sweep(spec_path: str, resume: bool, new: bool, address: str | None, verbose:
 
     if resume and new:
         _fail("--resume and --new exclude each other")
+    if verbose:
+        os.environ["MLFLOW_LOGGING_LEVEL"] = "INFO"  # before MLflow loads (environment.py: WARNING)
     try:
         summary = run_sweep(spec_path, resume=resume, new=new, verbose=verbose, address=address,
                             overrides=make_overrides(assignments, data_dir),
@@ -277,6 +280,8 @@ def ui(tracking_uri: str | None, port: int, verbose: bool) -> None:
     if busy is not None:
         _fail(f"port {port} on 127.0.0.1 is not free ({busy.strerror}): another server (an "
               f"MLflow UI?) uses it; pick another with --port", code=1)
+    if verbose:
+        os.environ["MLFLOW_LOGGING_LEVEL"] = "INFO"  # before MLflow loads (environment.py: WARNING)
     from orchestrator.ui_server import SWEEPS_PAGE, serve
 
     root = f"http://127.0.0.1:{port}"

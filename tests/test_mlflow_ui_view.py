@@ -29,6 +29,7 @@ from orchestrator.tracking import (
     source_tags,
     trial_param_entities,
     trial_run_name,
+    ui_hint,
 )
 from results import run_schema as rs
 
@@ -220,3 +221,14 @@ def _wait_for_health(port: int, process: subprocess.Popen, log_path: Path) -> No
             if time.monotonic() > deadline:
                 pytest.fail("the MLflow UI did not answer in time:\n" + log_path.read_text())
             time.sleep(0.5)
+
+
+def test_the_sweeps_hint_names_its_store_or_its_servers_links():
+    """A database store has no UI of its own: `sweep` prints the `ui` command for that very store
+    (not a bare `orchestrate ui`, which would open the default one); a server's links are its own."""
+    hint = ui_hint("sqlite:////data/runs/my store.db", "7")
+    assert "orchestrate ui --tracking-uri 'sqlite:////data/runs/my store.db'" in hint
+    assert rs.RUNS_VIEW_NAME in hint
+    hint = ui_hint("http://login01:5000", "7")
+    assert "http://login01:5000/#/experiments/7/runs?workflowType=machine_learning&viewStateShareKey=" in hint
+    assert "&compareRunsMode=CHART" in hint
