@@ -262,3 +262,15 @@ def test_evp_band_stays_in_the_observed_range_and_axes_say_log_and_minutes():
         assert "log scale" in axes.get_xlabel()
     assert "minutes" in axes.get_xlabel() and "up to 3 minutes" in axes.get_title()
     assert [t.get_text() for t in axes.get_xticklabels()] == ["1.5", "2", "3"]
+
+
+def test_a_tie_has_no_majority_class():
+    """A balanced test set: the baseline row says the classes are tied, not one arbitrary name."""
+    import pandas as pd
+
+    from results.predictions import majority_class
+
+    balanced = pd.DataFrame({"label_name": ["neutral", "entailment", "contradiction"] * 4})
+    assert majority_class(balanced) == ("contradiction / entailment / neutral tied", pytest.approx(1 / 3))
+    skewed = pd.DataFrame({"label_name": ["neutral", "entailment", "neutral"]})
+    assert majority_class(skewed) == ("neutral", pytest.approx(2 / 3))
