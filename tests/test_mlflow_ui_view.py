@@ -232,3 +232,21 @@ def test_the_sweeps_hint_names_its_store_or_its_servers_links():
     hint = ui_hint("http://login01:5000", "7")
     assert "http://login01:5000/#/experiments/7/runs?workflowType=machine_learning&viewStateShareKey=" in hint
     assert "&compareRunsMode=CHART" in hint
+
+
+def test_sweeps_lists_the_readme_columns_in_percent(tmp_path):
+    """README: `orchestrate sweeps` shows each sweep's state, trials done/failed/planned, best dev
+    so far, selected configuration, test accuracy, start time and duration; accuracies in %."""
+    from click.testing import CliRunner
+
+    from orchestrator.cli import main
+
+    uri, name = _store(tmp_path)
+    shown = CliRunner().invoke(main, ["sweeps", name, "--tracking-uri", uri])
+    assert shown.exit_code == 0, shown.output
+    header, row = shown.stdout.splitlines()[:2]
+    assert [c.strip() for c in re.split(r"\s{2,}", header)] == [
+        "experiment", "sweep run", "state", "trials done/failed/planned", "best dev",
+        "selected configuration", "test", "started (UTC)", "duration",
+    ]
+    assert "55.00%" in row.split()  # the best of the four trials' dev accuracies, in percent
