@@ -360,3 +360,28 @@ def test_orchestrate_help_costs_a_few_interpreter_starts(tmp_path, record_proper
     record_property("orchestrate_help_seconds", min(help_s))
     print(f"orchestrate --help: best of 7 {min(help_s):.3f} s, python -c pass {min(bare_s):.3f} s: {ratio:.1f}x")
     assert ratio <= HELP_BUDGET, (help_s, bare_s)
+
+
+def test_click_errors_and_aborts_speak_the_one_error_style(capsys):
+    """click's own `Error: ...` and bare `Aborted!` become `error: ...` lines that say why."""
+    import click
+    import pytest
+
+    from orchestrator.cli import _Commands
+
+    @click.group(cls=_Commands)
+    def group():
+        pass
+
+    @group.command()
+    def stop():
+        raise KeyboardInterrupt  # Ctrl-C while a command runs
+
+    with pytest.raises(SystemExit) as ended:
+        group.main(["stop"], prog_name="orchestrate")
+    err = capsys.readouterr().err
+    assert ended.value.code == 1 and "error: interrupted (Ctrl-C" in err and "Aborted!" not in err
+    with pytest.raises(SystemExit) as ended:
+        group.main(["nope"], prog_name="orchestrate")
+    err = capsys.readouterr().err
+    assert ended.value.code == 2 and "error: no such command 'nope'" in err and "Error" not in err
