@@ -52,7 +52,9 @@ def _print_version(ctx: click.Context, _param: click.Parameter, value: bool) -> 
 
 class _Commands(click.Group):
     """The one place bad input becomes `error: MESSAGE` and exit 2, whichever command (or
-    subcommand) raised it, with no traceback and with passwords in URIs masked."""
+    subcommand) raised it, with no traceback and with passwords in URIs masked; click's own
+    errors (bad options, ClickException) get the same `error: ` style instead of its `Error: `,
+    and an abort (Ctrl-C, end of input) says why instead of a bare `Aborted!`."""
 
     def invoke(self, ctx: click.Context):
         try:
@@ -64,6 +66,30 @@ class _Commands(click.Group):
             where = f"{exc.ctx.command_path}: " if exc.ctx is not None else ""
             click.echo(error_line(where + exc.format_message()), err=True)
             ctx.exit(EXIT_BAD_INPUT)
+
+    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, standalone_mode, **extra)
+        try:
+            code = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except click.ClickException as exc:
+            if isinstance(exc, click.UsageError) and exc.ctx is not None:
+                hint = "" if exc.ctx.command.get_help_option(exc.ctx) is None else (
+                    f"\nTry '{exc.ctx.command_path} --help' for help.")
+                click.echo(exc.ctx.get_usage() + hint, err=True)
+            click.echo(f"error: {_lowercase_start(mask_secrets(exc.format_message()))}", err=True)
+            sys.exit(exc.exit_code)
+        except click.Abort:
+            click.echo("error: interrupted (Ctrl-C or end of input); stopped", err=True)
+            sys.exit(1)
+        sys.exit(code if isinstance(code, int) else 0)
+
+
+def _lowercase_start(message: str) -> str:
+    """'No such option' -> 'no such option'; 'MLflow ...' stays."""
+    if len(message) > 1 and message[0].isupper() and message[1].islower():
+        return message[0].lower() + message[1:]
+    return message
 
 
 @click.group(cls=_Commands, context_settings={"help_option_names": ["-h", "--help"]})
@@ -78,10 +104,10 @@ def main() -> None:
 @click.option("--json", "as_json", is_flag=True, help="paper configurations with |θ|M as JSON")
 def models(as_json: bool) -> None:
     """List registered models, their variants and the paper rows they reproduce."""
-    from orchestrator.model_catalog import catalog, render_catalog
+    from orchestrator.model_catalog import render_catalog, shipped_catalog
 
-    rows = catalog()
-    click.echo(json.dumps(rows, indent=2) if as_json else render_catalog(rows))
+    catalog = shipped_catalog()
+    click.echo(json.dumps(catalog["papers"], indent=2) if as_json else render_catalog(catalog))
 
 
 # -- train ------------------------------------------------------------------------------------
@@ -231,6 +257,8 @@ def sweep(spec_path: str, resume: bool, new: bool, address: str | None, verbose:
 
     if resume and new:
         _fail("--resume and --new exclude each other")
+    if verbose:
+        os.environ["MLFLOW_LOGGING_LEVEL"] = "INFO"  # before MLflow loads (environment.py: WARNING)
     try:
         summary = run_sweep(spec_path, resume=resume, new=new, verbose=verbose, address=address,
                             overrides=make_overrides(assignments, data_dir),
@@ -279,12 +307,23 @@ def _port_in_use(port: int) -> OSError | None:
 @main.command()
 @tracking_uri_option
 @click.option("--port", default=5000, show_default=True, type=click.IntRange(1, 65535))
-def ui(tracking_uri: str | None, port: int) -> None:
-    """Start the MLflow UI on the configured store, on 127.0.0.1."""
-    from results.tracking_uri import check_tracking_uri, resolve_tracking_uri, unreachable_store
+@click.option("-v", "--verbose", is_flag=True, help="show MLflow's and uvicorn's own log lines")
+def ui(tracking_uri: str | None, port: int, verbose: bool) -> None:
+    """Start the MLflow UI on the configured store, on 127.0.0.1.
+
+    Its home page opens experiments on their runs table; /sweeps lists every sweep's trials."""
+    from results.tracking_uri import (
+        check_tracking_uri,
+        missing_store,
+        resolve_tracking_uri,
+        unreachable_store,
+    )
 
     uri = resolve_tracking_uri(tracking_uri)
     check_tracking_uri(uri)
+    missing = missing_store(uri)
+    if missing is not None:
+        _fail(missing)
     unreachable = unreachable_store(uri)
     if unreachable is not None:
         _fail(f"MLflow tracking store {mask_secrets(uri)} is unreachable: "
@@ -293,24 +332,29 @@ def ui(tracking_uri: str | None, port: int) -> None:
     if busy is not None:
         _fail(f"port {port} on 127.0.0.1 is not free ({busy.strerror}): another server (an "
               f"MLflow UI?) uses it; pick another with --port", code=1)
-    click.echo(f"MLflow UI for {mask_secrets(uri)} at http://127.0.0.1:{port} (Ctrl-C stops it)")
-    _echo_sweep_links(uri, f"http://127.0.0.1:{port}")
-    env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
-    mlflow = str(Path(sys.executable).with_name("mlflow"))
-    os.execve(mlflow, [mlflow, "ui", "--backend-store-uri", uri, "--host", "127.0.0.1",
-                       "--port", str(port), "--workers", "1"], env)
+    if verbose:
+        os.environ["MLFLOW_LOGGING_LEVEL"] = "INFO"  # before MLflow loads (environment.py: WARNING)
+    from orchestrator.ui_server import SWEEPS_PAGE, serve
+
+    root = f"http://127.0.0.1:{port}"
+    click.echo(f"MLflow UI for {mask_secrets(uri)} at {root}/ (Ctrl-C stops it)\n"
+               f"  every sweep's trials: {root}{SWEEPS_PAGE}")
+    _echo_sweep_links(uri, root)
+    serve(uri, port, verbose)
 
 
 def _echo_sweep_links(tracking_uri: str, base_url: str) -> None:
     """Each swept experiment's trials view (table and parallel-coordinates chart)."""
-    from orchestrator.tracking import sweep_view_links
+    from orchestrator.tracking import runs_view_path, sweep_views, ui_link
 
     try:
-        links = sweep_view_links(tracking_uri, base_url)
+        views = sweep_views(tracking_uri)
     except Exception as exc:  # the UI still starts; it shows the same store's error
         click.echo(f"(could not list the sweeps' views: {exc})", err=True)
         return
-    for name, (table, chart) in links.items():
+    for name, experiment_id in views.items():
+        table = ui_link(base_url, runs_view_path(experiment_id))
+        chart = ui_link(base_url, runs_view_path(experiment_id, charts=True))
         click.echo(f"  {name}: trials {table}\n  {' ' * len(name)}  chart  {chart}")
 
 

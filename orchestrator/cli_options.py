@@ -9,6 +9,10 @@ import click
 
 from results.tracking_uri import TRACKING_URI_HELP
 
+# Seconds of warning a SLURM job asks for before its time limit (orchestrator.slurm); here so
+# that `--help` shows it without importing the SLURM and Ray job modules.
+DEFAULT_SIGNAL_BEFORE_S = 180
+
 if TYPE_CHECKING:
     from nli_models.config import Overrides
 

@@ -15,8 +15,7 @@ from pathlib import Path
 import click
 
 from nli_models.errors import error_line, mask_secrets
-from orchestrator.cli_options import make_overrides, override_options
-from orchestrator.slurm import DEFAULT_SIGNAL_BEFORE_S
+from orchestrator.cli_options import DEFAULT_SIGNAL_BEFORE_S, make_overrides, override_options
 
 ADDRESS_HELP = "Ray dashboard of the head node (default: RAY_ADDRESS or http://127.0.0.1:8265)"
 
@@ -119,7 +118,7 @@ def submit_to_slurm(spec_path, tracking_uri, resume, new, env, ray_only, overrid
         allocation=slurm.Allocation(nodes, cpus_per_task or 1, gpus_per_node or 0),
         partition=partition, time_limit=time_limit, account=account, qos=qos,
         extra=list(sbatch_lines), requeue=requeue,
-        signal_before_s=signal_before or slurm.DEFAULT_SIGNAL_BEFORE_S,
+        signal_before_s=signal_before or DEFAULT_SIGNAL_BEFORE_S,
         log_dir=log_dir or ".", job_name=job_name,
     )
     job = slurm.build_batch_job(spec_path, options, tracking_uri=tracking_uri, resume=resume,

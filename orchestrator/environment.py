@@ -33,6 +33,9 @@ DEFAULTS = {
     # to stdout for every trial run it ends and fetches the run once more to do so: terminal noise
     # in a sweep (which prints its own links) and one extra request per trial.
     "MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT": "true",
+    # MLflow's INFO lines (creating and migrating a store's tables) are not the user's concern;
+    # `sweep -v` and `ui -v` set INFO.
+    "MLFLOW_LOGGING_LEVEL": "WARNING",
 }
 _users: dict[str, str | None] = {}  # the user's OMP_WAIT_POLICY, read before the defaults
 

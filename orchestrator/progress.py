@@ -26,7 +26,8 @@ class ProgressPrinter:
 
     def __init__(self, total: int, metric: str = "dev_accuracy", mode: str = "max",
                  stream: TextIO | None = None, min_interval_s: float = 10.0,
-                 already_done: int = 0, epochs_per_trial: int | None = None):
+                 already_done: int = 0, epochs_per_trial: int | None = None,
+                 best_so_far: float | None = None):
         self.total = total
         self.metric = metric
         self.sign = 1 if mode == "max" else -1
@@ -39,7 +40,8 @@ class ProgressPrinter:
         self.already_done = already_done  # finished before a --resume
         self.failed: set[str] = set()
         self.diverged: set[str] = set()  # counted apart, as the sweep's last line counts them
-        self.best: float | None = None
+        self.best: float | None = best_so_far  # a resumed sweep's best before this session
+        self.printed_state: tuple | None = None  # what the last line said (a forced line repeats nothing)
         self.epochs_per_trial = epochs_per_trial
         self.epochs: dict[str, int] = {}  # trial -> epochs it has reported here
         self.first_start: float | None = None  # training time is counted from the first trial
@@ -85,10 +87,18 @@ class ProgressPrinter:
         """A line for a step of the sweep after the trials (e.g. the test evaluation)."""
         print(f"[{_clock(time.monotonic() - self.started)}] {what}", file=self.stream, flush=True)
 
+    def _state(self) -> tuple:
+        return (len(self.done), len(self.running), len(self.failed), self.best)
+
     def _print(self, force: bool = False) -> None:
+        """A line every min_interval_s at most; a forced one (a trial ended) at once, unless
+        nothing changed since the last line (the last trial's end and the sweep's end)."""
         now = time.monotonic()
+        if force and self._state() == self.printed_state:
+            return
         if force or now - self.last_print >= self.min_interval_s:
             self.last_print = now
+            self.printed_state = self._state()
             print(self.line(), file=self.stream, flush=True)
 
     def trial_started(self, trial_id: str, params: dict[str, Any]) -> None:

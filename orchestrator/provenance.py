@@ -10,6 +10,9 @@ import hashlib
 import importlib.metadata
 import os
 import platform
+import subprocess
+from fnmatch import fnmatch
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -19,7 +22,43 @@ from nli_models.data.config import DataConfig
 from nli_models.data.prepare import resolve_files
 from nli_models.files import sha256_file
 
+# What the product itself writes into the folder it runs in (the default SQLite store and its
+# lock, artifacts, Ray Tune's results, tables, caches, tracking journals): untracked files that
+# match these do not make a checkout dirty, so `make demo` in a fresh clone records a clean tree.
+PRODUCT_OUTPUTS = (
+    "mlruns.db", "mlruns.db.lock", "mlruns.db-journal", "mlruns/*", "mlartifacts/*",
+    "ray_results/*", "results/tables/*", "results/plots/*", ".nli_cache/*",
+    "*tracking-journal-*.jsonl*",
+)
+
 PACKAGES = ("nli-orchestrator", "torch", "ray", "mlflow", "optuna", "numpy", "pandas", "pyarrow")
+
+
+def git_state(folder: Path) -> tuple[str, bool | None]:
+    """(commit, dirty) of the checkout holding ``folder``; ("unknown", None) outside one. Dirty
+    means a tracked file changed or an untracked file exists that the product did not write
+    (PRODUCT_OUTPUTS): a sweep's own store beside the code is not an uncommitted change."""
+    def git(*args: str) -> str:
+        return subprocess.run(
+            ["git", *args], capture_output=True, text=True, timeout=10, check=True, cwd=folder,
+        ).stdout
+
+    try:
+        commit = git("rev-parse", "HEAD").strip()
+        status = git("status", "--porcelain", "--untracked-files=all", "-z")
+    except (OSError, subprocess.SubprocessError):
+        return "unknown", None
+    entries = [e for e in status.split("\0") if e]
+    changed = [e for e in entries if not e.startswith("?? ")]
+    untracked = [e[3:] for e in entries if e.startswith("?? ")]
+    foreign = [f for f in untracked if not _product_output(f)]
+    return commit, bool(changed or foreign)
+
+
+def _product_output(path: str) -> bool:
+    """Whether an untracked path is one the product writes, in the root or a subfolder (the
+    folder a command ran in)."""
+    return any(fnmatch(path, p) or fnmatch(path, f"*/{p}") for p in PRODUCT_OUTPUTS)
 
 
 def data_record(config: DataConfig, data: PreparedData) -> dict[str, Any]:

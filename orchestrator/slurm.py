@@ -34,6 +34,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from nli_models.errors import InputError, mask_secrets, without_passwords
+from orchestrator.cli_options import DEFAULT_SIGNAL_BEFORE_S
 from orchestrator.environment import DEFAULTS
 from orchestrator.ray_jobs import (
     ClusterError,
@@ -43,7 +44,6 @@ from orchestrator.ray_jobs import (
     parse_env,
 )
 
-DEFAULT_SIGNAL_BEFORE_S = 180
 COMMAND_TIMEOUT_S = 60
 # Tracking stores that the nodes reach over the network. SQLite (and MLflow's file store) is a
 # file: on the shared file systems of clusters (NFS, Lustre, GPFS) its locking is unreliable, so

@@ -11,7 +11,6 @@ import io
 import json
 import os
 import platform
-import subprocess
 import sys
 import tempfile
 import time
@@ -42,7 +41,7 @@ from orchestrator.lifecycle import (
 )
 from orchestrator.plan import check_input
 from orchestrator.progress import ProgressPrinter
-from orchestrator.provenance import data_digest, data_record, environment_record
+from orchestrator.provenance import data_digest, data_record, environment_record, git_state
 from orchestrator.ray_adapter import (
     TrialOutcome,
     check_resources,
@@ -72,6 +71,7 @@ from orchestrator.tracking import (
     log_provenance,
     protocol_tags,
     source_tags,
+    ui_hint,
 )
 from results import run_schema as rs
 from results.selection import TrialRecord, seed_runs, select_configuration
@@ -119,16 +119,17 @@ def trial_devices(trials) -> str:
 
 def _git_tags() -> dict[str, str]:
     """The commit of the code that runs (this package's checkout), whatever the working folder."""
-    def git(*args: str) -> str:
-        return subprocess.run(
-            ["git", *args], capture_output=True, text=True, timeout=10, check=True,
-            cwd=Path(__file__).resolve().parent,
-        ).stdout.strip()
+    commit, dirty = git_state(Path(__file__).resolve().parent)
+    return {rs.TAG_GIT_COMMIT: commit, rs.TAG_GIT_DIRTY: "unknown" if dirty is None else str(dirty).lower()}
 
-    try:
-        return {rs.TAG_GIT_COMMIT: git("rev-parse", "HEAD"), rs.TAG_GIT_DIRTY: str(bool(git("status", "--porcelain"))).lower()}
-    except (OSError, subprocess.SubprocessError):
-        return {rs.TAG_GIT_COMMIT: "unknown", rs.TAG_GIT_DIRTY: "unknown"}
+
+def _best_of(runs: list, metric: str, mode: str) -> float | None:
+    """The best value of ``metric`` the trial runs reached (their best_<metric>, else its last)."""
+    values = [
+        run.data.metrics.get(f"best_{metric}", run.data.metrics.get(metric)) for run in runs
+    ]
+    values = [v for v in values if v is not None]
+    return (max if mode == "max" else min)(values) if values else None
 
 
 def _version_tags() -> dict[str, str]:
@@ -329,8 +330,8 @@ def apply_paper_protocol(
                     selection.tested[run_id], selection.predictions[run_id] = metrics, predictions
                     tests.append(metrics[rs.METRIC_TEST_ACCURACY])
         test = sum(tests) / len(tests) if tests else None
-        print(f"selected on dev for {label}: {seeds[0].params} dev {dev:.4f}"
-              + (f" test {test:.4f}" if test is not None else ""), file=sys.stderr)
+        print(f"selected on dev for {label}: {seeds[0].params} dev {dev:.2%}"
+              + (f" test {test:.2%}" if test is not None else ""), file=sys.stderr)
         if selection.best_dev is None or dev > selection.best_dev:
             selection.best_dev, selection.best_test = dev, test
             best_run = max(seeds, key=lambda o: o.metrics["best_dev_accuracy"])
@@ -379,11 +380,11 @@ def _describe_for_researchers(
     experiment_id: str,
     parent_run_id: str,
     resume: bool,
-) -> tuple[str, dict[str, str], dict]:
+) -> tuple[dict[str, str], dict]:
     """What the MLflow UI shows of the sweep: its summary and description, MLflow's source tags,
-    the data and environment records, the dataset input. Returns the trials view's deep link,
-    the source tags and the dataset input for the trial runs."""
-    link = describe_sweep(tracker, spec, spec_path, experiment_id, parent_run_id, resume)
+    the data and environment records, the dataset input. Returns the source tags and the
+    dataset input for the trial runs."""
+    describe_sweep(tracker, spec, spec_path, experiment_id, parent_run_id, resume)
     sources = source_tags(spec_path, _git_tags()[rs.TAG_GIT_COMMIT])
     record = data_record(spec.data, data)
     dataset = dataset_input(record, data_digest(record))
@@ -394,12 +395,8 @@ def _describe_for_researchers(
         requested = {"training_device": spec.training.device, **spec.search.resources.model_dump()}
         log_provenance(tracker, parent_run_id, record, environment_record(requested))
         log_dataset(tracker, parent_run_id, dataset)
-    print(
-        f"trials in the MLflow UI (`orchestrate ui`), best on dev first: {link}\n"
-        f"hyperparameters against dev accuracy: {link}&compareRunsMode=CHART",
-        file=sys.stderr,
-    )
-    return link, sources, dataset
+    print(ui_hint(tracker.tracking_uri, experiment_id), file=sys.stderr)
+    return sources, dataset
 
 
 def _link_best(
@@ -550,7 +547,7 @@ def _drive(spec: SweepSpec, spec_path: Path, data: PreparedData, tracker: Tracke
             _close_runs(tracker, experiment_id, parent_run_id, state, rs.SWEEP_INTERRUPTED)
         return summary(rs.SWEEP_INTERRUPTED)
 
-    link, sources, dataset = _describe_for_researchers(
+    sources, dataset = _describe_for_researchers(
         tracker, spec, spec_path, data, experiment_id, parent_run_id, resumed
     )
     # One tracking path: events go to the journal (a resumed sweep reads what it holds), the
@@ -566,12 +563,14 @@ def _drive(spec: SweepSpec, spec_path: Path, data: PreparedData, tracker: Tracke
         dataset=dataset,
     )
     try:
-        finished_before = sum(
-            run.info.status == "FINISHED" for run in tracker.trial_runs(experiment_id, parent_run_id)
-        )
+        uploader.drain()  # a resumed sweep's earlier trials are in the store before they are counted
+        finished_before = [
+            run for run in tracker.trial_runs(experiment_id, parent_run_id) if run.info.status == "FINISHED"
+        ]
         progress = ProgressPrinter(
-            planned, spec.search.metric, spec.search.mode, already_done=finished_before,
+            planned, spec.search.metric, spec.search.mode, already_done=len(finished_before),
             epochs_per_trial=spec.training.epochs,
+            best_so_far=_best_of(finished_before, spec.search.metric, spec.search.mode),
         )
         ledger = TrialLedger([recorder, progress], interruption, spec.search.time_budget_s)
 
@@ -612,7 +611,7 @@ def _drive(spec: SweepSpec, spec_path: Path, data: PreparedData, tracker: Tracke
         _link_best(tracker, spec, spec_path, experiment_id, parent_run_id,
                    selection.best_dev, selection.best_test)
         _log_analysis(tracker, experiment_id, parent_run_id)
-        print(f"trials in the MLflow UI, best on dev first: {link}", file=sys.stderr)
+        print(ui_hint(tracker.tracking_uri, experiment_id), file=sys.stderr)
         return summary(rs.SWEEP_COMPLETED, selection)
     except BaseException as exc:
         with contextlib.suppress(TrackingUnavailable):

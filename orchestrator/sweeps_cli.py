@@ -29,7 +29,7 @@ def _duration(record: SweepRecord) -> str:
 
 
 def _accuracy(value: float | None) -> str:
-    return "-" if value is None else f"{value:.4f}"
+    return "-" if value is None else f"{value:.2%}"
 
 
 def render_sweeps(records: list[SweepRecord]) -> str:

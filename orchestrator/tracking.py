@@ -25,6 +25,7 @@ import hashlib
 import itertools
 import json
 import os
+import shlex
 import socket
 import sys
 import tempfile
@@ -853,21 +854,65 @@ def runs_view_state(searched: list[str], metric_columns: list[str]) -> str:
     )
 
 
-def runs_view_link(base_url: str, experiment_id: str, charts: bool = False) -> str:
-    """The deep link to an experiment's trials in the view written by ``runs_view_state``: its
-    table, or with ``charts`` the parallel-coordinates chart."""
+def runs_view_path(experiment_id: str, charts: bool = False) -> str:
+    """The trials view written by ``runs_view_state`` (its table, or with ``charts`` the
+    parallel-coordinates chart), as a link relative to the MLflow UI it is opened in: a fragment,
+    so it holds from any host, port or tunnel. ``workflowType=machine_learning`` keeps MLflow
+    3.17's UI on its runs table (without it, it opens the GenAI pages unless the browser's
+    localStorage says otherwise)."""
     return (
-        f"{base_url.rstrip('/')}/#/experiments/{experiment_id}/runs?workflowType=machine_learning"
+        f"#/experiments/{experiment_id}/runs?{rs.UI_WORKFLOW_PARAMETER}"
         f"&viewStateShareKey={rs.RUNS_VIEW_KEY}" + ("&compareRunsMode=CHART" if charts else "")
     )
 
 
-def ui_base_url(tracking_uri: str) -> str:
-    """Where the UI of a store is: the tracking server itself (without credentials: the link is
-    printed and kept in the parent's description), else `orchestrate ui`'s address."""
-    if tracking_uri.startswith(("http://", "https://")):
-        return split_credentials(tracking_uri)[0]
-    return "http://127.0.0.1:5000"
+def run_path(experiment_id: str, run_id: str) -> str:
+    """A run's page, relative to the MLflow UI it is opened in (see ``runs_view_path``)."""
+    return f"#/experiments/{experiment_id}/runs/{run_id}?{rs.UI_WORKFLOW_PARAMETER}"
+
+
+def ui_link(base_url: str, path: str) -> str:
+    """A path of ``runs_view_path`` / ``run_path`` on the UI at ``base_url``."""
+    return f"{base_url.rstrip('/')}/{path}"
+
+
+def tracking_server_ui(tracking_uri: str) -> str | None:
+    """The UI of a store when the store is a tracking server (it serves its UI), else None: a
+    database store has a UI only where `orchestrate ui` serves it."""
+    if not tracking_uri.startswith(("http://", "https://")):
+        return None
+    return split_credentials(tracking_uri)[0]  # printed: never its credentials
+
+
+def ui_hint(tracking_uri: str, experiment_id: str) -> str:
+    """Where a sweep's trials are in the MLflow UI, as `sweep` prints it: a tracking server's
+    links, or the `orchestrate ui` command for this very store (a database store has no UI of
+    its own; `ui` prints the links on whatever port it serves)."""
+    server = tracking_server_ui(tracking_uri)
+    if server is not None:
+        return (
+            f"trials in the MLflow UI, best on dev first: "
+            f"{ui_link(server, runs_view_path(experiment_id))}\n"
+            "hyperparameters against dev accuracy: "
+            f"{ui_link(server, runs_view_path(experiment_id, charts=True))}"
+        )
+    return (
+        f"trials in the MLflow UI: orchestrate ui --tracking-uri {shlex.quote(mask_secrets(tracking_uri))} "
+        f"(then the experiment, Views > \"{rs.RUNS_VIEW_NAME}\")"
+    )
+
+
+def runs_view_envelope(state: str, now_ms: int, previous: str | None) -> str:
+    """The experiment tag value MLflow 3.17's "Views" menu lists by name (its saved-view
+    envelope: name, createdAt, updatedAt in ms, state = the view JSON as a string); a view
+    written before keeps its creation time."""
+    created = now_ms
+    if previous:
+        with contextlib.suppress(ValueError, TypeError, KeyError, AttributeError):
+            created = int(json.loads(previous)["createdAt"])
+    return json.dumps(
+        {"name": rs.RUNS_VIEW_NAME, "createdAt": created, "updatedAt": now_ms, "state": state}
+    )
 
 
 def _shortened(text: str, limit: int) -> str:
@@ -875,9 +920,12 @@ def _shortened(text: str, limit: int) -> str:
 
 
 def sweep_note(spec: SweepSpec, spec_path: str | Path, link: str, best: str | None = None) -> str:
-    """The parent run's description (markdown, mlflow.note.content)."""
+    """The parent run's description (markdown, mlflow.note.content). The links come first: the
+    run page shows the first lines of a description until "show more" is clicked."""
     params = sweep_params(spec)
     lines = [
+        f"[{rs.RUNS_VIEW_NAME}]({link})" + (f" · best: {best}" if best else ""),
+        "",
         f"**{spec.name}**: {params['model']}/{params['variant']} on {params['corpus']}",
         "",
         f"- search: {params['sampler']} sampler, {params['scheduler']} scheduler, "
@@ -887,10 +935,7 @@ def sweep_note(spec: SweepSpec, spec_path: str | Path, link: str, best: str | No
         f"- selection: best mean {spec.search.metric} over seeds on dev within each model "
         "configuration; test evaluated for the selected configuration only",
         f"- spec: `{Path(spec_path).name}` (artifact {rs.ARTIFACT_SPEC})",
-        f"- [trials, best on dev first]({link})",
     ]
-    if best:
-        lines.append(f"- best: {best}")
     return "\n".join(lines) + "\n"
 
 
@@ -902,19 +947,22 @@ def describe_sweep(
     parent_run_id: str,
     resume: bool,
 ) -> str:
-    """Summary params, description and source tags on the parent; the experiment opens on its
-    runs table and holds the shared trials view. Returns the deep link to that view."""
-    link = runs_view_link(ui_base_url(tracker.tracking_uri), experiment_id)
+    """Summary params, description and source tags on the parent; the experiment holds the
+    trials view, listed by name in the UI's Views menu. Returns the view's relative link
+    (``runs_view_path``)."""
+    link = runs_view_path(experiment_id)
     searched = sorted(
         {*spec.search.space, *(k for c in spec.search.configurations for k in c), rs.PARAM_SEED}
     )
     metrics = [rs.METRIC_BEST_DEV_ACCURACY, rs.METRIC_TEST_ACCURACY, rs.METRIC_TRIAL_TIME]
     client = tracker.client
+    view_tag = rs.EXPERIMENT_TAG_SHARED_VIEW_PREFIX + rs.RUNS_VIEW_KEY
+    previous = client.get_experiment(experiment_id).tags.get(view_tag)
     client.set_experiment_tag(experiment_id, rs.EXPERIMENT_TAG_KIND, rs.EXPERIMENT_KIND_ML)
     client.set_experiment_tag(
         experiment_id,
-        rs.EXPERIMENT_TAG_SHARED_VIEW_PREFIX + rs.RUNS_VIEW_KEY,
-        runs_view_state(searched, metrics),
+        view_tag,
+        runs_view_envelope(runs_view_state(searched, metrics), int(time.time() * 1000), previous),
     )
     if not resume:  # params are immutable: a resumed sweep keeps the ones it started with
         client.log_batch(
@@ -934,10 +982,8 @@ def describe_best(
     summary: str,
 ) -> None:
     """Add the best trial, as a link to its run page, to the parent's description."""
-    base = ui_base_url(tracker.tracking_uri).rstrip("/")
-    run_link = f"{base}/#/experiments/{experiment_id}/runs/{best_run_id}"
-    link = runs_view_link(base, experiment_id)
-    note = sweep_note(spec, spec_path, link, best=f"[{summary}]({run_link})")
+    best = f"[{summary}]({run_path(experiment_id, best_run_id)})"
+    note = sweep_note(spec, spec_path, runs_view_path(experiment_id), best=best)
     tracker.set_tags(parent_run_id, {rs.TAG_MLFLOW_NOTE: note})
 
 
@@ -952,18 +998,12 @@ def log_dataset(tracker: Tracker, run_id: str, dataset: dict[str, Any]) -> None:
     tracker.client.log_inputs(run_id, datasets=_dataset_entities(dataset))
 
 
-def sweep_view_links(tracking_uri: str, base_url: str) -> dict[str, tuple[str, str]]:
-    """experiment name -> (trials table link, chart link) for every experiment holding the view
-    a sweep writes; an SQLite file that does not exist yet is not created."""
+def sweep_views(tracking_uri: str) -> dict[str, str]:
+    """experiment name -> id for every experiment holding the trials view a sweep writes; an
+    SQLite file that does not exist yet is not created."""
     if tracking_uri.startswith("sqlite:///"):
         if not Path(tracking_uri.removeprefix("sqlite:///").split("?")[0]).exists():
             return {}
     key = rs.EXPERIMENT_TAG_SHARED_VIEW_PREFIX + rs.RUNS_VIEW_KEY
     experiments = MlflowClient(client_uri(tracking_uri)).search_experiments(filter_string=f"tags.`{key}` != ''")
-    return {
-        e.name: (
-            runs_view_link(base_url, e.experiment_id),
-            runs_view_link(base_url, e.experiment_id, charts=True),
-        )
-        for e in sorted(experiments, key=lambda e: e.name)
-    }
+    return {e.name: e.experiment_id for e in sorted(experiments, key=lambda e: e.name)}

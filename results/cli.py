@@ -21,8 +21,7 @@ import click
 from nli_models.errors import InputError
 from nli_models.outputs import check_output_path
 from results.errors import ResultsError, ResultsWarning
-from results.formats import SUFFIXES
-from results.published import PAPERS
+from results.formats import PAPER_NAMES, SUFFIXES
 from results.tracking_uri import TRACKING_URI_HELP, resolve_tracking_uri
 
 if TYPE_CHECKING:
@@ -74,7 +73,7 @@ class _Outputs:
 )
 @click.option(
     "--paper",
-    type=click.Choice(list(PAPERS)),
+    type=click.Choice(PAPER_NAMES),
     help="Compare with the paper's published rows: prints a paper-style table (our row beside "
     "the paper's, known reproductions, and every way our protocol differs from the paper's) and "
     "writes it to OUT's stem + .PAPER-table.parquet (.md/.csv/.tex with --format); every "

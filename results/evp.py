@@ -64,7 +64,8 @@ def evp_table(trials: Sequence[TrialRun]) -> pa.Table:
     for (experiment, model_config), group in sorted(draws.items()):
         times = [t.metrics[METRIC_TRIAL_TIME] for t in group if METRIC_TRIAL_TIME in t.metrics]
         hours_per_trial = math.fsum(times) / len(times) / 3600 if times else None
-        curve = expected_max_curve([t.record.best_dev_accuracy for t in group])
+        values = [t.record.best_dev_accuracy for t in group]
+        curve = expected_max_curve(values)
         rows += [
             {
                 "experiment": experiment,
@@ -74,6 +75,8 @@ def evp_table(trials: Sequence[TrialRun]) -> pa.Table:
                 "expected_best_dev_accuracy": mean,
                 "std": std,
                 "n_draws": len(group),
+                "min_observed_dev_accuracy": min(values),
+                "max_observed_dev_accuracy": max(values),
                 "budget_hours": None if hours_per_trial is None else n * hours_per_trial,
             }
             for n, (mean, std) in enumerate(curve, start=1)
@@ -98,41 +101,52 @@ def budget_ticks(low: float, high: float, integers: bool) -> list[float]:
 
 
 def _tick_label(value: float) -> str:
-    return str(int(value)) if value == int(value) else f"{value:.3g}"  # 20, 0.147: no 2x10^1
+    return str(int(value)) if value == int(value) else f"{value:.2g}"  # 20, 0.15: no 2x10^1
 
 
 def plot_evp(table: pa.Table, budget: str = "trials") -> Figure:
-    """One curve per model configuration over the budget in trials or wall-clock hours, with a
-    ±1 std band; dev accuracy in percent, as in the tables."""
+    """One curve per model configuration over the budget in trials or wall-clock time (minutes
+    when the whole budget is under an hour, else hours), with a ±1 std band clipped to the range
+    the maximum can take (the draws' lowest and highest value); dev accuracy in percent, as in
+    the tables."""
     frame = table.to_pandas()
     x_column = "n" if budget == "trials" else "budget_hours"
     frame = frame[frame[x_column].notna()]
+    scale, unit = 1.0, "hours"
+    if budget != "trials" and len(frame) and frame[x_column].max() < 1:
+        scale, unit = 60.0, "minutes"
     several_experiments = frame["experiment"].nunique() > 1
     figure = new_figure(8, 5.5)
     axes = figure.subplots()
     for (experiment, model_config), curve in frame.groupby(["experiment", "model_config"]):
         label = f"{experiment}: {model_config}" if several_experiments else model_config
         mean, std = curve["expected_best_dev_accuracy"] * 100, curve["std"] * 100
-        (line,) = axes.plot(curve[x_column], mean, marker=".", label=label)
-        axes.fill_between(curve[x_column], mean - std, mean + std, alpha=0.2, color=line.get_color())
+        low = np.maximum(mean - std, curve["min_observed_dev_accuracy"] * 100)
+        high = np.minimum(mean + std, curve["max_observed_dev_accuracy"] * 100)
+        x = curve[x_column] * scale
+        (line,) = axes.plot(x, mean, marker=".", label=label)
+        axes.fill_between(x, low, high, alpha=0.2, color=line.get_color())
     axes.set_xscale("log")  # as in Dodge et al.: budgets span orders of magnitude
     if len(frame):
-        ticks = budget_ticks(frame[x_column].min(), frame[x_column].max(), budget == "trials")
+        ticks = budget_ticks(frame[x_column].min() * scale, frame[x_column].max() * scale,
+                             budget == "trials")
         axes.xaxis.set_major_locator(ticker.FixedLocator(ticks))
         axes.xaxis.set_major_formatter(ticker.FixedFormatter([_tick_label(t) for t in ticks]))
         axes.xaxis.set_minor_locator(ticker.NullLocator())
     axes.yaxis.set_major_formatter(ticker.PercentFormatter(decimals=1))
     axes.grid(alpha=0.3)
     axes.set_xlabel(
-        "hyperparameter trials n" if budget == "trials" else "wall-clock budget (hours of training)"
+        "hyperparameter trials n (log scale)" if budget == "trials"
+        else f"wall-clock budget ({unit} of training, log scale)"
     )
     axes.set_ylabel("expected best dev accuracy")
     corpora = ", ".join(sorted(c for c in frame["corpus"].dropna().unique())) or "corpus unknown"
-    most = frame[x_column].max() if len(frame) else 0
-    spent = f"up to {int(most)} trials" if budget == "trials" else f"up to {most:.3g} h"
+    most = frame[x_column].max() * scale if len(frame) else 0
+    spent = f"up to {int(most)} trials" if budget == "trials" else f"up to {most:.2g} {unit}"
     axes.set_title(f"Expected validation performance on {corpora}, budget {spent}\n"
                    "(Dodge et al., 2019)", fontsize="medium")
     handles, _ = axes.get_legend_handles_labels()
-    band = Patch(color="grey", alpha=0.3, label="shaded: ±1 std of the expected maximum")
+    band = Patch(color="grey", alpha=0.3,
+                 label="shaded: ±1 std of the expected maximum, within the observed range")
     figure.legend(handles=[*handles, band], loc="outside lower center", fontsize="small")
     return figure

@@ -36,7 +36,9 @@ def read_predictions(path: str | Path) -> pd.DataFrame:
 def majority_class(frame: pd.DataFrame) -> tuple[str, float]:
     """The most frequent gold class of a predictions file and its share of the examples: the
     accuracy of always predicting it (the majority-class baseline, taken on the test split
-    itself because the run records hold no training label counts; ties: the first name)."""
+    itself because the run records hold no training label counts). On a tie no class is the
+    majority: the name lists the tied classes, "a / b tied" (the share is the same for each)."""
     counts = frame["label_name"].value_counts()
-    top = sorted(counts[counts == counts.max()].index)[0]
-    return str(top), float(counts[top] / len(frame))
+    tied = sorted(str(name) for name in counts[counts == counts.max()].index)
+    name = tied[0] if len(tied) == 1 else " / ".join(tied) + " tied"
+    return name, float(counts.max() / len(frame))

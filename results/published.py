@@ -44,14 +44,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-import pyarrow as pa
-
+from results.formats import PAPER_NAMES
 from results.params import as_int, parse_param, same_value
 from results.run_schema import CLASS_ACCURACY_PREFIX, DEV_CLASS_ACCURACY_PREFIX
 from results.schema import arrow_table, describe, table_columns
 
 if TYPE_CHECKING:
     import pandas as pd  # imported where used: `orchestrate --help` must not load pandas
+    import pyarrow as pa
 
 ACCURACY = ("train_accuracy", "dev_accuracy", "test_accuracy")
 # Our train accuracy is a running average over training batches (run_schema), the papers' an
@@ -443,6 +443,7 @@ PAPERS: dict[str, tuple[PublishedRow, ...]] = {
     "yin2016": YIN2016,
     "gajbhiye2018": GAJBHIYE2018,
 }
+assert tuple(PAPERS) == PAPER_NAMES, "results.formats.PAPER_NAMES lists these papers for the CLI"
 
 COLUMNS = table_columns("comparison")
 

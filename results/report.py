@@ -298,6 +298,7 @@ def provenance_section(record: Record) -> Section:
                 else NOT_RECORDED,
                 "git commit": tags.get(rs.TAG_GIT_COMMIT, NOT_RECORDED)[:12],
                 "dirty": tags.get(rs.TAG_GIT_DIRTY, NOT_RECORDED),
+                "spec hash": tags.get(rs.TAG_SPEC_HASH, NOT_RECORDED)[:12],
                 "versions": ", ".join(f"{k} {v}" for k, v in versions.items() if v) or NOT_RECORDED,
                 "host": tags.get(rs.TAG_HOST, NOT_RECORDED),
                 "hardware": NOT_RECORDED
@@ -473,11 +474,17 @@ def results_section(record: Record) -> Section:
         if predictions is not None and row["corpus"] and row["corpus"] not in baselines:
             baselines[row["corpus"]] = majority_class(predictions)
     section.table(results_view(record.table, baselines=baselines))
+    one_seed = bool(len(frame)) and bool((frame["n_seeds"] <= 1).all())
+    spread = (
+        "dev and test of the selected configuration's single seed (no std and no interval "
+        "with one seed; run more seeds for them)" if one_seed else
+        "dev and test as mean ± sample std over the selected configuration's seeds; test 95% CI "
+        "is the Student-t interval of the mean"
+    )
     section.text(
-        "Accuracy in %: train at the best dev epoch; dev and test as mean ± sample std over the "
-        "selected configuration's seeds; test 95% CI is the Student-t interval of the mean. "
+        f"Accuracy in %: train at the best dev epoch; {spread}. "
         "|θ|M: trainable parameters without word embeddings. The majority-class row predicts the "
-        "test set's most frequent class."
+        "test set's most frequent class (a tie between classes is labelled as such)."
     )
     curves = evp_table(record.trials)
     if len(curves):
@@ -489,6 +496,9 @@ def results_section(record: Record) -> Section:
     return section
 
 
+FEW_TRIALS_FOR_IMPORTANCE = 30  # below this, the importance figure gets a caveat
+
+
 def analysis_section(record: Record) -> Section:
     section = Section("Analysis of the search")
     name = record.experiment.name
@@ -497,6 +507,13 @@ def analysis_section(record: Record) -> Section:
                    "Hyperparameter importance (Optuna fANOVA and PED-ANOVA) for best dev accuracy")
     if name in notes:
         section.text(f"Importance: not computed: {notes[name]}.")
+    elif len(record.trials) < FEW_TRIALS_FOR_IMPORTANCE:
+        section.text(
+            f"**Caveat**: importance from {len(record.trials)} trials is a rough indication at "
+            f"best (fANOVA's random forest and PED-ANOVA's top-quantile split need tens of "
+            f"trials; below {FEW_TRIALS_FOR_IMPORTANCE}, near-equal importances mean \"not "
+            "enough trials to tell\", not \"equally important\")."
+        )
     section.figure(plot_parallel_coordinates(record.trials, name), "parallel_coordinates",
                    "Searched hyperparameters against best dev accuracy, one line per trial")
     top = top_trials(record.trials, name)
@@ -605,7 +622,11 @@ def checklist_section(record: Record) -> Section:
         + (format_hyperparameters(json.loads(r["searched_hyperparameters"] or "{}")) or "nothing searched")
         for _, r in frame.iterrows()
     )
-    seeds = ", ".join(f"{r['model_config']}: {r['n_seeds']} seeds" for _, r in frame.iterrows())
+    seeds = ", ".join(
+        f"{r['model_config']}: {r['n_seeds']} seed{'' if r['n_seeds'] == 1 else 's'}"
+        for _, r in frame.iterrows()
+    )
+    single_seed = bool(len(frame)) and bool((frame["n_seeds"] <= 1).all())
     hardware = NOT_RECORDED
     if environment:
         devices = "; ".join(sorted({
@@ -627,8 +648,10 @@ def checklist_section(record: Record) -> Section:
         f"{_hours(compute)} of training over {len(record.trials)} trials; {hardware}",
         "**C2** (setup, hyperparameter search, best-found values): see the sections on the search "
         f"and the selection protocol; selected (searched values): {selected or NOT_RECORDED}",
-        f"**C3** (descriptive statistics: error bars, number of runs): mean ± std and 95% "
-        f"Student-t intervals over seeds ({seeds or NOT_RECORDED}); expected validation "
+        "**C3** (descriptive statistics: error bars, number of runs): "
+        + ("one seed per configuration, so no error bars over seeds" if single_seed
+           else "mean ± std and 95% Student-t intervals over seeds")
+        + f" ({seeds or NOT_RECORDED}); expected validation "
         "performance over the budget; McNemar test between the top models",
         f"**C4** (existing packages and versions): {packages}",
     ]

@@ -191,12 +191,16 @@ TAG_MLFLOW_SOURCE_NAME = "mlflow.source.name"
 TAG_MLFLOW_SOURCE_TYPE = "mlflow.source.type"
 TAG_MLFLOW_NOTE = "mlflow.note.content"
 TAG_MLFLOW_RUN_NAME = "mlflow.runName"
-# Experiment tags: the UI opens an experiment of this kind on its runs table (not GenAI's
-# overview), and reads a shared runs view (columns, filter, order) from the second.
+# Experiment tags: the kind of experiment (MLflow 3.17.2's UI ignores it: it picks its runs
+# table or GenAI pages from ?workflowType= or the browser's localStorage key below), and a saved
+# runs view (columns, filter, order) in the envelope its "Views" menu lists by name.
 EXPERIMENT_TAG_KIND = "mlflow.experimentKind"
 EXPERIMENT_KIND_ML = "custom_model_development"
 EXPERIMENT_TAG_SHARED_VIEW_PREFIX = "mlflow.sharedViewState."
 RUNS_VIEW_KEY = "nli-trials"  # the view `sweep` and `ui` link to
+RUNS_VIEW_NAME = "trials, best dev accuracy first"  # its name in the Views menu
+UI_WORKFLOW_PARAMETER = "workflowType=machine_learning"  # on every link to the UI
+UI_WORKFLOW_STORAGE_KEY = "mlflow.workflowType_v1"  # what `orchestrate ui` sets (JSON string)
 # Provenance the sweep writes on its parent run (JSON): data files and their SHA-256, split
 # sizes, vocabulary and vector coverage; package versions, hardware and device.
 ARTIFACT_DATA_RECORD = "provenance/data.json"

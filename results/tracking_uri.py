@@ -12,9 +12,7 @@ from __future__ import annotations
 import base64
 import os
 import socket
-import urllib.error
 import urllib.parse
-import urllib.request
 
 from nli_models.errors import InputError, mask_secrets
 
@@ -104,6 +102,9 @@ def probe_database(uri: str) -> str | None:
 def probe_http(uri: str) -> str | None:
     """Why an HTTP tracking server cannot be reached (None: it answered). One quick request:
     the MLflow client itself retries a refused connection for about 4 minutes."""
+    import urllib.error
+    import urllib.request  # here: it loads ssl, which `orchestrate --help` does without
+
     bare, credentials = split_credentials(uri)  # urllib would take `user:password@host` for a host
     request = urllib.request.Request(bare.rstrip("/") + "/health")
     if credentials is not None:
@@ -124,3 +125,20 @@ def unreachable_store(uri: str) -> str | None:
     if uri.startswith(("http://", "https://")):
         return probe_http(uri)
     return probe_database(uri)
+
+
+def missing_store(uri: str) -> str | None:
+    """Why a local store does not exist (None: it does, or the store is not a local file): a
+    reader such as `orchestrate ui` must not create an empty store where none was written."""
+    if uri.startswith("sqlite:///"):
+        path = uri.removeprefix("sqlite:///").split("?")[0]
+    elif uri.startswith("file://") or "://" not in uri:
+        path = uri.removeprefix("file://")
+    else:
+        return None
+    if path in ("", ":memory:") or os.path.exists(path):
+        return None
+    return (
+        f"MLflow tracking store {mask_secrets(uri)}: {os.path.abspath(path)} does not exist; "
+        "name the store a sweep wrote with --tracking-uri (or MLFLOW_TRACKING_URI)"
+    )

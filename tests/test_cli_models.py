@@ -3,11 +3,18 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 from click.testing import CliRunner
 
 from nli_models import model_names, paper_configs
 from orchestrator.cli import main
+from orchestrator.model_catalog import compute_catalog, shipped_catalog
+
+ORCHESTRATE = str(Path(sys.executable).with_name("orchestrate"))
 
 
 def test_models_lists_every_registered_model_and_variant():
@@ -16,6 +23,27 @@ def test_models_lists_every_registered_model_and_variant():
     for name in model_names():
         assert name in result.output
     assert "word_by_word" in result.output and "abcnn3" in result.output
+    assert "ours |θ|W+M" in result.output
+    wbw = next(line for line in result.output.splitlines() if "Word-by-word attention (k=100)" in line)
+    assert wbw.split()[-2:] == ["252,103", f"{252_103 + 12_100 * 300:,}"]  # |θ|M, |θ|W+M
+
+
+def test_the_shipped_catalog_is_what_the_models_count_today():
+    """model_catalog.json is read instead of building two dozen models; it must match them.
+    On a mismatch: python -m orchestrator.model_catalog rewrites it."""
+    assert shipped_catalog() == json.loads(json.dumps(compute_catalog()))
+
+
+def test_models_answers_within_3_seconds(tmp_path):
+    """The real command, best of 3: it reads the shipped catalog and imports no torch."""
+    timings = []
+    for _ in range(3):
+        started = time.perf_counter()
+        result = subprocess.run([ORCHESTRATE, "models"], capture_output=True, text=True, cwd=tmp_path,
+                                timeout=120)
+        timings.append(time.perf_counter() - started)
+        assert result.returncode == 0 and "|θ|W+M" in result.stdout, result.stderr
+    assert min(timings) <= 3, timings
 
 
 def test_models_json_reports_each_paper_configuration():

@@ -27,7 +27,7 @@ from orchestrator.ray_jobs import JobInputError, build_submission
 from orchestrator.spec import load_spec
 from results.tracking_uri import DEFAULT_TRACKING_URI, resolve_tracking_uri
 
-HEAVY = ("torch", "ray", "mlflow", "pandas", "optuna")
+HEAVY = ("torch", "ray", "mlflow", "pandas", "optuna", "pyarrow", "numpy")
 TINY_TRAIN = {
     "name": "tiny",
     "model": {"name": "decomposable", "variant": "vanilla",
@@ -270,6 +270,9 @@ def test_train_threads_spin_only_on_cores_of_their_own(tmp_path):
 
 # -- C. ui, --version -----------------------------------------------------------------------
 def test_ui_on_a_busy_port_fails_clearly(tmp_path):
+    from mlflow import MlflowClient
+
+    MlflowClient(f"sqlite:///{tmp_path / 'mlruns.db'}").search_experiments()  # the store exists
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
@@ -277,7 +280,7 @@ def test_ui_on_a_busy_port_fails_clearly(tmp_path):
         result = orchestrate("ui", "--port", str(port), cwd=tmp_path, timeout=60)
     assert result.returncode == 1
     assert f"error: port {port} on 127.0.0.1 is not free" in result.stderr and "--port" in result.stderr
-    assert "MLflow UI for" not in result.stdout and not (tmp_path / "mlruns.db").exists()
+    assert "MLflow UI for" not in result.stdout
 
 
 def test_version_names_the_package_and_its_libraries(tmp_path):
@@ -347,13 +350,51 @@ def test_help_of_every_command_loads_no_heavy_library(tmp_path):
     assert re.search(r"^HEAVY \[\]$", result.stderr, re.M), result.stderr
 
 
-def test_orchestrate_help_is_fast(tmp_path, record_property):
-    """Measured, reported, not asserted against a number (the machine is shared)."""
-    timings = []
-    for _ in range(3):
+HELP_BUDGET = 6.0  # README: `orchestrate --help` takes at most 6x a bare interpreter's start
+
+
+def test_orchestrate_help_costs_a_few_interpreter_starts(tmp_path, record_property):
+    """The time budget as a ratio against `python -c pass` on the same machine at the same moment
+    (the machine is shared; seconds alone would measure the other jobs): best of 7, interleaved,
+    with bytecode cached as on a user's machine (in tmp_path, after one warm-up run of each)."""
+    cached = {"PYTHONDONTWRITEBYTECODE": "", "PYTHONPYCACHEPREFIX": str(tmp_path / "pycache")}
+    help_s, bare_s = [], []
+    for attempt in range(8):
         started = time.perf_counter()
-        result = orchestrate("--help", cwd=tmp_path)
-        timings.append(time.perf_counter() - started)
+        result = orchestrate("--help", cwd=tmp_path, env=cached)
+        elapsed = time.perf_counter() - started
         assert result.returncode == 0 and "Commands:" in result.stdout
-    record_property("orchestrate_help_seconds", min(timings))
-    print(f"orchestrate --help: best of 3 {min(timings):.2f} s ({', '.join(f'{t:.2f}' for t in timings)})")
+        started = time.perf_counter()
+        subprocess.run([sys.executable, "-c", "pass"], check=True, cwd=tmp_path, env={**os.environ, **cached})
+        if attempt:  # the first run of each wrote the bytecode cache
+            help_s.append(elapsed)
+            bare_s.append(time.perf_counter() - started)
+    ratio = min(help_s) / min(bare_s)
+    record_property("orchestrate_help_seconds", min(help_s))
+    print(f"orchestrate --help: best of 7 {min(help_s):.3f} s, python -c pass {min(bare_s):.3f} s: {ratio:.1f}x")
+    assert ratio <= HELP_BUDGET, (help_s, bare_s)
+
+
+def test_click_errors_and_aborts_speak_the_one_error_style(capsys):
+    """click's own `Error: ...` and bare `Aborted!` become `error: ...` lines that say why."""
+    import click
+    import pytest
+
+    from orchestrator.cli import _Commands
+
+    @click.group(cls=_Commands)
+    def group():
+        pass
+
+    @group.command()
+    def stop():
+        raise KeyboardInterrupt  # Ctrl-C while a command runs
+
+    with pytest.raises(SystemExit) as ended:
+        group.main(["stop"], prog_name="orchestrate")
+    err = capsys.readouterr().err
+    assert ended.value.code == 1 and "error: interrupted (Ctrl-C" in err and "Aborted!" not in err
+    with pytest.raises(SystemExit) as ended:
+        group.main(["nope"], prog_name="orchestrate")
+    err = capsys.readouterr().err
+    assert ended.value.code == 2 and "error: no such command 'nope'" in err and "Error" not in err

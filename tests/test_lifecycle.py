@@ -306,4 +306,4 @@ def test_failed_data_check_writes_nothing_then_ctrl_c_during_the_test_evaluation
     trained = run_orchestrate(["train", str(best)], cwd=tmp_path)
     assert trained.returncode == 0, trained.stdout + trained.stderr
     dev = children[0].data.metrics[rs.METRIC_BEST_DEV_ACCURACY]
-    assert f"best dev accuracy {dev:.4f}" in trained.stdout + trained.stderr
+    assert f"best dev accuracy {dev:.2%}" in trained.stdout + trained.stderr

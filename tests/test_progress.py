@@ -54,3 +54,27 @@ def test_test_evaluation_phase_has_a_line(clock):
     clock.now += 61.6
     printer.phase("trials ended; evaluating the selected configuration on test")
     assert stream.getvalue() == "[0:01:02] trials ended; evaluating the selected configuration on test\n"
+
+
+def test_the_last_line_is_printed_once(clock):
+    """The last trial's end and the sweep's end say the same: one line, not two or three."""
+    stream = io.StringIO()
+    printer = ProgressPrinter(1, stream=stream, epochs_per_trial=1)
+    printer.trial_started("a", {})
+    clock.now += 30
+    printer.trial_result("a", {"epoch": 1, "dev_accuracy": 0.5})
+    printer.trial_completed("a", {"dev_accuracy": 0.5}, None)
+    printer.sweep_ended()
+    lines = [line for line in stream.getvalue().splitlines() if "1 done" in line]
+    assert len(lines) == 1, stream.getvalue()
+
+
+def test_a_resumed_sweep_counts_the_whole_sweep(clock):
+    """Done so far and the sweep's best, not this session's alone."""
+    printer = ProgressPrinter(8, stream=io.StringIO(), epochs_per_trial=4, already_done=5,
+                              best_so_far=0.8125)
+    printer.trial_started("f", {})
+    clock.now += 10
+    printer.trial_result("f", {"epoch": 1, "dev_accuracy": 0.6})
+    line = printer.line()
+    assert "5 done, 1 running, 2 pending" in line and "best dev_accuracy 81.25%" in line

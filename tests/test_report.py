@@ -67,6 +67,7 @@ def test_page_is_self_contained_and_has_every_section(report):
 def test_provenance_and_data_come_from_the_record(report):
     page = (report / "snli-rocktaschel.html").read_text()
     assert "0123456789ab" in page and "uncommitted changes" in page  # the dirty flag warns
+    assert "<th>spec hash</th>" in page and "<td>spec-hash</td>" in page  # nli.spec_hash
     assert "NVIDIA H100" in page and "torch 2.13.0" in page
     # What the trials trained on (their own record), not environment.json's "device" guess.
     assert "<td>cuda:0 (NVIDIA H100) x6</td>" in page
@@ -80,6 +81,8 @@ def test_provenance_and_data_come_from_the_record(report):
 def test_results_per_class_mcnemar_and_checklist(report):
     page = (report / "snli-rocktaschel.html").read_text()
     assert "82.00 ± 2.00" in page and "[77.03, 86.97]" in page  # mean ± std, 95% CI
+    assert "Student-t interval of the mean" in page and "one seed: no std" not in page  # several seeds
+    assert "Caveat</strong>: importance from" in page  # a handful of trials: importance is rough
     assert "majority class (entailment)" in page
     assert "76.92" in page  # word-by-word's per-class test accuracy on contradiction (10/13)
     assert "exact binomial" in page  # McNemar between the top two rows on dev

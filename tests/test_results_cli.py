@@ -397,6 +397,7 @@ def test_expected_validation_performance_plot_and_table(full_run):
     assert wbw["expected_best_dev_accuracy"].is_monotonic_increasing
     assert wbw["expected_best_dev_accuracy"].iloc[-1] < 0.84
     assert (wbw["corpus"] == "snli").all()
+    assert (wbw["min_observed_dev_accuracy"] == 0.79).all() and (wbw["max_observed_dev_accuracy"] == 0.84).all()
     # n x the draws' mean trial time: five of 100 s and the early-stopped one of 30 s
     assert wbw["budget_hours"].tolist() == pytest.approx([n * 530 / 6 / 3600 for n in range(1, 7)])
 

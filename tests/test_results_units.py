@@ -241,3 +241,36 @@ def test_counts_and_hyperparameters_are_written_as_papers_write_them():
         "3e-4", "3e-4", "0.1", "100", "1e-5", "1", "adam", "True",
     ]
     assert format_hyperparameters({"lr": 3e-4, "dropout": 0.1, "k": 100}) == "lr=3e-4 dropout=0.1 k=100"
+
+
+def test_evp_band_stays_in_the_observed_range_and_axes_say_log_and_minutes():
+    """Two draws, 0.80 and 0.84: the ±1 std band of the expected maximum never rises above the
+    best observed 84% (nor below the worst); a 3-minute budget is read in minutes on a log axis."""
+    from results.evp import COLUMNS, expected_max_curve, plot_evp
+    from results.schema import arrow_table
+
+    curve = expected_max_curve([0.80, 0.84])
+    rows = [{"experiment": "e", "corpus": "toy", "model_config": "m", "n": n, "expected_best_dev_accuracy": mean,
+             "std": std, "n_draws": 2, "min_observed_dev_accuracy": 0.80, "max_observed_dev_accuracy": 0.84,
+             "budget_hours": n * 90 / 3600} for n, (mean, std) in enumerate(curve, start=1)]
+    assert curve[-1][0] + curve[-1][1] > 0.84  # unclipped, the band would rise above the best draw
+    table = arrow_table(rows, COLUMNS, "evp")
+    for budget in ("trials", "hours"):
+        axes = plot_evp(table, budget).axes[0]
+        band = axes.collections[0].get_paths()[0].vertices[:, 1]
+        assert 80.0 - 1e-9 <= band.min() and band.max() <= 84.0 + 1e-9
+        assert "log scale" in axes.get_xlabel()
+    assert "minutes" in axes.get_xlabel() and "up to 3 minutes" in axes.get_title()
+    assert [t.get_text() for t in axes.get_xticklabels()] == ["1.5", "2", "3"]
+
+
+def test_a_tie_has_no_majority_class():
+    """A balanced test set: the baseline row says the classes are tied, not one arbitrary name."""
+    import pandas as pd
+
+    from results.predictions import majority_class
+
+    balanced = pd.DataFrame({"label_name": ["neutral", "entailment", "contradiction"] * 4})
+    assert majority_class(balanced) == ("contradiction / entailment / neutral tied", pytest.approx(1 / 3))
+    skewed = pd.DataFrame({"label_name": ["neutral", "entailment", "neutral"]})
+    assert majority_class(skewed) == ("neutral", pytest.approx(2 / 3))

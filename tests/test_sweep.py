@@ -103,7 +103,8 @@ def _assert_readable_in_the_mlflow_ui(client, parent, children):
     assert "lr" in json.loads(params["search_space"])
     note = parent.data.tags[rs.TAG_MLFLOW_NOTE]
     best = next(c for c in children if c.info.run_id == parent.data.tags[rs.TAG_BEST_RUN])
-    assert f"/runs/{best.info.run_id})" in note and best.info.run_name in note
+    assert f"(#/experiments/{parent.info.experiment_id}/runs/{best.info.run_id}?workflowType=machine_learning)" in note
+    assert best.info.run_name in note and "127.0.0.1" not in note  # relative to the UI it is read in
     assert "viewStateShareKey=" + rs.RUNS_VIEW_KEY in note
     for run in (parent, *children):
         tags = run.data.tags
@@ -114,7 +115,9 @@ def _assert_readable_in_the_mlflow_ui(client, parent, children):
         assert json.loads(inputs[0].dataset.profile)["splits"]["train"] > 0
     experiment = client.get_experiment(parent.info.experiment_id)
     assert experiment.tags[rs.EXPERIMENT_TAG_KIND] == rs.EXPERIMENT_KIND_ML
-    view = json.loads(experiment.tags[rs.EXPERIMENT_TAG_SHARED_VIEW_PREFIX + rs.RUNS_VIEW_KEY])
+    envelope = json.loads(experiment.tags[rs.EXPERIMENT_TAG_SHARED_VIEW_PREFIX + rs.RUNS_VIEW_KEY])
+    assert envelope["name"] == rs.RUNS_VIEW_NAME and envelope["updatedAt"] >= envelope["createdAt"] > 0
+    view = json.loads(envelope["state"])  # the Views menu's envelope holds the view as a string
     assert "params.`lr`" in view["selectedColumns"] and view["orderByAsc"] is False
     from pathlib import Path
 

@@ -16,10 +16,10 @@ from nli_models.registry import model_names
 from orchestrator.cli import main
 
 EPOCH_LINE = re.compile(
-    r"^epoch\s+(\d+)/(\d+)\s+train loss (\d+\.\d+) running acc (\d+\.\d+)\s+"
-    r"dev loss (\d+\.\d+) acc (\d+\.\d+)\s+\(\d+\.\ds\)( \*)?$"
+    r"^epoch\s+(\d+)/(\d+)\s+train loss (\d+\.\d+) running acc (\d+\.\d\d)%\s+"
+    r"dev loss (\d+\.\d+) acc (\d+\.\d\d)%\s+\(\d+\.\ds\)( \*)?$"
 )
-TEST_LINE = re.compile(r"^test accuracy (\d\.\d{4}) \(best-on-dev weights; (.*)\)$")
+TEST_LINE = re.compile(r"^test accuracy (\d+\.\d\d)% \(best-on-dev weights; (.*)\)$")  # percent
 
 TINY = tiny_config(dropout=0.1, epochs=2)
 
@@ -103,20 +103,20 @@ def test_train_prints_epochs_and_one_test_accuracy(tmp_path):
     epochs = [m for m in map(EPOCH_LINE.match, lines) if m]
     assert [(int(m[1]), int(m[2])) for m in epochs] == [(1, 2), (2, 2)]
     for match in epochs:
-        for group in (4, 6):  # train and dev accuracy
-            assert 0.0 <= float(match[group]) <= 1.0
+        for group in (4, 6):  # train and dev accuracy, in percent
+            assert 0.0 <= float(match[group]) <= 100.0
         for group in (3, 5):  # train and dev loss
             assert 0.0 < float(match[group]) < 10.0
     tests = [m for m in map(TEST_LINE.match, lines) if m]
     assert len(tests) == 1, result.output
     assert len([line for line in lines if line.startswith("test accuracy")]) == 1
-    assert 0.0 <= float(tests[0][1]) <= 1.0
+    assert 0.0 <= float(tests[0][1]) <= 100.0
     assert [part.split()[0] for part in tests[0][2].split(", ")] == [
         "entailment",
         "neutral",
         "contradiction",
     ]
-    assert re.search(r"^best dev accuracy \d\.\d{4} at epoch [12]$", result.output, re.M)
+    assert re.search(r"^best dev accuracy \d+\.\d\d% at epoch [12]$", result.output, re.M)
 
 
 def test_train_jsonl_corpus_with_vectors(tmp_path):

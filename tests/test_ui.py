@@ -10,12 +10,15 @@ import time
 import urllib.request
 from pathlib import Path
 
+from mlflow import MlflowClient
+
 from orchestrator.ports import free_port
 
 
 def test_ui_serves_the_store(tmp_path):
     port = free_port()
     uri = f"sqlite:///{tmp_path / 'mlruns.db'}"
+    MlflowClient(uri).search_experiments()  # an existing (empty) store
     orchestrate = str(Path(sys.executable).with_name("orchestrate"))
     log = (tmp_path / "ui.log").open("w")
     process = subprocess.Popen(
@@ -41,3 +44,18 @@ def test_ui_serves_the_store(tmp_path):
         os.killpg(process.pid, signal.SIGKILL)
         process.wait(timeout=30)
         log.close()
+
+
+def test_ui_on_a_store_that_does_not_exist_creates_nothing(tmp_path):
+    """A mistyped store is an error naming it (exit 2), not an empty UI over a new empty store."""
+    orchestrate = str(Path(sys.executable).with_name("orchestrate"))
+    missing = tmp_path / "sweeps" / "mlruns.db"
+    (tmp_path / "sweeps").mkdir()
+    result = subprocess.run(
+        [orchestrate, "ui", "--tracking-uri", f"sqlite:///{missing}", "--port", str(free_port())],
+        capture_output=True, text=True, timeout=60, cwd=tmp_path,
+    )
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.startswith("error: ") and str(missing) in result.stderr
+    assert "--tracking-uri" in result.stderr and len(result.stderr.strip().splitlines()) == 1
+    assert list((tmp_path / "sweeps").iterdir()) == []

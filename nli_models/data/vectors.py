@@ -197,6 +197,26 @@ class _KumoGlove:
                 yield word, np.asarray(self.matrix[row], dtype=np.float32)
 
 
+# Where the papers' vectors come from (the shipped specs name these files).
+VECTOR_DOWNLOADS = {
+    "GoogleNews-vectors-negative300.bin": "https://code.google.com/archive/p/word2vec/ "
+    "(GoogleNews-vectors-negative300.bin.gz; gunzip it)",
+    "glove.840B.300d.zip": "https://nlp.stanford.edu/data/glove.840B.300d.zip",
+}
+
+
+def missing_vectors_message(path: Path) -> str:
+    """What to do about a vectors file that is not there: where to get it, and how to run
+    without it."""
+    download = VECTOR_DOWNLOADS.get(path.name)
+    where = f"download it from {download} to {path.parent}/ (or point data.vectors.source at it)" \
+        if download else "point data.vectors.source at the file"
+    return (
+        f"word vectors file not found: {path}; {where}, or train without pretrained vectors "
+        "with --set data.vectors=null (every embedding row random and tuned: not the paper's setup)"
+    )
+
+
 def open_vectors(
     source: str | Path, embedding_dim: int | None = None, zip_member: str | None = None
 ) -> _TextVectors | _Word2VecBinary | _KumoGlove:
@@ -206,7 +226,7 @@ def open_vectors(
     else:
         path = Path(source).expanduser()
         if not path.is_file():
-            raise InputFileMissing(f"word vectors file not found: {path}")
+            raise InputFileMissing(missing_vectors_message(path))
         if path.suffix not in VECTOR_SUFFIXES:
             raise InputError(
                 f"{path}: unknown word vectors format {path.suffix!r}; expected one of "

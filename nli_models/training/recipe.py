@@ -26,8 +26,8 @@ def _format_epoch(result: EpochResult, epochs: int) -> str:
     marker = " *" if result.is_best else ""
     return (
         f"epoch {result.epoch:>3}/{epochs}  train loss {result.train_loss:.4f} "
-        f"running acc {result.train_accuracy:.4f}  dev loss {result.dev_loss:.4f} "
-        f"acc {result.dev_accuracy:.4f}  ({result.epoch_time_s:.1f}s){marker}"
+        f"running acc {result.train_accuracy:.2%}  dev loss {result.dev_loss:.4f} "
+        f"acc {result.dev_accuracy:.2%}  ({result.epoch_time_s:.1f}s){marker}"
     )
 
 
@@ -87,12 +87,12 @@ def train_and_test(
             trainer.save_checkpoint(checkpoint_dir)
 
     state = trainer.fit(on_epoch)
-    echo(f"best dev accuracy {state.best_dev_accuracy:.4f} at epoch {state.best_epoch}")
+    echo(f"best dev accuracy {state.best_dev_accuracy:.2%} at epoch {state.best_epoch}")
     test = None
     if "test" in data.splits:
         test = trainer.evaluate_best("test")
-        per_class = ", ".join(f"{k} {v:.4f}" for k, v in test.class_accuracy.items())
-        echo(f"test accuracy {test.accuracy:.4f} (best-on-dev weights; {per_class})")
+        per_class = ", ".join(f"{k} {v:.2%}" for k, v in test.class_accuracy.items())
+        echo(f"test accuracy {test.accuracy:.2%} (best-on-dev weights; {per_class})")
     return trainer, test
 
 
