@@ -63,8 +63,7 @@ class _Commands(click.Group):
             click.echo(error_line(str(exc)), err=True)
             ctx.exit(EXIT_BAD_INPUT)
         except click.UsageError as exc:  # click's own (a bad option value): one line, as ours
-            where = f"{exc.ctx.command_path}: " if exc.ctx is not None else ""
-            click.echo(error_line(where + exc.format_message()), err=True)
+            click.echo(_click_error_line(exc), err=True)
             ctx.exit(EXIT_BAD_INPUT)
 
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
@@ -73,16 +72,19 @@ class _Commands(click.Group):
         try:
             code = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
         except click.ClickException as exc:
-            if isinstance(exc, click.UsageError) and exc.ctx is not None:
-                hint = "" if exc.ctx.command.get_help_option(exc.ctx) is None else (
-                    f"\nTry '{exc.ctx.command_path} --help' for help.")
-                click.echo(exc.ctx.get_usage() + hint, err=True)
-            click.echo(f"error: {_lowercase_start(mask_secrets(exc.format_message()))}", err=True)
+            click.echo(_click_error_line(exc), err=True)
             sys.exit(exc.exit_code)
         except click.Abort:
             click.echo("error: interrupted (Ctrl-C or end of input); stopped", err=True)
             sys.exit(1)
         sys.exit(code if isinstance(code, int) else 0)
+
+
+def _click_error_line(exc: click.ClickException) -> str:
+    """Click's own error as one `error: COMMAND: message` line, in our style."""
+    ctx = getattr(exc, "ctx", None)
+    where = f"{ctx.command_path}: " if ctx is not None else ""
+    return error_line(where + _lowercase_start(exc.format_message()))
 
 
 def _lowercase_start(message: str) -> str:

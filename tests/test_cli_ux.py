@@ -397,4 +397,4 @@ def test_click_errors_and_aborts_speak_the_one_error_style(capsys):
     with pytest.raises(SystemExit) as ended:
         group.main(["nope"], prog_name="orchestrate")
     err = capsys.readouterr().err
-    assert ended.value.code == 2 and "error: no such command 'nope'" in err and "Error" not in err
+    assert ended.value.code == 2 and "error: orchestrate: no such command 'nope'" in err and "Error" not in err
