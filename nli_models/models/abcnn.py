@@ -171,8 +171,8 @@ class _Block(nn.Module):
 def _paper_config(variant: str, num_blocks: int) -> PaperConfig:
     name = {"bcnn": "BCNN", "abcnn1": "ABCNN-1", "abcnn2": "ABCNN-2", "abcnn3": "ABCNN-3"}[variant]
     conv = {1: "one-conv", 2: "two-conv"}[num_blocks]
-    notes = "Yin et al. publish no parameter counts. Neural part only: without the 24 linguistic "
-    notes += "features and the NONOVER copy, so the LR layer sees 2 x (num_blocks + 1) scores."
+    notes = "Yin et al. publish no parameter counts. The ORIG and NONOVER copies (§5.4) without "
+    notes += "the 24 linguistic features, so the LR layer sees 2 x 2 x (num_blocks + 1) scores."
     if variant in ("abcnn1", "abcnn3"):
         notes += " W_0 (d x max_length per block) makes |θ|M depend on max_length."
     return PaperConfig(
@@ -184,6 +184,7 @@ def _paper_config(variant: str, num_blocks: int) -> PaperConfig:
             "hidden_size": 50,
             "filter_width": 3,
             "num_blocks": num_blocks,
+            "nonover": True,
         },
         paper="yin2016",
         table_row=f"Table 6 (SICK): {name} {conv}",
