@@ -56,8 +56,10 @@ VECTORS = {
     "model.args.embedding_dim": "50",
     "training.num_threads": "1",
 }
-# Chosen by the ablation in docs/fidelity.md, "Measured on real data".
-FULL_OVERRIDES: dict[str, str] = {}
+# Chosen by the ablation in docs/fidelity.md, "Measured on real data": tuning the 50-d vectors
+# (the paper keeps its 300-d word2vec fixed) gained on dev with and without the NONOVER copy
+# (ABCNN-3 two-conv, seed 1: 75.2 -> 78.0 without, 81.0 -> 84.6 with).
+FULL_OVERRIDES = {"data.vectors.tune": "true"}
 QUICK_OVERRIDES = {
     "data.max_examples": "{train: 300, dev: 100, test: 200}",
     "training.epochs": "1",
