@@ -130,7 +130,8 @@ def run(ctx: Context) -> dict[str, Any]:
     shown = [["orchestrate", *c[1:]] for c in (sweep, results)]
     shown[0][2] = SPEC
     shown[0][4] = os.path.relpath(ctx.shared_data, REPO_ROOT)
-    shown[1][shown[1].index(str(out))] = os.path.relpath(out, REPO_ROOT)
+    if out.resolve().is_relative_to(REPO_ROOT):
+        shown[1][shown[1].index(str(out))] = os.path.relpath(out, REPO_ROOT)
     commands = [shlex.join(c) for c in shown]
     summary = (
         ("Quick mode (a smoke run on 300 / 100 / 200 pairs, 1 epoch): not a measurement.\n\n"
