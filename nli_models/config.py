@@ -63,7 +63,7 @@ class TrainingConfig(StrictModel):
         0.1,
         ge=0,
         description="Adagrad's initial accumulator: 0.1 (TensorFlow's default, Parikh et al.'s "
-        "setup) or 0 (Duchi et al.'s Adagrad as Yin et al. use it: the first step of a parameter "
+        "setup) or 0 (Duchi et al.'s Adagrad, which Yin et al. cite: the first step of a parameter "
         "is lr * sign(gradient), and small gradients are not damped by the 0.1)",
     )
     lr: float = Field(1e-3, gt=0)
