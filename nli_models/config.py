@@ -59,6 +59,13 @@ class ModelConfig(StrictModel):
 
 class TrainingConfig(StrictModel):
     optimizer: Literal["adam", "adagrad"] = "adam"
+    adagrad_accumulator: float = Field(
+        0.1,
+        ge=0,
+        description="Adagrad's initial accumulator: 0.1 (TensorFlow's default, Parikh et al.'s "
+        "setup) or 0 (Duchi et al.'s Adagrad, which Yin et al. cite: the first step of a parameter "
+        "is lr * sign(gradient), and small gradients are not damped by the 0.1)",
+    )
     lr: float = Field(1e-3, gt=0)
     l2: float = Field(0.0, ge=0)
     batch_size: int = Field(32, ge=1)

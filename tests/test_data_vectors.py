@@ -130,6 +130,15 @@ def test_single_unk_policy(tmp_path):
     torch.testing.assert_close(weight[2], torch.tensor(VECTORS["the"]))
 
 
+def test_tune_makes_every_row_but_padding_trainable_with_the_policys_weights(tmp_path):
+    fixed, _ = build_embedding_init(vocab(), loaded_vectors(tmp_path), "single_unk", seed=0)
+    weight, trainable = build_embedding_init(
+        vocab(), loaded_vectors(tmp_path), "single_unk", seed=0, tune=True
+    )
+    assert trainable.tolist() == [False] + [True] * 5
+    assert torch.equal(weight, fixed)  # the vectors only initialise the tuned rows
+
+
 def test_random_init_without_vectors_and_loads_into_model():
     weight, trainable = build_embedding_init(vocab(), None, embedding_dim=4)
     assert trainable.tolist() == [False] + [True] * 5

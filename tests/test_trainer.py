@@ -240,6 +240,23 @@ def test_adam_betas_and_adagrad_initial_accumulator(toy):
     assert torch.equal(pad_sum, torch.full_like(pad_sum, 0.1))
 
 
+def test_adagrad_accumulator_zero_first_step_is_lr_times_sign(toy):
+    """Duchi et al.'s Adagrad (Yin et al.): no initial accumulator, so a parameter's first
+    update is lr * sign(gradient) whatever the gradient's size."""
+    trainer = make_trainer(run_config(optimizer="adagrad", lr=0.09, adagrad_accumulator=0.0), toy)
+    adagrad = trainer.optimizer
+    assert all(g["initial_accumulator_value"] == 0.0 for g in adagrad.param_groups)
+    params = [p for g in adagrad.param_groups for p in g["params"]]
+    before = [p.detach().clone() for p in params]
+    for p in params:
+        # magnitudes from 1e-3 to 1 (far above Adagrad's eps), both signs
+        p.grad = torch.randn_like(p).sign() * 10 ** (-3 * torch.rand_like(p))
+    grads = [p.grad.clone() for p in params]
+    adagrad.step()
+    for p, old, grad in zip(params, before, grads, strict=True):
+        torch.testing.assert_close(old - p.detach(), 0.09 * grad.sign(), atol=1e-6, rtol=0)
+
+
 @pytest.mark.parametrize("optimizer", ["adam", "adagrad"])
 def test_huge_l2_decays_the_network_but_not_the_embeddings(toy, optimizer):
     # <unk> never occurs in the toy train split, so its (trainable) row gets a zero gradient:

@@ -63,6 +63,11 @@ class VectorsConfig(StrictModel):
         None, description="expected dimension; a file of another dimension is an error"
     )
     lowercase_fallback: bool = True
+    tune: bool = Field(
+        False,
+        description="tune every row: the pretrained vectors (and the oov policy's rows) only "
+        "initialise the embeddings; default: the oov policy decides which rows are trained",
+    )
     zip_member: str | None = None
     hash_buckets: PositiveInt = 100
     seed: int = 0

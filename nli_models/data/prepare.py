@@ -248,7 +248,8 @@ def _build(config: DataConfig, files: Mapping[str, Path]) -> PreparedData:
         }
         vocab, vectors = _load_vectors(options, vocab, eval_tokens)
         weight, trainable = build_embedding_init(
-            vocab, vectors, options.oov, options.seed, hash_buckets=options.hash_buckets
+            vocab, vectors, options.oov, options.seed, hash_buckets=options.hash_buckets,
+            tune=options.tune,
         )
         prepared.vocab = vocab
         prepared.embedding_weight, prepared.embedding_trainable = weight.numpy(), trainable.numpy()

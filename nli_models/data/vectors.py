@@ -310,6 +310,7 @@ def build_embedding_init(
     seed: int = 0,
     embedding_dim: int | None = None,
     hash_buckets: int = 100,
+    tune: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``(weight float32 [V, D], trainable_rows bool [V])`` for ``WordEmbeddings.load``.
 
@@ -320,6 +321,7 @@ def build_embedding_init(
       hashed to one of ``hash_buckets`` random N(0, 1) vectors; every row fixed.
     - ``single_unk`` (Yin et al.): pretrained rows; one random U(-0.01, 0.01) vector shared by
       every OOV word; every row fixed.
+    ``tune``: every row trainable whatever the policy (the vectors are an initialisation).
     The padding row is zero and fixed in all cases; <unk> is treated as an OOV word.
     """
     rng = np.random.default_rng(seed)
@@ -351,6 +353,8 @@ def build_embedding_init(
             trainable = np.zeros(size, dtype=bool)
         else:
             raise InputError(f"unknown OOV policy {policy!r}; allowed: {', '.join(OOV_POLICIES)}")
+    if tune:
+        trainable[:] = True
     weight[PAD_INDEX] = 0.0
     trainable[PAD_INDEX] = False
     return torch.from_numpy(weight), torch.from_numpy(trainable)

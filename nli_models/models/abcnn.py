@@ -24,8 +24,15 @@ trainer's ``training.layerwise``; ``train_blocks_up_to(k)`` runs the network of 
 blocks, with only block k trainable. The phase-k network's LR layer is the first 2 x (k + 1)
 columns of the final one (the paper builds a new LR layer per phase; ours carries the learned
 columns over, so |θ|M is the final network's).
-Not implemented: the 24 linguistic features, the NONOVER copy of the network and the SVM/LR
-retrained on the scores after training (§5.1.3, §5.4).
+NONOVER (§5.4, ``nonover``): a second copy of the network (its own blocks) reads each pair with
+the words that occur in both sentences removed, and its scores join the ORIG copy's in the one
+LR layer. Words are compared by vocabulary id, so case-sensitively with ``data.lowercase: false``
+as in Table 5 (the shared sentence-initial "A" goes, "a full" keeps its lowercase "a"). A sentence
+left empty is the single token <unk>
+(the paper's "<empty>": one fixed random vector under ``single_unk``). The LR columns are
+ordered block by block (ORIG then NONOVER per block), so layerwise phase k still uses a prefix.
+Not implemented: the 24 linguistic features and the SVM/LR retrained on the scores after
+training (§5.1.3, §5.4).
 """
 
 from __future__ import annotations
@@ -36,7 +43,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from nli_models.embeddings import WordEmbeddings
+from nli_models.data.text import UNK_INDEX
+from nli_models.embeddings import PAD_INDEX, WordEmbeddings
 from nli_models.models.arguments import ModelArguments, Rate, Size, variant_of
 from nli_models.models.layers import Dropout, masked_mean
 from nli_models.models.pair_classifier import PairClassifier, Sentences
@@ -53,6 +61,7 @@ class ABCNNArguments(ModelArguments):
     filter_width: Size = 3
     num_blocks: Size = 1
     max_length: Size = 40
+    nonover: bool = False
 
 
 def euclidean_match(
@@ -77,6 +86,22 @@ def _window_sum(values: torch.Tensor, width: int) -> torch.Tensor:
 def _similarity_scores(u0: torch.Tensor, u1: torch.Tensor) -> torch.Tensor:
     distance = (u0 - u1).pow(2).sum(-1).clamp(min=1e-12).sqrt()
     return torch.stack([F.cosine_similarity(u0, u1, dim=-1), distance], dim=-1)
+
+
+def nonoverlapping(sentence: Sentences, other: Sentences) -> Sentences:
+    """NONOVER (§5.4, Table 5): ``sentence`` without the words that occur in ``other``, left-aligned;
+    a sentence left with no word becomes the single token <unk> (the paper's <empty>)."""
+    shared = (sentence.ids.unsqueeze(2) == other.ids.unsqueeze(1)) & other.mask.unsqueeze(1)
+    keep = sentence.mask & ~shared.any(dim=2)
+    # A stable sort on "dropped" moves the kept words to the front in their order.
+    order = torch.argsort((~keep).to(torch.int8), dim=1, stable=True)
+    keep = keep.gather(1, order)
+    ids = sentence.ids.gather(1, order).masked_fill(~keep, PAD_INDEX)
+    empty = ~keep[:, 0]
+    ids[:, 0] = torch.where(empty, torch.full_like(ids[:, 0], UNK_INDEX), ids[:, 0])
+    keep[:, 0] = True
+    length = int(keep.sum(dim=1).max())
+    return Sentences(ids[:, :length], keep[:, :length])
 
 
 class _Block(nn.Module):
@@ -146,8 +171,8 @@ class _Block(nn.Module):
 def _paper_config(variant: str, num_blocks: int) -> PaperConfig:
     name = {"bcnn": "BCNN", "abcnn1": "ABCNN-1", "abcnn2": "ABCNN-2", "abcnn3": "ABCNN-3"}[variant]
     conv = {1: "one-conv", 2: "two-conv"}[num_blocks]
-    notes = "Yin et al. publish no parameter counts. Neural part only: without the 24 linguistic "
-    notes += "features and the NONOVER copy, so the LR layer sees 2 x (num_blocks + 1) scores."
+    notes = "Yin et al. publish no parameter counts. The ORIG and NONOVER copies (§5.4) without "
+    notes += "the 24 linguistic features, so the LR layer sees 2 x 2 x (num_blocks + 1) scores."
     if variant in ("abcnn1", "abcnn3"):
         notes += " W_0 (d x max_length per block) makes |θ|M depend on max_length."
     return PaperConfig(
@@ -159,6 +184,7 @@ def _paper_config(variant: str, num_blocks: int) -> PaperConfig:
             "hidden_size": 50,
             "filter_width": 3,
             "num_blocks": num_blocks,
+            "nonover": True,
         },
         paper="yin2016",
         table_row=f"Table 6 (SICK): {name} {conv}",
@@ -181,18 +207,25 @@ class ABCNN(PairClassifier):
         self.attention_input = args.variant in ("abcnn1", "abcnn3")
         self.word_embeddings = WordEmbeddings(args.vocab_size, args.embedding_dim)
         self.dropout = Dropout(args.dropout)
-        self.blocks = nn.ModuleList(
-            _Block(
-                args.embedding_dim if i == 0 else hidden_size,
-                hidden_size,
-                args.filter_width,
-                attention_input=self.attention_input,
-                attention_pooling=args.variant in ("abcnn2", "abcnn3"),
-                max_length=args.max_length,
+        def stack() -> nn.ModuleList:
+            return nn.ModuleList(
+                _Block(
+                    args.embedding_dim if i == 0 else hidden_size,
+                    hidden_size,
+                    args.filter_width,
+                    attention_input=self.attention_input,
+                    attention_pooling=args.variant in ("abcnn2", "abcnn3"),
+                    max_length=args.max_length,
+                )
+                for i in range(num_blocks)
             )
-            for i in range(num_blocks)
+
+        self.blocks = stack()
+        self.nonover_blocks = stack() if args.nonover else None
+        copies = 2 if args.nonover else 1
+        self.output = nn.Linear(
+            copies * _SCORES_PER_BLOCK * (num_blocks + 1), args.num_classes
         )
-        self.output = nn.Linear(_SCORES_PER_BLOCK * (num_blocks + 1), args.num_classes)
         self.active_blocks = num_blocks
 
     @property
@@ -204,27 +237,42 @@ class ABCNN(PairClassifier):
         if not 1 <= k <= self.num_blocks:
             raise ValueError(f"phase {k} of a {self.num_blocks}-block network")
         self.active_blocks = k
-        for i, block in enumerate(self.blocks, start=1):
-            block.requires_grad_(i == k)
+        for stack in (self.blocks, self.nonover_blocks or ()):
+            for i, block in enumerate(stack, start=1):
+                block.requires_grad_(i == k)
 
     def classify(self, premise: Sentences, hypothesis: Sentences):
         """Attention maps are [B, Lh, Lp] ("block{i}_input", ABCNN-1/3) and
         [B, Lh + w - 1, Lp + w - 1] over convolution columns ("block{i}_conv", ABCNN-2/3)."""
         if self.attention_input:
             premise, hypothesis = self._fit(premise), self._fit(hypothesis)
+        scores, weights = self._scores(self.blocks, premise, hypothesis)
+        if self.nonover_blocks is not None:
+            nonover, _ = self._scores(
+                self.nonover_blocks,
+                nonoverlapping(premise, hypothesis),
+                nonoverlapping(hypothesis, premise),
+            )
+            # Block by block (ORIG, NONOVER), so that layerwise phase k reads a prefix.
+            scores = [s for pair in zip(scores, nonover, strict=True) for s in pair]
+        features = torch.cat(scores, dim=-1)
+        logits = F.linear(features, self.output.weight[:, : features.shape[-1]], self.output.bias)
+        return logits, weights
+
+    def _scores(self, blocks: nn.ModuleList, premise: Sentences, hypothesis: Sentences):
+        """The similarity scores [B, 2] of the input block and of each active block, and the
+        attention maps by name."""
         x0 = self.dropout(self.word_embeddings(premise.ids)) * premise.mask.unsqueeze(-1)
         x1 = self.dropout(self.word_embeddings(hypothesis.ids)) * hypothesis.mask.unsqueeze(-1)
         scores = [
             _similarity_scores(masked_mean(x0, premise.mask), masked_mean(x1, hypothesis.mask))
         ]
         weights = {}
-        for i, block in enumerate(self.blocks[: self.active_blocks], start=1):
+        for i, block in enumerate(blocks[: self.active_blocks], start=1):
             (x0, x1), summary, attention = block(x0, premise.mask, x1, hypothesis.mask)
             scores.append(_similarity_scores(*summary))
             weights.update({f"block{i}_{k}": a.transpose(1, 2) for k, a in attention.items()})
-        features = torch.cat(scores, dim=-1)
-        logits = F.linear(features, self.output.weight[:, : features.shape[-1]], self.output.bias)
-        return logits, weights
+        return scores, weights
 
     def _fit(self, sentences: Sentences) -> Sentences:
         """Drop padding columns beyond max_length (W_0 has max_length columns)."""

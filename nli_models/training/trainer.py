@@ -164,7 +164,9 @@ def make_optimizer(model: nn.Module, config: TrainingConfig) -> torch.optim.Opti
     # step was about half of a CPU training step at paper size (benchmarks/throughput.py).
     if config.optimizer == "adam":
         return torch.optim.Adam(groups, lr=config.lr, betas=(0.9, 0.999), fused=True)
-    return torch.optim.Adagrad(groups, lr=config.lr, initial_accumulator_value=0.1, fused=True)
+    return torch.optim.Adagrad(
+        groups, lr=config.lr, initial_accumulator_value=config.adagrad_accumulator, fused=True
+    )
 
 
 class Trainer:
