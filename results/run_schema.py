@@ -59,6 +59,7 @@ PROTOCOL_FIELDS = (
     "vectors",
     "vectors_dim",
     "vectors_policy",
+    "vectors_tuned",
     "extend_vocab",
     "epochs",
     "max_steps",

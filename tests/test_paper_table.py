@@ -217,7 +217,7 @@ def _differences(paper: str, row: str, frame: pd.DataFrame) -> list[str]:
 
 def test_abcnn3_with_other_kernels_width_and_lr_lists_each():
     params = {"model": "abcnn", "variant": "abcnn3", "num_blocks": 2, "hidden_size": 20,
-              "filter_width": 4, "lr": 0.5, "l2": 0.0007, "batch_size": 32}
+              "filter_width": 4, "lr": 0.5, "l2": 0.0007, "batch_size": 32, "nonover": True}
     differences = _differences(
         "yin2016", "ABCNN-3 two-conv, no linguistic features", _one_row(params, YIN_PROTOCOL, "sick", 1)
     )
@@ -232,6 +232,20 @@ def test_abcnn3_with_other_kernels_width_and_lr_lists_each():
     ) == []
 
 
+def test_tuned_vectors_and_a_missing_nonover_copy_are_differences():
+    """Yin et al. keep word2vec fixed and run a NONOVER copy (§5.4): a run that tunes its vectors
+    (data.vectors.tune, in the fingerprint) or has no NONOVER copy is not comparable."""
+    params = {"model": "abcnn", "variant": "abcnn3", "num_blocks": 2, "hidden_size": 50,
+              "filter_width": 3, "lr": 0.09, "l2": 0.0007, "batch_size": 32, "nonover": True}
+    row = "ABCNN-3 two-conv, no linguistic features"
+    tuned = _one_row(params, {**YIN_PROTOCOL, "vectors_tuned": "True"}, "sick")
+    assert _differences("yin2016", row, tuned) == ["vectors_tuned true (paper false)"]
+    fixed = _one_row(params, {**YIN_PROTOCOL, "vectors_tuned": "False"}, "sick")
+    assert _differences("yin2016", row, fixed) == []
+    without_copy = _one_row({**params, "nonover": False}, YIN_PROTOCOL, "sick")
+    assert _differences("yin2016", row, without_copy) == ["nonover false (paper true)"]
+
+
 def test_layerwise_is_not_a_difference_for_one_block_networks():
     params = {"model": "abcnn", "variant": "bcnn", "num_blocks": 1, "hidden_size": 50}
     for layerwise in ("True", "False"):
@@ -244,7 +258,7 @@ def test_layerwise_is_not_a_difference_for_one_block_networks():
 
 def test_feature_based_rows_get_no_delta_and_are_never_comparable():
     params = {"model": "abcnn", "variant": "abcnn3", "num_blocks": 2, "hidden_size": 50,
-              "filter_width": 3, "lr": 0.09, "l2": 0.0007, "batch_size": 32}
+              "filter_width": 3, "lr": 0.09, "l2": 0.0007, "batch_size": 32, "nonover": True}
     table = paper_table(_one_row(params, YIN_PROTOCOL, "sick"), "yin2016").to_pandas()
     ours = table[table["experiment"] == "ours"].set_index("row")
     features = ours.loc["ABCNN-3 two-conv"]
@@ -267,7 +281,7 @@ def test_rows_without_a_printed_count_get_the_paper_setups_computed():
     footnote = table[(table["row"] == "ABCNN-3 two-conv, no linguistic features")
                      & (table["experiment"] == "ours")].iloc[0]
     def theta_m(embedding_dim: int) -> int:
-        model = build_model("abcnn", variant="abcnn3", num_blocks=2, hidden_size=50,
+        model = build_model("abcnn", variant="abcnn3", num_blocks=2, hidden_size=50, nonover=True,
                             filter_width=3, max_length=40, vocab_size=10, num_classes=3,
                             embedding_dim=embedding_dim)
         return count_parameters(model)[0]

@@ -32,6 +32,7 @@ def protocol_fingerprint(
         "vectors": _file_name(vectors.source) if vectors else None,
         "vectors_dim": data.embedding_dim,
         "vectors_policy": vectors.oov if vectors else None,
+        "vectors_tuned": vectors.tune if vectors else None,
         "extend_vocab": vectors.extend_vocab if vectors else None,
         "epochs": training.epochs,
         "max_steps": training.max_steps,
