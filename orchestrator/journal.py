@@ -121,9 +121,11 @@ def trial_groups(records: Sequence[Record]) -> list[list[int]]:
 
 @dataclass
 class TrialProgress:
-    """What the journal holds of one trial: the last epoch recorded (a resumed driver does not
-    record an epoch again)."""
+    """What the journal holds of one trial: whether its run was started (the uploader creates a
+    trial's run from its start record only) and the last epoch recorded (a resumed driver does
+    not record an epoch again)."""
 
+    started: bool = False
     last_epoch: int = 0
 
 
@@ -156,6 +158,7 @@ class Journal:
 
     def _remember(self, record: Record) -> None:
         progress = self.trials.setdefault(record.trial_id, TrialProgress())
+        progress.started = progress.started or record.kind == "start"
         if record.kind == "metrics":
             progress.last_epoch = max(progress.last_epoch, int(record.data["step"]))
 

@@ -302,6 +302,9 @@ class SweepRecorder:
         self.protocol = protocol
         self.dataset = dataset  # see dataset_input
         self._devices: dict[str, dict[str, str]] = {}  # trial id -> the device tags recorded
+        # Retries of trials that never started (an actor lost while pending, e.g. its node was
+        # removed): they have no run to tag yet, so the tags ride on the start record.
+        self._unstarted_retries: dict[str, dict[str, str]] = {}
 
     # -- TrialListener ----------------------------------------------------------------------
     def trial_started(self, trial_id: str, params: dict[str, Any]) -> None:
@@ -310,6 +313,7 @@ class SweepRecorder:
             **self.run_tags,
             **(self.protocol(params) if self.protocol else {}),
             rs.TAG_PARAMS_JSON: rs.params_json(full),
+            **self._unstarted_retries.pop(trial_id, {}),
         }
         self.journal.append("start", trial_id, {"params": full, "tags": tags,
                                                 **trial_start_extras(params, self.dataset)})
@@ -355,6 +359,10 @@ class SweepRecorder:
             rs.TAG_RETRY_CAUSE: cause[-4000:],
             rs.TAG_RESUMED_FROM_EPOCH: str(resumed_from_epoch),
         }
+        progress = self.journal.trials.get(trial_id)
+        if progress is None or not progress.started:
+            self._unstarted_retries[trial_id] = tags
+            return
         self.journal.append("tags", trial_id, {"tags": tags})
 
     def _diverged(self, trial_id: str, last: dict[str, Any]) -> None:

@@ -309,3 +309,25 @@ def test_the_sweeps_uploader_sends_what_comes_within_its_interval_together_and_d
     # The checkpoint went to the run's artifact location as created: no get_run to look it up.
     listed = MlflowClient(uri).list_artifacts(run.info.run_id, rs.ARTIFACT_CHECKPOINT_DIR)
     assert [a.path for a in listed] == [f"{rs.ARTIFACT_CHECKPOINT_DIR}/weights.pt"]
+
+
+def test_a_retry_of_a_trial_that_never_started_rides_on_its_start(sweep):
+    """Tune retries a trial whose actor was lost while pending (its node removed): there is no
+    run to tag yet. The retry's tags go up with the run's start instead of a tags record that
+    the uploader could not place (it stopped the sweep as 'store unreachable' before)."""
+    uri, store, experiment_id, parent, journal = sweep
+    recorder = SweepRecorder(journal, base_params={"model": "decomposable"}, run_tags={})
+    recorder.trial_retried("t000", 1, "node removed", 0)
+    assert journal.appended == 0
+    recorder.trial_started("t000", {"lr": 0.001, "seed": 1})
+    recorder.trial_result("t000", {"epoch": 1, "dev_accuracy": 0.5, "train_loss": 1.0})
+    recorder.trial_retried("t000", 2, "worker died", 1)  # a started trial: its own record
+    recorder.trial_completed("t000", {"best_dev_accuracy": 0.5, "epoch": 1, "trial_finished": 1}, None)
+    records = [r for _, r in read_records(journal.path)]
+    assert [r.kind for r in records] == ["start", "metrics", "tags", "finish"]
+    assert records[0].data["tags"][rs.TAG_RETRY_CAUSE] == "node removed"
+    JournalUploader(store, journal.path).upload_available()
+    [run] = store.trial_runs(experiment_id, parent)
+    tags = MlflowClient(uri).get_run(run.info.run_id).data.tags
+    assert tags[rs.TAG_RETRIES] == "2" and tags[rs.TAG_RETRY_CAUSE] == "worker died"
+    assert run.info.status == "FINISHED"
