@@ -4,18 +4,25 @@ the checks of a sweep's input that `validate` and `sweep` share."""
 from __future__ import annotations
 
 from nli_models.data import PreparedData, prepare_data
-from nli_models.errors import mask_secrets
+from nli_models.errors import InputError, mask_secrets
 from nli_models.training import check_fits_data
 from orchestrator.ray_address import check_ray_address
 from orchestrator.spec import SweepSpec, apply_hyperparameters
+from results.tracking_uri import check_tracking_uri, unreachable_message, unreachable_store
 
 
 def check_input(spec: SweepSpec, address: str | None = None) -> PreparedData:
     """Every check of a loaded spec's input that writes nothing, as `sweep` runs it before its
     first write and `validate` runs it too: the Ray address (--address or RAY_ADDRESS) answers,
     the data and vectors are read, and the model of every configuration and searched value fits
-    them (e.g. model.args.embedding_dim against the vectors' dimension). Returns the data."""
+    them (e.g. model.args.embedding_dim against the vectors' dimension), and the tracking store
+    answers (probed without creating it: a new local store is created by `sweep` only). Returns
+    the data."""
     check_ray_address(address)
+    check_tracking_uri(spec.tracking_uri)
+    unreachable = unreachable_store(spec.tracking_uri)
+    if unreachable is not None:
+        raise InputError(unreachable_message(spec.tracking_uri, unreachable))
     data = prepare_data(spec.data)
     base = spec.base_config()
     searched = [{key: value} for key, domain in spec.search.space.items() for value in domain.values]

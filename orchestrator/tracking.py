@@ -67,6 +67,7 @@ from results.tracking_uri import (
     probe_database,
     probe_http,
     split_credentials,
+    unreachable_message,
     unreachable_store,
 )
 
@@ -214,12 +215,7 @@ class Tracker:
 
     def _raise_unavailable(self, error: str | None) -> None:
         if error is not None:
-            raise TrackingUnavailable(
-                f"MLflow tracking store {mask_secrets(self.tracking_uri)} is unreachable: "
-                f"{mask_secrets(error)}. Start it "
-                "(e.g. `orchestrate server`) or point --tracking-uri, search.tracking_uri or "
-                "MLFLOW_TRACKING_URI at a reachable store."
-            )
+            raise TrackingUnavailable(unreachable_message(self.tracking_uri, error))
 
     def find_experiment(self, name: str) -> str | None:
         """The experiment's id, or None; never creates one."""

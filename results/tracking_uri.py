@@ -127,6 +127,15 @@ def unreachable_store(uri: str) -> str | None:
     return probe_database(uri)
 
 
+def unreachable_message(uri: str, why: str) -> str:
+    """What `sweep` and `validate` say of a store they cannot reach (passwords masked)."""
+    return (
+        f"MLflow tracking store {mask_secrets(uri)} is unreachable: {mask_secrets(why)}. Start it "
+        "(e.g. `orchestrate server`) or point --tracking-uri, search.tracking_uri or "
+        "MLFLOW_TRACKING_URI at a reachable store."
+    )
+
+
 def missing_store(uri: str) -> str | None:
     """Why a local store does not exist (None: it does, or the store is not a local file): a
     reader such as `orchestrate ui` must not create an empty store where none was written."""

@@ -152,3 +152,23 @@ def test_validate_runs_the_sweeps_fit_to_data_checks(tmp_path, monkeypatch):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["spec.yaml", "vectors.txt"]
     fixed = merge(spec, {"model": {"args": {"embedding_dim": 4}}})
     assert _validate(tmp_path, fixed)[0].exit_code == 0
+
+
+def test_validate_probes_the_tracking_store_as_sweep_does(tmp_path, monkeypatch):
+    """A tracking server that does not answer: `validate` says so as `sweep` would (exit 2, the
+    store named), writes nothing; a local store that does not exist yet is not created."""
+    import socket
+
+    monkeypatch.chdir(tmp_path)
+    with socket.socket() as sock:  # a port nothing listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    dead = merge(BASE_SPEC, {"search": {"tracking_uri": f"http://127.0.0.1:{port}"}})
+    result, _, written = _validate(tmp_path, dead)
+    assert result.exit_code == 2, result.output
+    assert f"MLflow tracking store http://127.0.0.1:{port} is unreachable" in result.output
+    assert "Traceback" not in result.output and not written
+    fresh = merge(BASE_SPEC, {"search": {"tracking_uri": f"sqlite:///{tmp_path / 'new.db'}"}})
+    result, _, written = _validate(tmp_path, fresh)
+    assert result.exit_code == 0, result.output
+    assert not written  # validate never creates the store
