@@ -272,7 +272,7 @@ CASES: list[tuple[str, list[str], str]] = [
     ("hidden_zero", ["validate", S, "--no-data"], "model.args: hidden_size must be an integer >= 1"),
     ("hidden_grid_zero", ["validate", S, "--no-data"], "search.space.hidden_size.grid[1]: hidden_size must be"),
     ("top_unknown", ["validate", S, "--no-data"], "trainig: unknown key; allowed: name, model, data, training, search"),
-    ("training_unknown", ["validate", S, "--no-data"], "training.learning_rate: unknown key; allowed: optimizer, lr,"),
+    ("training_unknown", ["validate", S, "--no-data"], "training.learning_rate: unknown key; allowed: optimizer, adagrad_accumulator, lr,"),
     ("search_unknown", ["validate", S, "--no-data"], "search.samplr: unknown key; allowed: sampler, space,"),
     ("scheduler_unknown", ["validate", S, "--no-data"], "search.scheduler.grace: unknown key; allowed: type, grace_period"),
     ("domain_unknown", ["validate", S, "--no-data"], "search.space.lr.grdi: unknown key; allowed: grid, choice"),
