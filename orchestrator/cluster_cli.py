@@ -126,11 +126,16 @@ def submit_to_slurm(spec_path, tracking_uri, resume, new, env, ray_only, overrid
                                 new=new, env=env, overrides=overrides)
     for warning in job.warnings:
         click.echo(f"warning: {warning}", err=True)
+    refusal = slurm.host_header_refusal(job.tracking_uri)
     if dry_run:  # what would be submitted, its passwords masked (the job gets them)
         click.echo(mask_secrets(job.script), nl=False)
         click.echo(f"(dry run: nothing submitted; {options.allocation.describe()} runs {job.at_once})",
                    err=True)
+        if refusal:
+            _fail(refusal, 1)
         return
+    if refusal:
+        _fail(f"{refusal}. Nothing was submitted.", 1)
     from orchestrator.tracking import Tracker, TrackingUnavailable
 
     try:  # a typo in the server's address is found here, not after the job waited in the queue
@@ -453,7 +458,8 @@ def stop_command(job_id, address):
               help="server processes; each may open up to 80 database connections "
                    "(MLFLOW_SQLALCHEMYSTORE_POOL_SIZE / _MAX_OVERFLOW, 40 + 40)")
 @click.option("--allowed-hosts", default=None,
-              help="Host headers MLflow accepts (default: localhost and private IPs)")
+              help="more host names clients may address the server by, comma-separated "
+                   "(always: this machine's names, localhost and private IPs; * for any)")
 @click.option("--basic-auth", is_flag=True,
               help="require a username and password (MLflow's basic-auth app); the admin is "
                    "MLFLOW_TRACKING_USERNAME / MLFLOW_TRACKING_PASSWORD from the environment")
@@ -479,7 +485,7 @@ def server_command(backend_store_uri, artifacts_destination, host, port, workers
             scratch = Path(tempfile.mkdtemp(prefix="nli-auth-"))
             auth = ts.basic_auth_settings(backend_store_uri, scratch)
         argv, env = ts.server_command(
-            backend_store_uri, artifacts, host, port, workers, allowed_hosts, auth
+            backend_store_uri, artifacts, host, port, workers, ts.allowed_hosts(allowed_hosts), auth
         )
     except ts.ServerError as exc:
         if scratch is not None:
@@ -489,8 +495,8 @@ def server_command(backend_store_uri, artifacts_destination, host, port, workers
         click.echo(f"warning: {warning}", err=True)
     click.echo(
         f"MLflow tracking server on {ts.mask_uri(backend_store_uri)} at "
-        f"{ts.tracking_url(host, port)} (artifacts: {artifacts}); sweeps: "
-        f"--tracking-uri http://HOST:{port}. Ctrl-C stops it.",
+        f"{ts.tracking_url(host, port)} (artifacts: {artifacts}); sweeps and jobs: "
+        f"--tracking-uri {ts.url_for_jobs(host, port)}. Ctrl-C stops it.",
         err=True,
     )
     sys.stdout.flush()

@@ -20,6 +20,7 @@ their spec, output and tracking server are: $XDG_CACHE_HOME/nli-orchestrator/slu
 
 from __future__ import annotations
 
+import base64
 import json
 import math
 import os
@@ -29,6 +30,8 @@ import shutil
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -42,6 +45,7 @@ from orchestrator.ray_jobs import (
     override_arguments,
     parse_env,
 )
+from results.tracking_uri import PROBE_TIMEOUT_S, split_credentials
 
 DEFAULT_SIGNAL_BEFORE_S = 180
 COMMAND_TIMEOUT_S = 60
@@ -236,6 +240,35 @@ def loopback_warning(uri: str) -> str | None:
     if host in ("127.0.0.1", "localhost", "::1"):
         return (f"tracking server {uri} is on the loopback interface: compute nodes reach it only "
                 "if the job runs on this machine; use an address the nodes can reach")
+    return None
+
+
+def host_header_refusal(uri: str) -> str | None:
+    """Why the MLflow server at `uri` refuses the job's API requests for their Host header (None:
+    it accepts them, or is not an HTTP server this can reach). MLflow checks the Host header of
+    every request but /health, so a GET of its API with the Host a job sends (HOST:PORT of the
+    URI) finds what /health cannot."""
+    if not uri.startswith(("http://", "https://")):
+        return None
+    bare, credentials = split_credentials(uri)
+    request = urllib.request.Request(bare.rstrip("/") + "/api/2.0/mlflow/experiments/search?max_results=1")
+    if credentials is not None:
+        request.add_header("Authorization", "Basic " + base64.b64encode(":".join(credentials).encode()).decode())
+    try:
+        urllib.request.urlopen(request, timeout=PROBE_TIMEOUT_S).close()
+    except urllib.error.HTTPError as exc:
+        body = exc.read(200).decode(errors="replace").strip()
+        if exc.code == 403 and "Invalid Host header" in body:
+            netloc = urlsplit(bare).netloc
+            name = urlsplit(bare).hostname
+            return (
+                f"MLflow server {mask_secrets(uri)} refuses the Host header {netloc!r} that the job "
+                f"sends (HTTP 403 {body!r}): MLflow accepts only host names it was told. Start it "
+                f"with `orchestrate server --host 0.0.0.0` on {name} (it accepts that machine's "
+                f"names), or add `--allowed-hosts {name}` to the server's command"
+            )
+    except (urllib.error.URLError, OSError):
+        pass  # unreachable: Tracker.check_reachable says so
     return None
 
 
