@@ -277,6 +277,7 @@ def _ray_rows(address: str | None, progress: _Progress) -> list[dict]:
             "job_id": job.submission_id or job.job_id or "-",
             "backend": "ray",
             "spec": metadata.get("nli.spec") or job.entrypoint,
+            "experiment": metadata.get("nli.spec_name") or "-",
             "state": job.status.value,
             "elapsed": _clock((end - job.start_time) / 1000) if job.start_time else "-",
             "trials_done": progress.done(metadata.get("nli.tracking_uri", ""),
@@ -295,22 +296,42 @@ def _slurm_rows(progress: _Progress) -> list[dict]:
     from orchestrator import slurm
 
     entries = slurm.submissions()
-    states = slurm.job_states([e.job_id for e in entries]) if entries else {}
+    running = [e.job_id for e in entries if e.final_state is None]
+    states = slurm.job_states(running) if running else {}
     rows = []
     for entry in entries:
-        state = states[entry.job_id]
+        if entry.final_state is None:
+            state = states[entry.job_id]
+            if not state.active and state.state != "UNKNOWN":
+                entry = slurm.record_end(entry, *_ended(entry, state))
+        if entry.final_state is not None:  # ended: as recorded, nothing asked
+            shown, elapsed, done = entry.final_state, entry.final_elapsed, entry.trials_done
+        else:
+            shown = state.state + (f" ({state.reason})" if state.reason else "")
+            elapsed, done = state.elapsed, progress.done(entry.tracking_uri, entry.spec_name)
         rows.append({
             "job_id": entry.job_id,
             "backend": "slurm",
             "spec": entry.spec,
-            "state": state.state + (f" ({state.reason})" if state.reason else ""),
-            "elapsed": state.elapsed,
-            "trials_done": progress.done(entry.tracking_uri, entry.spec_name),
+            "experiment": entry.spec_name,
+            "state": shown,
+            "elapsed": elapsed,
+            "trials_done": done,
             "trials_planned": entry.planned_trials,
             "output": entry.output,
             "tracking_uri": entry.tracking_uri,
         })
     return rows
+
+
+def _ended(entry, state) -> tuple[str, str, int | None]:
+    """A job that just left SLURM's queue: its end state, elapsed time and trials done then."""
+    from orchestrator import slurm
+
+    final, done = slurm.job_end(entry, state)
+    if done is None:  # no end file (killed before it wrote one): the store now
+        done = _Progress().done(entry.tracking_uri, entry.spec_name)
+    return final, state.elapsed, done
 
 
 @click.command("jobs")
@@ -321,7 +342,8 @@ def _slurm_rows(progress: _Progress) -> list[dict]:
 def jobs_command(address, slurm_only, as_json):
     """List sweep jobs, oldest first: the Ray cluster's, and the SLURM jobs submitted from this
     account (the Ray cluster is asked when --address or RAY_ADDRESS names it, or when there are
-    no SLURM jobs). TRIALS: trials finished / planned, from the tracking store."""
+    no SLURM jobs). TRIALS: trials finished / planned, from the tracking store (for an ended
+    SLURM job: when it ended, as recorded then)."""
     from orchestrator import slurm
     from orchestrator.ray_jobs import ADDRESS_ENVS
 
@@ -343,8 +365,9 @@ def jobs_command(address, slurm_only, as_json):
         done = "?" if row["trials_done"] is None else row["trials_done"]
         return f"{done}/{row['trials_planned'] or '?'}"
 
-    table = [("JOB", "BACKEND", "SPEC", "STATE", "ELAPSED", "TRIALS")]
-    table += [(r["job_id"], r["backend"], r["spec"], r["state"], r["elapsed"], trials(r)) for r in rows]
+    table = [("JOB", "BACKEND", "SPEC", "EXPERIMENT", "STATE", "ELAPSED", "TRIALS")]
+    table += [(r["job_id"], r["backend"], r["spec"], r["experiment"], r["state"], r["elapsed"], trials(r))
+              for r in rows]
     widths = [max(len(str(row[i])) for row in table) for i in range(len(table[0]))]
     for row in table:
         line = "  ".join(str(cell).ljust(width) for cell, width in zip(row, widths, strict=True))
@@ -394,8 +417,9 @@ def _slurm_logs(entry, follow: bool) -> None:
         show()
         if not state.active:
             show()
-            click.echo(f"job {entry.job_id}: {state.state}", err=True)
-            if state.state != "COMPLETED":
+            final, _ = slurm.job_end(entry, state)
+            click.echo(f"job {entry.job_id}: {final}", err=True)
+            if final not in ("COMPLETED", "STOPPED"):  # a user's stop is no failure
                 sys.exit(1)
             return
         time.sleep(2)
@@ -436,6 +460,7 @@ def stop_command(job_id, address):
     entry = _slurm_entry(job_id, address)
     if entry is not None:
         was_running, status = slurm.stop(job_id, timeout_s=SLURM_STOP_WAIT_S)
+        status = slurm.job_end(entry, slurm.JobState(status))[0]
     else:
         was_running, status = _jobs(address).stop(job_id)
     if was_running:

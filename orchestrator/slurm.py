@@ -9,7 +9,8 @@ the head against the experiment's tracking server, and stops exactly the Ray pro
 - USR1, asked for with `--signal=B:USR1@SECONDS` before the time limit: the script sends SIGTERM to
   the sweep (it stops cleanly, resumable, exit 3) and, with --requeue, requeues the job once Ray
   is down; a requeued run (SLURM_RESTART_COUNT > 0) starts the sweep with --resume.
-- USR2, sent by `orchestrate stop` to the batch shell alone: the same clean stop, no requeue.
+- USR2, sent by `orchestrate stop` to the batch shell alone: the same clean stop, no requeue; the
+  job then exits 0 and its end file (JOBNAME-JOBID.end, beside the output) says STOPPED.
 - TERM (scancel, preemption, the time limit itself): SLURM sends it to every process of the job;
   the script only cleans up.
 
@@ -358,6 +359,8 @@ restarts="${SLURM_RESTART_COUNT:-0}"
 # When a run of this job first started the sweep (ms): a requeued run resumes the sweep that run
 # created, or, stopped before it created one, starts it as the first run would have.
 STARTED="$LOG_DIR/${SLURM_JOB_NAME}-${SLURM_JOB_ID}.started"
+END_FILE="$LOG_DIR/${SLURM_JOB_NAME}-${SLURM_JOB_ID}.end"
+rm -f "$END_FILE"  # a requeued run ends anew
 if [ "$restarts" -gt 0 ] && [ -e "$STARTED" ] && [ "${SWEEP_FLAGS[*]}" != --resume ]; then
   flag=$(node resume-flag "$EXPERIMENT" "$(cat "$STARTED")") || flag=--resume
   [ -n "$flag" ] && SWEEP_FLAGS=("$flag")
@@ -411,9 +414,20 @@ fi
 if [ -n "$requeue_now" ]; then
   say "requeueing job $SLURM_JOB_ID: the next run resumes the sweep"
   scontrol requeue "$SLURM_JOB_ID"
-else
-  rm -f "$STARTED"
+  exit "$rc"
 fi
+rm -f "$STARTED"
+# The job's end, for `orchestrate jobs` and `logs` (SLURM forgets finished jobs). A user's stop
+# that the sweep obeyed (exit 3, interrupted and resumable) is no failure: the job exits 0, so
+# SLURM, sacct and --mail-type=FAIL do not report a crash, and its end file says STOPPED.
+end_state=FAILED
+[ "$rc" = 0 ] && end_state=COMPLETED
+if [ "$reason" = stop ] && [ "$rc" = 3 ]; then
+  end_state=STOPPED rc=0
+  say "stopped by orchestrate stop"
+fi
+[ "$end_state" != COMPLETED ] && say "resume with: $RESUME_COMMAND"
+node job-end "$END_FILE" "$end_state" "$rc" "$EXPERIMENT" || true
 exit "$rc"
 """
 
@@ -421,7 +435,7 @@ exit "$rc"
 def render_script(*, options: SlurmOptions, spec_path: Path, spec_name: str, job_name: str,
                   tracking_uri: str, sweep_flags: list[str], sweep_options: list[str],
                   env: dict[str, str], log_dir: Path,
-                  cwd: Path, python: str) -> str:
+                  cwd: Path, python: str, resume_command: str = "") -> str:
     header = ["#!/bin/bash"] + [f"#SBATCH {line}" for line in _directives(options, job_name, log_dir, cwd)]
     header += [
         f"# Sweep {spec_name!r} ({str(spec_path)!r}) on a Ray cluster private to this job.",
@@ -441,8 +455,34 @@ def render_script(*, options: SlurmOptions, spec_path: Path, spec_name: str, job
         f"REQUEUE={int(options.requeue)}",
         f"SWEEP_FLAGS=({shlex.join(sweep_flags)})",  # a requeued run may turn them into --resume
         f"SWEEP_OPTIONS=({shlex.join(sweep_options)})",
+        f"RESUME_COMMAND={shlex.quote(resume_command)}",
     ]
     return "\n".join(header) + "\n\n" + "\n".join(settings) + "\n" + SCRIPT_BODY
+
+
+def resume_command(spec_path: str | Path, options: SlurmOptions, *, tracking_uri: str | None,
+                   env=(), overrides=None) -> str:
+    """The `orchestrate submit ... --slurm --resume` line that continues this job's sweep with
+    the same options (the hint a stopped or failed job prints), its secrets masked."""
+    allocation = options.allocation
+    words = ["orchestrate", "submit", str(spec_path), "--slurm", "--resume",
+             "--nodes", str(allocation.nodes), "--cpus-per-task", str(allocation.cpus_per_task)]
+    if allocation.gpus_per_node:
+        words += ["--gpus-per-node", str(allocation.gpus_per_node)]
+    for flag, value in (("--partition", options.partition), ("--time", options.time_limit),
+                        ("--account", options.account), ("--qos", options.qos),
+                        ("--job-name", options.job_name), ("--tracking-uri", tracking_uri)):
+        if value:
+            words += [flag, value]
+    words += [f"--sbatch={line}" for line in options.extra]
+    if options.requeue:
+        words.append("--requeue")
+    if options.signal_before_s != DEFAULT_SIGNAL_BEFORE_S:
+        words += ["--signal-before", str(options.signal_before_s)]
+    words += ["--log-dir", options.log_dir]
+    words += [part for pair in env for part in ("--env", pair)]
+    words += override_arguments(overrides)
+    return mask_secrets(shlex.join(words))
 
 
 def _job_slug(name: str) -> str:
@@ -476,6 +516,8 @@ def build_batch_job(spec_path: str | Path, options: SlurmOptions, *, tracking_ur
         tracking_uri=uri, sweep_flags=flags, sweep_options=override_arguments(overrides),
         env=parse_env(env), log_dir=log_dir,
         cwd=Path(cwd or os.getcwd()).resolve(), python=python or sys.executable,
+        resume_command=resume_command(path.resolve(), options, tracking_uri=tracking_uri, env=env,
+                                      overrides=overrides),
     )
     return BatchJob(
         script=script, spec_path=str(path.resolve()), spec_name=spec.name, job_name=job_name,
@@ -611,6 +653,15 @@ class Submitted:
     output: str  # the job's output file
     submitted: str  # ISO time
     backend: str = "slurm"
+    # Once the job has ended (cached by `orchestrate jobs`, so a finished job needs no query):
+    final_state: str | None = None  # SLURM's state, or STOPPED for a user's stop
+    final_elapsed: str | None = None
+    trials_done: int | None = None  # trials finished in the sweep when the job ended
+
+    @property
+    def end_file(self) -> Path:
+        """What the batch script writes as the job ends (slurm_node.job_end)."""
+        return Path(self.output).with_suffix(".end")
 
 
 def record_path() -> Path:
@@ -633,17 +684,38 @@ def record(job: BatchJob, job_id: str) -> Submitted:
 
 
 def submissions() -> list[Submitted]:
-    """Recorded SLURM submissions, oldest first (a torn last line is skipped)."""
+    """Recorded SLURM submissions, oldest first (a torn last line is skipped); a job's later
+    line (its end, cached) replaces its earlier ones."""
     path = record_path()
     if not path.is_file():
         return []
-    entries = []
+    entries: dict[str, Submitted] = {}
     for line in path.read_text().splitlines():
         try:
-            entries.append(Submitted(**json.loads(line)))
+            entry = Submitted(**json.loads(line))
         except (ValueError, TypeError):
             continue
-    return entries
+        entries[entry.job_id] = entry
+    return list(entries.values())
+
+
+def job_end(entry: Submitted, state: JobState) -> tuple[str, int | None]:
+    """A finished job's state (STOPPED for a user's stop, from the job's end file; else SLURM's)
+    and the trials finished when it ended (None: unknown)."""
+    try:
+        written = json.loads(entry.end_file.read_text())
+        return written["state"], written.get("trials_done")
+    except (OSError, ValueError, KeyError, TypeError):
+        return state.state, None
+
+
+def record_end(entry: Submitted, state: str, elapsed: str, trials_done: int | None) -> Submitted:
+    """Append the job's end to the record: `jobs` shows it from there on without asking SLURM."""
+    ended = Submitted(**{**asdict(entry), "final_state": state, "final_elapsed": elapsed,
+                         "trials_done": trials_done})
+    with record_path().open("a") as handle:
+        handle.write(json.dumps(asdict(ended)) + "\n")
+    return ended
 
 
 def find(job_id: str) -> Submitted | None:

@@ -6,6 +6,7 @@
     python -m orchestrator.slurm_node reap TMP             (ends what is left of the job's Ray)
     python -m orchestrator.slurm_node resume-flag EXPERIMENT SINCE_MS   -> "--resume" or nothing
     python -m orchestrator.slurm_node sweep-state EXPERIMENT   -> the latest sweep's nli.sweep_state
+    python -m orchestrator.slurm_node job-end FILE STATE EXIT_CODE EXPERIMENT   (writes FILE, JSON)
 
 Every port is picked free on the node, so jobs that share a node never meet on Ray's default
 ports (6379, 10001, 52365), and every Ray process of the job runs with the job's own temp dir,
@@ -14,10 +15,12 @@ which is how `reap` finds exactly them: never `ray stop`, which ends every Ray o
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import sys
 import time
+from pathlib import Path
 
 from orchestrator.ports import free_port, free_ports
 
@@ -126,6 +129,18 @@ def resume_flag(experiment: str, since_ms: int) -> str:
     return "--resume" if latest is not None and latest.info.start_time >= since_ms else ""
 
 
+def job_end(path: str, state: str, exit_code: str, experiment: str) -> None:
+    """Write the job's end (read by `orchestrate jobs` / `logs`): its state, exit code, and the
+    trials finished in the experiment's latest sweep when it ended (null: the store was away)."""
+    from orchestrator.tracking import sweep_progress
+
+    progress = sweep_progress(os.environ["MLFLOW_TRACKING_URI"], experiment)
+    Path(path).write_text(json.dumps({
+        "state": state, "exit_code": int(exit_code), "experiment": experiment,
+        "trials_done": None if progress is None else progress[0],
+    }) + "\n")
+
+
 def main(argv: list[str]) -> int:
     if argv[:1] == ["head-ports"]:
         print(node_ip(), *free_ports(2))
@@ -148,6 +163,9 @@ def main(argv: list[str]) -> int:
         return 0
     if argv[:1] == ["resume-flag"] and len(argv) == 3:
         print(resume_flag(argv[1], int(argv[2])))
+        return 0
+    if argv[:1] == ["job-end"] and len(argv) == 5:
+        job_end(*argv[1:])
         return 0
     print(__doc__, file=sys.stderr)
     return 2
