@@ -73,6 +73,9 @@ SLURM_SUBMIT_OPTIONS = [
     click.option("--requeue", is_flag=True,
                  help="[--slurm] at the time-limit warning, stop the sweep cleanly, requeue the "
                       "job and resume, until the sweep completes"),
+    click.option("--max-requeues", type=click.IntRange(0), default=None,
+                 help="[--slurm] with --requeue: requeue at most this many times (default 3); "
+                      "never after an allocation that finished no trial"),
     click.option("--signal-before", type=click.IntRange(1), default=None,
                  help=f"[--slurm] seconds before the time limit that the sweep is told to stop "
                       f"(default {DEFAULT_SIGNAL_BEFORE_S}; it needs time to stop its trials)"),
@@ -101,7 +104,7 @@ def _refuse_slurm_options(options: dict) -> None:
 
 def submit_to_slurm(spec_path, tracking_uri, resume, new, env, ray_only, overrides, *, nodes, cpus_per_task,
                     gpus_per_node, partition, time_limit, account, qos, sbatch_lines, requeue,
-                    signal_before, log_dir, job_name, dry_run) -> None:
+                    max_requeues, signal_before, log_dir, job_name, dry_run) -> None:
     """`submit --slurm`: render the batch script, sbatch it, record the job."""
     from orchestrator import slurm
     from orchestrator.spec import load_spec
@@ -119,6 +122,7 @@ def submit_to_slurm(spec_path, tracking_uri, resume, new, env, ray_only, overrid
         allocation=slurm.Allocation(nodes, cpus_per_task or 1, gpus_per_node or 0),
         partition=partition, time_limit=time_limit, account=account, qos=qos,
         extra=list(sbatch_lines), requeue=requeue,
+        max_requeues=slurm.DEFAULT_MAX_REQUEUES if max_requeues is None else max_requeues,
         signal_before_s=signal_before or slurm.DEFAULT_SIGNAL_BEFORE_S,
         log_dir=log_dir or ".", job_name=job_name,
     )

@@ -8,7 +8,8 @@ the head against the experiment's tracking server, and stops exactly the Ray pro
 
 - USR1, asked for with `--signal=B:USR1@SECONDS` before the time limit: the script sends SIGTERM to
   the sweep (it stops cleanly, resumable, exit 3) and, with --requeue, requeues the job once Ray
-  is down; a requeued run (SLURM_RESTART_COUNT > 0) starts the sweep with --resume.
+  is down; a requeued run (SLURM_RESTART_COUNT > 0) starts the sweep with --resume. No requeue
+  after --max-requeues of them, or after a run that finished no trial.
 - USR2, sent by `orchestrate stop` to the batch shell alone: the same clean stop, no requeue; the
   job then exits 0 and its end file (JOBNAME-JOBID.end, beside the output) says STOPPED.
 - TERM (scancel, preemption, the time limit itself): SLURM sends it to every process of the job;
@@ -49,6 +50,11 @@ from orchestrator.ray_jobs import (
 from results.tracking_uri import PROBE_TIMEOUT_S, split_credentials
 
 DEFAULT_SIGNAL_BEFORE_S = 180
+DEFAULT_MAX_REQUEUES = 3  # as submitit's slurm_max_num_timeout
+# What an allocation spends before its first trial trains: Ray's start and the sweep's (51-69 s,
+# then 40 s to a first trial, on a loaded node; issue 29), with a margin.
+STARTUP_ALLOWANCE_S = 120
+MIN_TRAINING_S = 300  # less than this left to train per allocation gets a warning
 COMMAND_TIMEOUT_S = 60
 # Tracking stores that the nodes reach over the network. SQLite (and MLflow's file store) is a
 # file: on the shared file systems of clusters (NFS, Lustre, GPFS) its locking is unreliable, so
@@ -151,6 +157,7 @@ class SlurmOptions:
     qos: str | None = None
     extra: list[str] = field(default_factory=list)  # #SBATCH lines, as given
     requeue: bool = False
+    max_requeues: int = DEFAULT_MAX_REQUEUES
     signal_before_s: int = DEFAULT_SIGNAL_BEFORE_S
     log_dir: str = "."
     job_name: str | None = None
@@ -204,6 +211,21 @@ def check_path(option: str, path: str | Path) -> None:
             "lines may not hold white space, control characters, quotes, backslashes or %: "
             "use another folder"
         )
+
+
+def short_allocation_warning(options: SlurmOptions) -> str | None:
+    """A --time that leaves less than MIN_TRAINING_S to train once the sweep's stop signal and
+    the start-up are taken off: its allocations may end with no trial done."""
+    if options.time_limit is None:
+        return None
+    limit = time_limit_seconds(options.time_limit)
+    left = limit - options.signal_before_s - STARTUP_ALLOWANCE_S
+    if not limit or left >= MIN_TRAINING_S:
+        return None
+    return (f"--time {options.time_limit} leaves {max(left, 0)}s to train per allocation after "
+            f"--signal-before {options.signal_before_s}s and ~{STARTUP_ALLOWANCE_S}s to start Ray "
+            f"and the sweep (less than {MIN_TRAINING_S}s); an allocation that finishes no trial "
+            "is not requeued. Check an epoch's time with `orchestrate validate SPEC --estimate`")
 
 
 def check_options(options: SlurmOptions) -> None:
@@ -387,6 +409,9 @@ elif [ "${SLURM_JOB_NUM_NODES:-1}" -gt 1 ]; then
   workers=$!
 fi
 [ -z "$rc" ] && say "Ray at $HEAD_IP:$GCS_PORT (temp dir $RAY_TMP, log $RAY_LOG)"
+# Trials finished before this run: a requeue needs this run to add one.
+done_at_start="?"
+[ "$REQUEUE" = 1 ] && { done_at_start=$(node trials-done "$EXPERIMENT") || done_at_start="?"; }
 
 if [ -z "$rc" ] && [ -z "$reason" ]; then
   [ -e "$STARTED" ] || date +%s000 >"$STARTED"
@@ -406,11 +431,22 @@ stop_ray
 # After the time-limit signal: 0 (completed) and 2 (bad input) end the job; 3 (interrupted) and
 # any other code requeue it unless the store says the sweep completed (exit 1 with failed
 # trials). A driver that does not stop cleanly on SIGTERM dies of it with 1, 15, 134 or 143.
-requeue_now=""
+requeue_now="" not_requeued=""
 if [ "$REQUEUE" = 1 ] && [ "$reason" = time_limit ] && [ "$rc" != 0 ] && [ "$rc" != 2 ]; then
   state=$(node sweep-state "$EXPERIMENT") || state=unknown
   case "$state" in completed|finished) ;; *) requeue_now=1 ;; esac
 fi
+# No endless chain: at most MAX_REQUEUES requeues, and none after an allocation that finished no
+# trial (its time went to starting up: the next would do the same).
+if [ -n "$requeue_now" ] && [ "$restarts" -ge "$MAX_REQUEUES" ]; then
+  requeue_now="" not_requeued="requeued $restarts times, --max-requeues $MAX_REQUEUES"
+elif [ -n "$requeue_now" ]; then
+  done_now=$(node trials-done "$EXPERIMENT") || done_now="?"
+  if [ "$done_now" != "?" ] && [ "$done_now" = "$done_at_start" ]; then
+    requeue_now="" not_requeued="no trial finished in this allocation"
+  fi
+fi
+[ -n "$not_requeued" ] && say "not requeueing: $not_requeued (raise --time or lower --signal-before)"
 if [ -n "$requeue_now" ]; then
   say "requeueing job $SLURM_JOB_ID: the next run resumes the sweep"
   scontrol requeue "$SLURM_JOB_ID"
@@ -422,6 +458,8 @@ rm -f "$STARTED"
 # SLURM, sacct and --mail-type=FAIL do not report a crash, and its end file says STOPPED.
 end_state=FAILED
 [ "$rc" = 0 ] && end_state=COMPLETED
+[ "$rc" = 3 ] && end_state=INTERRUPTED
+[ -n "$not_requeued" ] && end_state="INTERRUPTED ($not_requeued)"
 if [ "$reason" = stop ] && [ "$rc" = 3 ]; then
   end_state=STOPPED rc=0
   say "stopped by orchestrate stop"
@@ -453,6 +491,7 @@ def render_script(*, options: SlurmOptions, spec_path: Path, spec_name: str, job
         f"LOG_DIR={shlex.quote(str(log_dir))}",
         f"GPUS_PER_NODE={options.allocation.gpus_per_node}",
         f"REQUEUE={int(options.requeue)}",
+        f"MAX_REQUEUES={options.max_requeues}",
         f"SWEEP_FLAGS=({shlex.join(sweep_flags)})",  # a requeued run may turn them into --resume
         f"SWEEP_OPTIONS=({shlex.join(sweep_options)})",
         f"RESUME_COMMAND={shlex.quote(resume_command)}",
@@ -477,6 +516,8 @@ def resume_command(spec_path: str | Path, options: SlurmOptions, *, tracking_uri
     words += [f"--sbatch={line}" for line in options.extra]
     if options.requeue:
         words.append("--requeue")
+        if options.max_requeues != DEFAULT_MAX_REQUEUES:
+            words += ["--max-requeues", str(options.max_requeues)]
     if options.signal_before_s != DEFAULT_SIGNAL_BEFORE_S:
         words += ["--signal-before", str(options.signal_before_s)]
     words += ["--log-dir", options.log_dir]
@@ -501,7 +542,7 @@ def build_batch_job(spec_path: str | Path, options: SlurmOptions, *, tracking_ur
     check_path("the working directory (--chdir)", Path(cwd or os.getcwd()).resolve())
     uri = slurm_tracking_uri(spec.tracking_uri)
     at_once, why = trials_at_once(spec, options.allocation, "the requested allocation")
-    warnings = [w for w in (loopback_warning(uri),) if w]
+    warnings = [w for w in (loopback_warning(uri), short_allocation_warning(options)) if w]
     if not spec.search.storage_path:
         warnings.append(
             f"search.storage_path is not set: Tune's results and checkpoints go to ray_results in "

@@ -6,6 +6,7 @@
     python -m orchestrator.slurm_node reap TMP             (ends what is left of the job's Ray)
     python -m orchestrator.slurm_node resume-flag EXPERIMENT SINCE_MS   -> "--resume" or nothing
     python -m orchestrator.slurm_node sweep-state EXPERIMENT   -> the latest sweep's nli.sweep_state
+    python -m orchestrator.slurm_node trials-done EXPERIMENT   -> trials finished, or "?"
     python -m orchestrator.slurm_node job-end FILE STATE EXIT_CODE EXPERIMENT   (writes FILE, JSON)
 
 Every port is picked free on the node, so jobs that share a node never meet on Ray's default
@@ -129,6 +130,14 @@ def resume_flag(experiment: str, since_ms: int) -> str:
     return "--resume" if latest is not None and latest.info.start_time >= since_ms else ""
 
 
+def trials_done(experiment: str) -> str:
+    """Trials finished in the experiment's latest sweep ("?" when the store cannot be asked)."""
+    from orchestrator.tracking import sweep_progress
+
+    progress = sweep_progress(os.environ["MLFLOW_TRACKING_URI"], experiment)
+    return "?" if progress is None else str(progress[0])
+
+
 def job_end(path: str, state: str, exit_code: str, experiment: str) -> None:
     """Write the job's end (read by `orchestrate jobs` / `logs`): its state, exit code, and the
     trials finished in the experiment's latest sweep when it ended (null: the store was away)."""
@@ -163,6 +172,9 @@ def main(argv: list[str]) -> int:
         return 0
     if argv[:1] == ["resume-flag"] and len(argv) == 3:
         print(resume_flag(argv[1], int(argv[2])))
+        return 0
+    if argv[:1] == ["trials-done"] and len(argv) == 2:
+        print(trials_done(argv[1]))
         return 0
     if argv[:1] == ["job-end"] and len(argv) == 5:
         job_end(*argv[1:])

@@ -6,7 +6,6 @@ SLURM's commands is on PATH here) within 3 s for 20 jobs."""
 from __future__ import annotations
 
 import json
-import os
 import shlex
 import time
 from dataclasses import asdict
@@ -66,9 +65,9 @@ def test_jobs_lists_ended_jobs_from_the_record_without_asking_slurm(tmp_path):
             ended = {**asdict(entry), "final_state": states[n % 4], "final_elapsed": "00:01:00",
                      "trials_done": n % 9}
             handle.write(json.dumps(ended) + "\n")
-    env = {"XDG_CACHE_HOME": str(tmp_path / "cache"),
-           "PATH": str(Path(ORCHESTRATE).parent) + os.pathsep + "/usr/bin:/bin"}
-    assert not any(Path(d, "squeue").exists() for d in env["PATH"].split(os.pathsep))
+    # The environment's bin alone on PATH (the console script names its Python in full).
+    env = {"XDG_CACHE_HOME": str(tmp_path / "cache"), "PATH": str(Path(ORCHESTRATE).parent)}
+    assert not Path(ORCHESTRATE).with_name("squeue").exists()
     started = time.monotonic()
     result = run_orchestrate(["jobs", "--slurm"], cwd=tmp_path, env=env, timeout=60)
     seconds = time.monotonic() - started
@@ -79,3 +78,17 @@ def test_jobs_lists_ended_jobs_from_the_record_without_asking_slurm(tmp_path):
     assert len(rows) == 20  # one row per job, its end replacing its submission
     assert rows[1][:2] == ["101", "slurm"] and rows[1][3:] == ["exp-1", "STOPPED", "00:01:00", "1/8"]
     assert seconds <= 3.0, f"jobs took {seconds:.1f}s for 20 jobs"
+
+
+def test_a_time_limit_that_leaves_no_time_to_train_is_warned_about(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    spec = spec_file(tmp_path)
+    short = orchestrate("submit", str(spec), "--slurm", "--dry-run", "--time", "4",
+                        "--signal-before", "90", "--requeue", "--max-requeues", "1")
+    assert short.returncode == 0, short.stderr
+    assert ("warning: --time 4 leaves 30s to train per allocation after --signal-before 90s "
+            "and ~120s to start Ray and the sweep (less than 300s)") in short.stderr
+    assert "MAX_REQUEUES=1" in short.stdout
+    roomy = orchestrate("submit", str(spec), "--slurm", "--dry-run", "--time", "30", "--requeue")
+    assert roomy.returncode == 0, roomy.stderr
+    assert "to train per allocation" not in roomy.stderr and "MAX_REQUEUES=3" in roomy.stdout
