@@ -137,6 +137,12 @@ def submit_to_slurm(spec_path, tracking_uri, resume, new, env, ray_only, overrid
                    err=True)
         if refusal:
             _fail(refusal, 1)
+        from results.tracking_uri import unreachable_store
+
+        away = unreachable_store(job.tracking_uri)
+        if away:  # it may be started later, before the submission
+            click.echo(f"warning: tracking server {mask_secrets(job.tracking_uri)} does not answer "
+                       f"({away}); submit checks it again", err=True)
         return
     if refusal:
         _fail(f"{refusal}. Nothing was submitted.", 1)

@@ -89,6 +89,9 @@ def test_a_time_limit_that_leaves_no_time_to_train_is_warned_about(tmp_path, mon
     assert ("warning: --time 4 leaves 30s to train per allocation after --signal-before 90s "
             "and ~120s to start Ray and the sweep (less than 300s)") in short.stderr
     assert "MAX_REQUEUES=1" in short.stdout
+    # A dry run checks the server too; one that does not answer is a warning (it may be started
+    # before the submission, which refuses it).
+    assert "warning: tracking server http://mlflow.cluster.example:5000 does not answer" in short.stderr
     roomy = orchestrate("submit", str(spec), "--slurm", "--dry-run", "--time", "30", "--requeue")
     assert roomy.returncode == 0, roomy.stderr
     assert "to train per allocation" not in roomy.stderr and "MAX_REQUEUES=3" in roomy.stdout

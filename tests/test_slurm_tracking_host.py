@@ -73,6 +73,7 @@ def test_the_server_accepts_this_machines_name_and_submit_probes_it(open_server,
                              cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert f"export MLFLOW_TRACKING_URI={url}" in result.stdout
+    assert "does not answer" not in result.stderr and "refuses" not in result.stderr
 
 
 def test_submit_names_a_refused_host_header_and_the_fix(open_server, tmp_path):
