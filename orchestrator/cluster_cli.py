@@ -70,6 +70,9 @@ SLURM_SUBMIT_OPTIONS = [
     click.option("--qos", default=None, help="[--slurm] sbatch --qos"),
     click.option("--sbatch", "sbatch_lines", multiple=True, metavar="OPTION",
                  help="[--slurm] another #SBATCH option, e.g. --sbatch=--mem=32G (repeatable)"),
+    click.option("--setup", "setup_lines", multiple=True, metavar="LINE",
+                 help="[--slurm] a shell line the job runs before Ray starts, e.g. "
+                      "--setup 'module load cuda/12' (repeatable)"),
     click.option("--requeue", is_flag=True,
                  help="[--slurm] at the time-limit warning, stop the sweep cleanly, requeue the "
                       "job and resume, until the sweep completes"),
@@ -103,8 +106,8 @@ def _refuse_slurm_options(options: dict) -> None:
 
 
 def submit_to_slurm(spec_path, tracking_uri, resume, new, env, ray_only, overrides, *, nodes, cpus_per_task,
-                    gpus_per_node, partition, time_limit, account, qos, sbatch_lines, requeue,
-                    max_requeues, signal_before, log_dir, job_name, dry_run) -> None:
+                    gpus_per_node, partition, time_limit, account, qos, sbatch_lines, setup_lines,
+                    requeue, max_requeues, signal_before, log_dir, job_name, dry_run) -> None:
     """`submit --slurm`: render the batch script, sbatch it, record the job."""
     from orchestrator import slurm
     from orchestrator.spec import load_spec
@@ -124,7 +127,7 @@ def submit_to_slurm(spec_path, tracking_uri, resume, new, env, ray_only, overrid
         extra=list(sbatch_lines), requeue=requeue,
         max_requeues=slurm.DEFAULT_MAX_REQUEUES if max_requeues is None else max_requeues,
         signal_before_s=signal_before or slurm.DEFAULT_SIGNAL_BEFORE_S,
-        log_dir=log_dir or ".", job_name=job_name,
+        log_dir=log_dir or ".", job_name=job_name, setup=list(setup_lines),
     )
     job = slurm.build_batch_job(spec_path, options, tracking_uri=tracking_uri, resume=resume,
                                 new=new, env=env, overrides=overrides)

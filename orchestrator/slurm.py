@@ -161,6 +161,7 @@ class SlurmOptions:
     signal_before_s: int = DEFAULT_SIGNAL_BEFORE_S
     log_dir: str = "."
     job_name: str | None = None
+    setup: list[str] = field(default_factory=list)  # shell lines run before Ray starts
 
 
 def time_limit_seconds(text: str) -> int:
@@ -242,6 +243,10 @@ def check_options(options: SlurmOptions) -> None:
             )
     for line in options.extra:
         sbatch_line(line)
+    for line in options.setup:
+        if any(ord(c) < 32 or ord(c) == 127 for c in line):
+            raise SlurmInputError(f"--setup {line!r}: holds a control character (a newline?); "
+                                  "one shell line per --setup, repeat the option for more")
     if options.job_name is not None and not re.fullmatch(r"[A-Za-z0-9_.+-]+", options.job_name):
         raise SlurmInputError(f"--job-name {options.job_name!r}: letters, digits and _.+- only")
 
@@ -496,7 +501,10 @@ def render_script(*, options: SlurmOptions, spec_path: Path, spec_name: str, job
         f"SWEEP_OPTIONS=({shlex.join(sweep_options)})",
         f"RESUME_COMMAND={shlex.quote(resume_command)}",
     ]
-    return "\n".join(header) + "\n\n" + "\n".join(settings) + "\n" + SCRIPT_BODY
+    # Before `set -u` and Ray: site scripts (`module load`, `source venv/bin/activate`) often
+    # read unset variables.
+    setup = ["# --setup lines", *options.setup] if options.setup else []
+    return "\n".join(header) + "\n\n" + "\n".join(settings + setup) + "\n" + SCRIPT_BODY
 
 
 def resume_command(spec_path: str | Path, options: SlurmOptions, *, tracking_uri: str | None,
@@ -514,6 +522,7 @@ def resume_command(spec_path: str | Path, options: SlurmOptions, *, tracking_uri
         if value:
             words += [flag, value]
     words += [f"--sbatch={line}" for line in options.extra]
+    words += [part for line in options.setup for part in ("--setup", line)]
     if options.requeue:
         words.append("--requeue")
         if options.max_requeues != DEFAULT_MAX_REQUEUES:
@@ -751,7 +760,11 @@ def job_end(entry: Submitted, state: JobState) -> tuple[str, int | None]:
 
 
 def record_end(entry: Submitted, state: str, elapsed: str, trials_done: int | None) -> Submitted:
-    """Append the job's end to the record: `jobs` shows it from there on without asking SLURM."""
+    """Append the job's end to the record: `jobs` shows it from there on without asking SLURM.
+    An ended job is requeued no more: its marker of when it started the sweep goes (a job
+    cancelled or killed mid-run could not remove it; a preempted job that SLURM requeues needs
+    it, and is not ended)."""
+    Path(entry.output).with_suffix(".started").unlink(missing_ok=True)
     ended = Submitted(**{**asdict(entry), "final_state": state, "final_elapsed": elapsed,
                          "trials_done": trials_done})
     with record_path().open("a") as handle:

@@ -33,12 +33,52 @@ def node_ip() -> str:
     return get_node_ip_address()
 
 
+OBJECT_STORE_SHARE = 0.3  # of the memory Ray gets, as Ray's own default takes of the node's
+
+
+def allocated_memory_bytes(environ=os.environ) -> int | None:
+    """The job's memory on this node, from SLURM (--mem: SLURM_MEM_PER_NODE; --mem-per-cpu:
+    SLURM_MEM_PER_CPU x SLURM_CPUS_ON_NODE; both in MB), or None when the job set no limit."""
+    per_node = environ.get("SLURM_MEM_PER_NODE", "")
+    if per_node.isdigit() and int(per_node):
+        return int(per_node) * 1024 * 1024
+    per_cpu, cpus = environ.get("SLURM_MEM_PER_CPU", ""), environ.get("SLURM_CPUS_ON_NODE", "")
+    if per_cpu.isdigit() and cpus.isdigit() and int(per_cpu):
+        return int(per_cpu) * int(cpus) * 1024 * 1024
+    return None
+
+
+def shared_memory_bytes() -> int | None:
+    """What /dev/shm (where Ray keeps its object store) has free; None without one."""
+    try:
+        found = os.statvfs("/dev/shm")
+    except OSError:
+        return None
+    return found.f_bsize * found.f_bavail
+
+
+def memory_options(environ=os.environ, shm_bytes: int | None = None) -> list[str]:
+    """Ray's memory and object store sized to the job's allocation: Ray would size them from the
+    node's whole RAM, which on a shared node is others' memory (the cgroup kills the job). The
+    store takes OBJECT_STORE_SHARE of it, at most 95% of /dev/shm (as Ray caps its own default:
+    a larger store is refused), and the tasks the rest."""
+    memory = allocated_memory_bytes(environ)
+    if memory is None:
+        return []
+    store = int(memory * OBJECT_STORE_SHARE)
+    shm = shared_memory_bytes() if shm_bytes is None else shm_bytes
+    if shm:
+        store = min(store, int(shm * 0.95))
+    return [f"--memory={memory - store}", f"--object-store-memory={store}"]
+
+
 def ray_start_command(temp_dir: str, cpus: str, gpus: str, taken: frozenset[int] = frozenset()) -> list[str]:
     """`taken`: ports already given to this node's other servers (free now, bound later)."""
     return [
         sys.executable, "-m", "ray.scripts.scripts", "start", "--block",
         f"--temp-dir={temp_dir}", f"--num-cpus={cpus}", f"--num-gpus={gpus}",
         f"--dashboard-agent-listen-port={free_port(avoid=taken)}", "--disable-usage-stats",
+        *memory_options(),
     ]
 
 

@@ -95,3 +95,39 @@ def test_a_time_limit_that_leaves_no_time_to_train_is_warned_about(tmp_path, mon
     roomy = orchestrate("submit", str(spec), "--slurm", "--dry-run", "--time", "30", "--requeue")
     assert roomy.returncode == 0, roomy.stderr
     assert "to train per allocation" not in roomy.stderr and "MAX_REQUEUES=3" in roomy.stdout
+
+
+def test_setup_lines_run_before_ray_and_are_one_line_each(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    spec = spec_file(tmp_path)
+    result = orchestrate("submit", str(spec), "--slurm", "--dry-run", "--setup", "module load cuda/12",
+                         "--setup", "source /shared/venv/bin/activate")
+    assert result.returncode == 0, result.stderr
+    script = result.stdout
+    # In order, before `set -u` (site scripts read unset variables) and before Ray starts.
+    positions = [script.index(text) for text in (
+        "module load cuda/12\nsource /shared/venv/bin/activate\n", "\nset -u\n", "node head-ports")]
+    assert positions == sorted(positions)
+    resume = shlex.split(script_value(script, "RESUME_COMMAND"))
+    assert ["--setup", "module load cuda/12", "--setup", "source /shared/venv/bin/activate"] == [
+        word for i, word in enumerate(resume) if word == "--setup" or resume[i - 1] == "--setup"]
+    bad = orchestrate("submit", str(spec), "--slurm", "--setup", "module load x\nrm -rf ~")
+    assert bad.returncode == 2 and bad.stdout == ""
+    assert bad.stderr.startswith("error: --setup 'module load x\\nrm -rf ~': holds a control character")
+    assert not (tmp_path / "cache").exists()
+
+
+def test_ray_memory_follows_the_allocation():
+    from orchestrator.slurm_node import memory_options
+
+    gib = 1024 ** 3
+    assert memory_options({}) == []  # no --mem: Ray sizes itself
+    assert memory_options({"SLURM_MEM_PER_NODE": "0"}) == []
+    assert memory_options({"SLURM_MEM_PER_NODE": "10240"}, shm_bytes=64 * gib) == [
+        f"--memory={7 * gib}", f"--object-store-memory={3 * gib}"]
+    assert memory_options({"SLURM_MEM_PER_CPU": "1024", "SLURM_CPUS_ON_NODE": "4"},
+                          shm_bytes=64 * gib) == [
+        f"--memory={4 * gib - int(1.2 * gib)}", f"--object-store-memory={int(1.2 * gib)}"]
+    # A small /dev/shm caps the store (Ray refuses one larger than it).
+    assert memory_options({"SLURM_MEM_PER_NODE": "10240"}, shm_bytes=gib) == [
+        f"--memory={10 * gib - int(0.95 * gib)}", f"--object-store-memory={int(0.95 * gib)}"]
