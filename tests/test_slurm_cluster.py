@@ -10,6 +10,7 @@ once, every epoch logged once, whatever stopped the sweep in between.
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 from datetime import datetime
 from pathlib import Path
@@ -259,11 +260,17 @@ def test_an_allocation_that_finishes_no_trial_is_not_requeued(slurm_cluster, tra
     allocation ending with 0 trials done. The time-limit signal lands here while the first trial
     is still in its first epoch (each epoch sleeps 60 s; the test moves the limit, as in the
     requeue test, once the trial has started): the job stops the sweep and does not requeue,
-    and says why in its log and in `orchestrate jobs`."""
+    and says why in its log and in `orchestrate jobs`.
+
+    The job logs to the server by this machine's host name, as the README's recipe has it
+    (MLflow refused host names before `orchestrate server` named them as allowed hosts)."""
+    from mlflow import MlflowClient
+
     name = "slurm-no-progress"
-    spec = write_spec(tmp_path / "spec", name, tracking.url, epochs=3, toy_size=600,
+    by_name = tracking.url.replace("127.0.0.1", socket.gethostname())
+    spec = write_spec(tmp_path / "spec", name, by_name, epochs=3, toy_size=600,
                       grid={"lr": [0.001, 0.003]})
-    client = tracking.client()
+    client = MlflowClient(tracking_uri=by_name)
     job_id = submit(spec, "--time", "15", "--signal-before", "170", "--requeue",
                     "--env", "NLI_EPOCH_DELAY_S=60", "--set", "search.max_concurrent_trials=1")
     wait_for(lambda: trial_runs(client, name), 300, "the first trial to start", poll_s=1)
@@ -280,5 +287,50 @@ def test_an_allocation_that_finishes_no_trial_is_not_requeued(slurm_cluster, tra
     assert_ray_gone(job_id)
     listed = [json.loads(line) for line in orchestrate("jobs", "--json").stdout.splitlines()]
     [row] = [row for row in listed if row["job_id"] == job_id]
-    assert (row["state"], row["trials_done"]) == (
-        "INTERRUPTED (no trial finished in this allocation)", 0), row
+    assert (row["state"], row["trials_done"], row["tracking_uri"]) == (
+        "INTERRUPTED (no trial finished in this allocation)", 0, by_name), row
+    assert len(trial_runs(client, name)) == 1  # the first trial logged by host name
+
+
+def test_a_preempted_sweep_is_requeued_and_resumed_with_nothing_lost(slurm_cluster, tracking, tmp_path):
+    """PreemptMode=REQUEUE (slurm_support.write_conf): a job in the higher-tier partition takes
+    the node from the sweep mid-way; SLURM sends the sweep's job SIGTERM and requeues it, and its
+    next run resumes the sweep: every planned trial FINISHED exactly once, every epoch once."""
+    name, epochs, planned = "slurm-preempt", 2, 4
+    spec = write_spec(tmp_path / "spec", name, tracking.url, epochs=epochs, toy_size=600,
+                      grid={"lr": [0.001, 0.002, 0.003, 0.004]})
+    client = tracking.client()
+    job_id = submit(spec, "--time", "15", "--requeue", "--cpus-per-task", "2",
+                    "--env", "NLI_EPOCH_DELAY_S=3", "--set", "search.max_concurrent_trials=1")
+    wait_for(lambda: finished_trials(client, name) >= 1, 300, "a first trial to finish", poll_s=1)
+    urgent = slurm_cluster.run("sbatch", "--parsable", "--partition=urgent", "--cpus-per-task=2",
+                               f"--output={tmp_path}/urgent-%j.out", "--wrap", "sleep 5")
+    urgent_id = urgent.stdout.strip()
+    preempted = []
+
+    def ended():
+        job = slurm_cluster.job(job_id)
+        if int(job.get("Restarts", 0)) >= 1 and not preempted:
+            preempted.append(finished_trials(client, name))
+        if (preempted and slurm_cluster.job(urgent_id).get("JobState") not in ACTIVE
+                and job.get("JobState") == "PENDING" and job.get("Reason") == "BeginTime"
+                and slurm_cluster.idle() and requeued_seconds_ago(job) >= 2):
+            # As in the time-limit test: start the requeued job once the node is free again,
+            # not after SLURM's 2-minute hold.
+            slurm_cluster.run("scontrol", "update", f"JobId={job_id}", "StartTime=now", check=False)
+        return job["JobState"] if job.get("JobState") not in ACTIVE else None
+
+    try:
+        state = wait_for(ended, 600, f"SLURM job {job_id} to end", poll_s=2)
+    finally:
+        print(f"--- output of job {job_id} ---\n{output_of(spec, job_id)}")
+    output = output_of(spec, job_id)
+    assert state == "COMPLETED", f"{output}\n{slurm_cluster.log_of(job_id)}"
+    assert preempted and 1 <= preempted[0] < planned, preempted
+    first, later = output.split(f"job {job_id} (run 2)")
+    assert "got SIGTERM (cancelled)" in first and "sweep finished" not in first
+    assert later.splitlines()[0].rstrip().endswith(" --resume --set search.max_concurrent_trials=1")
+    assert f"sweep finished: {planned} trials (0 failed)" in later
+    assert slurm_cluster.job(urgent_id).get("JobState") == "COMPLETED"
+    assert_ray_gone(job_id)
+    assert_each_trial_once(client, name, planned=planned, epochs=epochs)
