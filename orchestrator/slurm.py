@@ -457,6 +457,11 @@ if [ -n "$requeue_now" ]; then
   scontrol requeue "$SLURM_JOB_ID"
   exit "$rc"
 fi
+if [ "$reason" = cancelled ]; then
+  # SIGTERM: scancel, or a preemption after which SLURM may requeue the job (PreemptMode=REQUEUE),
+  # whose next run needs the marker. `orchestrate jobs` removes it once the job has ended.
+  exit "$rc"
+fi
 rm -f "$STARTED"
 # The job's end, for `orchestrate jobs` and `logs` (SLURM forgets finished jobs). A user's stop
 # that the sweep obeyed (exit 3, interrupted and resumable) is no failure: the job exits 0, so

@@ -334,3 +334,30 @@ def test_a_preempted_sweep_is_requeued_and_resumed_with_nothing_lost(slurm_clust
     assert slurm_cluster.job(urgent_id).get("JobState") == "COMPLETED"
     assert_ray_gone(job_id)
     assert_each_trial_once(client, name, planned=planned, epochs=epochs)
+
+
+def test_the_requeue_cap_ends_the_chain(slurm_cluster, tracking, tmp_path):
+    """--max-requeues: a time limit that comes when the job has been requeued that many times
+    (here 0, so the first) ends the job instead of requeueing it, though trials finished in the
+    allocation; the log and `jobs` say why."""
+    name = "slurm-requeue-cap"
+    spec = write_spec(tmp_path / "spec", name, tracking.url, epochs=2, toy_size=600,
+                      grid={"lr": [0.001, 0.002, 0.003, 0.004, 0.005, 0.006]})
+    client = tracking.client()
+    job_id = submit(spec, "--time", "15", "--signal-before", "170", "--requeue", "--max-requeues", "0",
+                    "--env", "NLI_EPOCH_DELAY_S=3", "--set", "search.max_concurrent_trials=1")
+    wait_for(lambda: finished_trials(client, name) >= 1, 300, "a first trial to finish", poll_s=1)
+    elapsed = minutes(slurm_cluster.job(job_id)["RunTime"])
+    slurm_cluster.run("scontrol", "update", f"JobId={job_id}", f"TimeLimit={elapsed + 2}")
+    wait_ended(slurm_cluster, spec, job_id)
+    output = output_of(spec, job_id)
+    assert "got SIGUSR1 (time_limit)" in output, output
+    assert "not requeueing: requeued 0 times, --max-requeues 0" in output, output
+    assert f"requeueing job {job_id}" not in output and slurm_cluster.job(job_id)["Restarts"] == "0"
+    assert "--requeue --max-requeues 0 --signal-before 170" in output  # in the resume command
+    done = finished_trials(client, name)
+    listed = [json.loads(line) for line in orchestrate("jobs", "--json").stdout.splitlines()]
+    [row] = [row for row in listed if row["job_id"] == job_id]
+    assert (row["state"], row["trials_done"]) == ("INTERRUPTED (requeued 0 times, --max-requeues 0)", done)
+    assert 1 <= done < 6
+    assert_ray_gone(job_id)
