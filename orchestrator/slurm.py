@@ -436,7 +436,7 @@ stop_ray
 # After the time-limit signal: 0 (completed) and 2 (bad input) end the job; 3 (interrupted) and
 # any other code requeue it unless the store says the sweep completed (exit 1 with failed
 # trials). A driver that does not stop cleanly on SIGTERM dies of it with 1, 15, 134 or 143.
-requeue_now="" not_requeued=""
+requeue_now="" not_requeued="" advice=""
 if [ "$REQUEUE" = 1 ] && [ "$reason" = time_limit ] && [ "$rc" != 0 ] && [ "$rc" != 2 ]; then
   state=$(node sweep-state "$EXPERIMENT") || state=unknown
   case "$state" in completed|finished) ;; *) requeue_now=1 ;; esac
@@ -449,9 +449,10 @@ elif [ -n "$requeue_now" ]; then
   done_now=$(node trials-done "$EXPERIMENT") || done_now="?"
   if [ "$done_now" != "?" ] && [ "$done_now" = "$done_at_start" ]; then
     requeue_now="" not_requeued="no trial finished in this allocation"
+    advice="raise --time or lower --signal-before"
   fi
 fi
-[ -n "$not_requeued" ] && say "not requeueing: $not_requeued (raise --time or lower --signal-before)"
+[ -n "$not_requeued" ] && say "not requeueing: $not_requeued${advice:+ ($advice)}"
 if [ -n "$requeue_now" ]; then
   say "requeueing job $SLURM_JOB_ID: the next run resumes the sweep"
   scontrol requeue "$SLURM_JOB_ID"

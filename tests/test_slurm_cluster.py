@@ -333,6 +333,7 @@ def test_a_preempted_sweep_is_requeued_and_resumed_with_nothing_lost(slurm_clust
     assert f"sweep finished: {planned} trials (0 failed)" in later
     assert slurm_cluster.job(urgent_id).get("JobState") == "COMPLETED"
     assert_ray_gone(job_id)
+    assert not list((spec.parent / "logs").glob("*.started"))  # kept for run 2, then removed
     assert_each_trial_once(client, name, planned=planned, epochs=epochs)
 
 
