@@ -345,8 +345,10 @@ def test_the_requeue_cap_ends_the_chain(slurm_cluster, tracking, tmp_path):
     spec = write_spec(tmp_path / "spec", name, tracking.url, epochs=2, toy_size=600,
                       grid={"lr": [0.001, 0.002, 0.003, 0.004, 0.005, 0.006]})
     client = tracking.client()
+    # Trials of over 20 s each (2 epochs of a 10 s sleep): the signal, due within 30 s of the
+    # limit's move, lands before the sixth trial ends (with 3 s epochs the sweep once got there).
     job_id = submit(spec, "--time", "15", "--signal-before", "170", "--requeue", "--max-requeues", "0",
-                    "--env", "NLI_EPOCH_DELAY_S=3", "--set", "search.max_concurrent_trials=1")
+                    "--env", "NLI_EPOCH_DELAY_S=10", "--set", "search.max_concurrent_trials=1")
     wait_for(lambda: finished_trials(client, name) >= 1, 300, "a first trial to finish", poll_s=1)
     elapsed = minutes(slurm_cluster.job(job_id)["RunTime"])
     slurm_cluster.run("scontrol", "update", f"JobId={job_id}", f"TimeLimit={elapsed + 2}")
@@ -355,7 +357,7 @@ def test_the_requeue_cap_ends_the_chain(slurm_cluster, tracking, tmp_path):
     assert "got SIGUSR1 (time_limit)" in output, output
     assert "not requeueing: requeued 0 times, --max-requeues 0" in output, output
     assert f"requeueing job {job_id}" not in output and slurm_cluster.job(job_id)["Restarts"] == "0"
-    assert "--requeue --max-requeues 0 --signal-before 170" in output  # in the resume command
+    assert "--requeue --max-requeues 0 --signal-before 170" in output  # the resume command
     done = finished_trials(client, name)
     listed = [json.loads(line) for line in orchestrate("jobs", "--json").stdout.splitlines()]
     [row] = [row for row in listed if row["job_id"] == job_id]
