@@ -69,9 +69,15 @@ SLURM_SUBMIT_OPTIONS = [
     click.option("--qos", default=None, help="[--slurm] sbatch --qos"),
     click.option("--sbatch", "sbatch_lines", multiple=True, metavar="OPTION",
                  help="[--slurm] another #SBATCH option, e.g. --sbatch=--mem=32G (repeatable)"),
+    click.option("--setup", "setup_lines", multiple=True, metavar="LINE",
+                 help="[--slurm] a shell line the job runs before Ray starts, e.g. "
+                      "--setup 'module load cuda/12' (repeatable)"),
     click.option("--requeue", is_flag=True,
                  help="[--slurm] at the time-limit warning, stop the sweep cleanly, requeue the "
                       "job and resume, until the sweep completes"),
+    click.option("--max-requeues", type=click.IntRange(0), default=None,
+                 help="[--slurm] with --requeue: requeue at most this many times (default 3); "
+                      "never after an allocation that finished no trial"),
     click.option("--signal-before", type=click.IntRange(1), default=None,
                  help=f"[--slurm] seconds before the time limit that the sweep is told to stop "
                       f"(default {DEFAULT_SIGNAL_BEFORE_S}; it needs time to stop its trials)"),
@@ -99,8 +105,8 @@ def _refuse_slurm_options(options: dict) -> None:
 
 
 def submit_to_slurm(spec_path, tracking_uri, resume, new, env, ray_only, overrides, *, nodes, cpus_per_task,
-                    gpus_per_node, partition, time_limit, account, qos, sbatch_lines, requeue,
-                    signal_before, log_dir, job_name, dry_run) -> None:
+                    gpus_per_node, partition, time_limit, account, qos, sbatch_lines, setup_lines,
+                    requeue, max_requeues, signal_before, log_dir, job_name, dry_run) -> None:
     """`submit --slurm`: render the batch script, sbatch it, record the job."""
     from orchestrator import slurm
     from orchestrator.spec import load_spec
@@ -118,18 +124,30 @@ def submit_to_slurm(spec_path, tracking_uri, resume, new, env, ray_only, overrid
         allocation=slurm.Allocation(nodes, cpus_per_task or 1, gpus_per_node or 0),
         partition=partition, time_limit=time_limit, account=account, qos=qos,
         extra=list(sbatch_lines), requeue=requeue,
+        max_requeues=slurm.DEFAULT_MAX_REQUEUES if max_requeues is None else max_requeues,
         signal_before_s=signal_before or DEFAULT_SIGNAL_BEFORE_S,
-        log_dir=log_dir or ".", job_name=job_name,
+        log_dir=log_dir or ".", job_name=job_name, setup=list(setup_lines),
     )
     job = slurm.build_batch_job(spec_path, options, tracking_uri=tracking_uri, resume=resume,
                                 new=new, env=env, overrides=overrides)
     for warning in job.warnings:
         click.echo(f"warning: {warning}", err=True)
+    refusal = slurm.host_header_refusal(job.tracking_uri)
     if dry_run:  # what would be submitted, its passwords masked (the job gets them)
         click.echo(mask_secrets(job.script), nl=False)
         click.echo(f"(dry run: nothing submitted; {options.allocation.describe()} runs {job.at_once})",
                    err=True)
+        if refusal:
+            _fail(refusal, 1)
+        from results.tracking_uri import unreachable_store
+
+        away = unreachable_store(job.tracking_uri)
+        if away:  # it may be started later, before the submission
+            click.echo(f"warning: tracking server {mask_secrets(job.tracking_uri)} does not answer "
+                       f"({away}); submit checks it again", err=True)
         return
+    if refusal:
+        _fail(f"{refusal}. Nothing was submitted.", 1)
     from orchestrator.tracking import Tracker, TrackingUnavailable
 
     try:  # a typo in the server's address is found here, not after the job waited in the queue
@@ -271,6 +289,7 @@ def _ray_rows(address: str | None, progress: _Progress) -> list[dict]:
             "job_id": job.submission_id or job.job_id or "-",
             "backend": "ray",
             "spec": metadata.get("nli.spec") or job.entrypoint,
+            "experiment": metadata.get("nli.spec_name") or "-",
             "state": job.status.value,
             "elapsed": _clock((end - job.start_time) / 1000) if job.start_time else "-",
             "trials_done": progress.done(metadata.get("nli.tracking_uri", ""),
@@ -289,22 +308,42 @@ def _slurm_rows(progress: _Progress) -> list[dict]:
     from orchestrator import slurm
 
     entries = slurm.submissions()
-    states = slurm.job_states([e.job_id for e in entries]) if entries else {}
+    running = [e.job_id for e in entries if e.final_state is None]
+    states = slurm.job_states(running) if running else {}
     rows = []
     for entry in entries:
-        state = states[entry.job_id]
+        if entry.final_state is None:
+            state = states[entry.job_id]
+            if not state.active and state.state != "UNKNOWN":
+                entry = slurm.record_end(entry, *_ended(entry, state))
+        if entry.final_state is not None:  # ended: as recorded, nothing asked
+            shown, elapsed, done = entry.final_state, entry.final_elapsed, entry.trials_done
+        else:
+            shown = state.state + (f" ({state.reason})" if state.reason else "")
+            elapsed, done = state.elapsed, progress.done(entry.tracking_uri, entry.spec_name)
         rows.append({
             "job_id": entry.job_id,
             "backend": "slurm",
             "spec": entry.spec,
-            "state": state.state + (f" ({state.reason})" if state.reason else ""),
-            "elapsed": state.elapsed,
-            "trials_done": progress.done(entry.tracking_uri, entry.spec_name),
+            "experiment": entry.spec_name,
+            "state": shown,
+            "elapsed": elapsed,
+            "trials_done": done,
             "trials_planned": entry.planned_trials,
             "output": entry.output,
             "tracking_uri": entry.tracking_uri,
         })
     return rows
+
+
+def _ended(entry, state) -> tuple[str, str, int | None]:
+    """A job that just left SLURM's queue: its end state, elapsed time and trials done then."""
+    from orchestrator import slurm
+
+    final, done = slurm.job_end(entry, state)
+    if done is None:  # no end file (killed before it wrote one): the store now
+        done = _Progress().done(entry.tracking_uri, entry.spec_name)
+    return final, state.elapsed, done
 
 
 @click.command("jobs")
@@ -315,7 +354,8 @@ def _slurm_rows(progress: _Progress) -> list[dict]:
 def jobs_command(address, slurm_only, as_json):
     """List sweep jobs, oldest first: the Ray cluster's, and the SLURM jobs submitted from this
     account (the Ray cluster is asked when --address or RAY_ADDRESS names it, or when there are
-    no SLURM jobs). TRIALS: trials finished / planned, from the tracking store."""
+    no SLURM jobs). TRIALS: trials finished / planned, from the tracking store (for an ended
+    SLURM job: when it ended, as recorded then)."""
     from orchestrator import slurm
     from orchestrator.ray_jobs import ADDRESS_ENVS
 
@@ -337,8 +377,9 @@ def jobs_command(address, slurm_only, as_json):
         done = "?" if row["trials_done"] is None else row["trials_done"]
         return f"{done}/{row['trials_planned'] or '?'}"
 
-    table = [("JOB", "BACKEND", "SPEC", "STATE", "ELAPSED", "TRIALS")]
-    table += [(r["job_id"], r["backend"], r["spec"], r["state"], r["elapsed"], trials(r)) for r in rows]
+    table = [("JOB", "BACKEND", "SPEC", "EXPERIMENT", "STATE", "ELAPSED", "TRIALS")]
+    table += [(r["job_id"], r["backend"], r["spec"], r["experiment"], r["state"], r["elapsed"], trials(r))
+              for r in rows]
     widths = [max(len(str(row[i])) for row in table) for i in range(len(table[0]))]
     for row in table:
         line = "  ".join(str(cell).ljust(width) for cell, width in zip(row, widths, strict=True))
@@ -388,8 +429,9 @@ def _slurm_logs(entry, follow: bool) -> None:
         show()
         if not state.active:
             show()
-            click.echo(f"job {entry.job_id}: {state.state}", err=True)
-            if state.state != "COMPLETED":
+            final, _ = slurm.job_end(entry, state)
+            click.echo(f"job {entry.job_id}: {final}", err=True)
+            if final not in ("COMPLETED", "STOPPED"):  # a user's stop is no failure
                 sys.exit(1)
             return
         time.sleep(2)
@@ -430,6 +472,7 @@ def stop_command(job_id, address):
     entry = _slurm_entry(job_id, address)
     if entry is not None:
         was_running, status = slurm.stop(job_id, timeout_s=SLURM_STOP_WAIT_S)
+        status = slurm.job_end(entry, slurm.JobState(status))[0]
     else:
         was_running, status = _jobs(address).stop(job_id)
     if was_running:
@@ -452,7 +495,8 @@ def stop_command(job_id, address):
               help="server processes; each may open up to 80 database connections "
                    "(MLFLOW_SQLALCHEMYSTORE_POOL_SIZE / _MAX_OVERFLOW, 40 + 40)")
 @click.option("--allowed-hosts", default=None,
-              help="Host headers MLflow accepts (default: localhost and private IPs)")
+              help="more host names clients may address the server by, comma-separated "
+                   "(always: this machine's names, localhost and private IPs; * for any)")
 @click.option("--basic-auth", is_flag=True,
               help="require a username and password (MLflow's basic-auth app); the admin is "
                    "MLFLOW_TRACKING_USERNAME / MLFLOW_TRACKING_PASSWORD from the environment")
@@ -478,7 +522,7 @@ def server_command(backend_store_uri, artifacts_destination, host, port, workers
             scratch = Path(tempfile.mkdtemp(prefix="nli-auth-"))
             auth = ts.basic_auth_settings(backend_store_uri, scratch)
         argv, env = ts.server_command(
-            backend_store_uri, artifacts, host, port, workers, allowed_hosts, auth
+            backend_store_uri, artifacts, host, port, workers, ts.allowed_hosts(allowed_hosts), auth
         )
     except ts.ServerError as exc:
         if scratch is not None:
@@ -488,8 +532,8 @@ def server_command(backend_store_uri, artifacts_destination, host, port, workers
         click.echo(f"warning: {warning}", err=True)
     click.echo(
         f"MLflow tracking server on {ts.mask_uri(backend_store_uri)} at "
-        f"{ts.tracking_url(host, port)} (artifacts: {artifacts}); sweeps: "
-        f"--tracking-uri http://HOST:{port}. Ctrl-C stops it.",
+        f"{ts.tracking_url(host, port)} (artifacts: {artifacts}); sweeps and jobs: "
+        f"--tracking-uri {ts.url_for_jobs(host, port)}. Ctrl-C stops it.",
         err=True,
     )
     sys.stdout.flush()

@@ -8,8 +8,10 @@ the head against the experiment's tracking server, and stops exactly the Ray pro
 
 - USR1, asked for with `--signal=B:USR1@SECONDS` before the time limit: the script sends SIGTERM to
   the sweep (it stops cleanly, resumable, exit 3) and, with --requeue, requeues the job once Ray
-  is down; a requeued run (SLURM_RESTART_COUNT > 0) starts the sweep with --resume.
-- USR2, sent by `orchestrate stop` to the batch shell alone: the same clean stop, no requeue.
+  is down; a requeued run (SLURM_RESTART_COUNT > 0) starts the sweep with --resume. No requeue
+  after --max-requeues of them, or after a run that finished no trial.
+- USR2, sent by `orchestrate stop` to the batch shell alone: the same clean stop, no requeue; the
+  job then exits 0 and its end file (JOBNAME-JOBID.end, beside the output) says STOPPED.
 - TERM (scancel, preemption, the time limit itself): SLURM sends it to every process of the job;
   the script only cleans up.
 
@@ -20,6 +22,7 @@ their spec, output and tracking server are: $XDG_CACHE_HOME/nli-orchestrator/slu
 
 from __future__ import annotations
 
+import base64
 import json
 import math
 import os
@@ -29,6 +32,8 @@ import shutil
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -43,7 +48,13 @@ from orchestrator.ray_jobs import (
     override_arguments,
     parse_env,
 )
+from results.tracking_uri import PROBE_TIMEOUT_S, split_credentials
 
+DEFAULT_MAX_REQUEUES = 3  # as submitit's slurm_max_num_timeout
+# What an allocation spends before its first trial trains: Ray's start and the sweep's (51-69 s,
+# then 40 s to a first trial, on a loaded node; issue 29), with a margin.
+STARTUP_ALLOWANCE_S = 120
+MIN_TRAINING_S = 300  # less than this left to train per allocation gets a warning
 COMMAND_TIMEOUT_S = 60
 # Tracking stores that the nodes reach over the network. SQLite (and MLflow's file store) is a
 # file: on the shared file systems of clusters (NFS, Lustre, GPFS) its locking is unreliable, so
@@ -146,9 +157,11 @@ class SlurmOptions:
     qos: str | None = None
     extra: list[str] = field(default_factory=list)  # #SBATCH lines, as given
     requeue: bool = False
+    max_requeues: int = DEFAULT_MAX_REQUEUES
     signal_before_s: int = DEFAULT_SIGNAL_BEFORE_S
     log_dir: str = "."
     job_name: str | None = None
+    setup: list[str] = field(default_factory=list)  # shell lines run before Ray starts
 
 
 def time_limit_seconds(text: str) -> int:
@@ -201,6 +214,21 @@ def check_path(option: str, path: str | Path) -> None:
         )
 
 
+def short_allocation_warning(options: SlurmOptions) -> str | None:
+    """A --time that leaves less than MIN_TRAINING_S to train once the sweep's stop signal and
+    the start-up are taken off: its allocations may end with no trial done."""
+    if options.time_limit is None:
+        return None
+    limit = time_limit_seconds(options.time_limit)
+    left = limit - options.signal_before_s - STARTUP_ALLOWANCE_S
+    if not limit or left >= MIN_TRAINING_S:
+        return None
+    return (f"--time {options.time_limit} leaves {max(left, 0)}s to train per allocation after "
+            f"--signal-before {options.signal_before_s}s and ~{STARTUP_ALLOWANCE_S}s to start Ray "
+            f"and the sweep (less than {MIN_TRAINING_S}s); an allocation that finishes no trial "
+            "is not requeued. Check an epoch's time with `orchestrate validate SPEC --estimate`")
+
+
 def check_options(options: SlurmOptions) -> None:
     for option, value in (("--partition", options.partition), ("--account", options.account),
                           ("--qos", options.qos)):
@@ -215,6 +243,10 @@ def check_options(options: SlurmOptions) -> None:
             )
     for line in options.extra:
         sbatch_line(line)
+    for line in options.setup:
+        if any(ord(c) < 32 or ord(c) == 127 for c in line):
+            raise SlurmInputError(f"--setup {line!r}: holds a control character (a newline?); "
+                                  "one shell line per --setup, repeat the option for more")
     if options.job_name is not None and not re.fullmatch(r"[A-Za-z0-9_.+-]+", options.job_name):
         raise SlurmInputError(f"--job-name {options.job_name!r}: letters, digits and _.+- only")
 
@@ -236,6 +268,35 @@ def loopback_warning(uri: str) -> str | None:
     if host in ("127.0.0.1", "localhost", "::1"):
         return (f"tracking server {uri} is on the loopback interface: compute nodes reach it only "
                 "if the job runs on this machine; use an address the nodes can reach")
+    return None
+
+
+def host_header_refusal(uri: str) -> str | None:
+    """Why the MLflow server at `uri` refuses the job's API requests for their Host header (None:
+    it accepts them, or is not an HTTP server this can reach). MLflow checks the Host header of
+    every request but /health, so a GET of its API with the Host a job sends (HOST:PORT of the
+    URI) finds what /health cannot."""
+    if not uri.startswith(("http://", "https://")):
+        return None
+    bare, credentials = split_credentials(uri)
+    request = urllib.request.Request(bare.rstrip("/") + "/api/2.0/mlflow/experiments/search?max_results=1")
+    if credentials is not None:
+        request.add_header("Authorization", "Basic " + base64.b64encode(":".join(credentials).encode()).decode())
+    try:
+        urllib.request.urlopen(request, timeout=PROBE_TIMEOUT_S).close()
+    except urllib.error.HTTPError as exc:
+        body = exc.read(200).decode(errors="replace").strip()
+        if exc.code == 403 and "Invalid Host header" in body:
+            netloc = urlsplit(bare).netloc
+            name = urlsplit(bare).hostname
+            return (
+                f"MLflow server {mask_secrets(uri)} refuses the Host header {netloc!r} that the job "
+                f"sends (HTTP 403 {body!r}): MLflow accepts only host names it was told. Start it "
+                f"with `orchestrate server --host 0.0.0.0` on {name} (it accepts that machine's "
+                f"names), or add `--allowed-hosts {name}` to the server's command"
+            )
+    except (urllib.error.URLError, OSError):
+        pass  # unreachable: Tracker.check_reachable says so
     return None
 
 
@@ -325,6 +386,8 @@ restarts="${SLURM_RESTART_COUNT:-0}"
 # When a run of this job first started the sweep (ms): a requeued run resumes the sweep that run
 # created, or, stopped before it created one, starts it as the first run would have.
 STARTED="$LOG_DIR/${SLURM_JOB_NAME}-${SLURM_JOB_ID}.started"
+END_FILE="$LOG_DIR/${SLURM_JOB_NAME}-${SLURM_JOB_ID}.end"
+rm -f "$END_FILE"  # a requeued run ends anew
 if [ "$restarts" -gt 0 ] && [ -e "$STARTED" ] && [ "${SWEEP_FLAGS[*]}" != --resume ]; then
   flag=$(node resume-flag "$EXPERIMENT" "$(cat "$STARTED")") || flag=--resume
   [ -n "$flag" ] && SWEEP_FLAGS=("$flag")
@@ -351,6 +414,9 @@ elif [ "${SLURM_JOB_NUM_NODES:-1}" -gt 1 ]; then
   workers=$!
 fi
 [ -z "$rc" ] && say "Ray at $HEAD_IP:$GCS_PORT (temp dir $RAY_TMP, log $RAY_LOG)"
+# Trials finished before this run: a requeue needs this run to add one.
+done_at_start="?"
+[ "$REQUEUE" = 1 ] && { done_at_start=$(node trials-done "$EXPERIMENT") || done_at_start="?"; }
 
 if [ -z "$rc" ] && [ -z "$reason" ]; then
   [ -e "$STARTED" ] || date +%s000 >"$STARTED"
@@ -370,17 +436,47 @@ stop_ray
 # After the time-limit signal: 0 (completed) and 2 (bad input) end the job; 3 (interrupted) and
 # any other code requeue it unless the store says the sweep completed (exit 1 with failed
 # trials). A driver that does not stop cleanly on SIGTERM dies of it with 1, 15, 134 or 143.
-requeue_now=""
+requeue_now="" not_requeued="" advice=""
 if [ "$REQUEUE" = 1 ] && [ "$reason" = time_limit ] && [ "$rc" != 0 ] && [ "$rc" != 2 ]; then
   state=$(node sweep-state "$EXPERIMENT") || state=unknown
   case "$state" in completed|finished) ;; *) requeue_now=1 ;; esac
 fi
+# No endless chain: at most MAX_REQUEUES requeues, and none after an allocation that finished no
+# trial (its time went to starting up: the next would do the same).
+if [ -n "$requeue_now" ] && [ "$restarts" -ge "$MAX_REQUEUES" ]; then
+  requeue_now="" not_requeued="requeued $restarts times, --max-requeues $MAX_REQUEUES"
+elif [ -n "$requeue_now" ]; then
+  done_now=$(node trials-done "$EXPERIMENT") || done_now="?"
+  if [ "$done_now" != "?" ] && [ "$done_now" = "$done_at_start" ]; then
+    requeue_now="" not_requeued="no trial finished in this allocation"
+    advice="raise --time or lower --signal-before"
+  fi
+fi
+[ -n "$not_requeued" ] && say "not requeueing: $not_requeued${advice:+ ($advice)}"
 if [ -n "$requeue_now" ]; then
   say "requeueing job $SLURM_JOB_ID: the next run resumes the sweep"
   scontrol requeue "$SLURM_JOB_ID"
-else
-  rm -f "$STARTED"
+  exit "$rc"
 fi
+if [ "$reason" = cancelled ]; then
+  # SIGTERM: scancel, or a preemption after which SLURM may requeue the job (PreemptMode=REQUEUE),
+  # whose next run needs the marker. `orchestrate jobs` removes it once the job has ended.
+  exit "$rc"
+fi
+rm -f "$STARTED"
+# The job's end, for `orchestrate jobs` and `logs` (SLURM forgets finished jobs). A user's stop
+# that the sweep obeyed (exit 3, interrupted and resumable) is no failure: the job exits 0, so
+# SLURM, sacct and --mail-type=FAIL do not report a crash, and its end file says STOPPED.
+end_state=FAILED
+[ "$rc" = 0 ] && end_state=COMPLETED
+[ "$rc" = 3 ] && end_state=INTERRUPTED
+[ -n "$not_requeued" ] && end_state="INTERRUPTED ($not_requeued)"
+if [ "$reason" = stop ] && [ "$rc" = 3 ]; then
+  end_state=STOPPED rc=0
+  say "stopped by orchestrate stop"
+fi
+[ "$end_state" != COMPLETED ] && say "resume with: $RESUME_COMMAND"
+node job-end "$END_FILE" "$end_state" "$rc" "$EXPERIMENT" || true
 exit "$rc"
 """
 
@@ -388,7 +484,7 @@ exit "$rc"
 def render_script(*, options: SlurmOptions, spec_path: Path, spec_name: str, job_name: str,
                   tracking_uri: str, sweep_flags: list[str], sweep_options: list[str],
                   env: dict[str, str], log_dir: Path,
-                  cwd: Path, python: str) -> str:
+                  cwd: Path, python: str, resume_command: str = "") -> str:
     header = ["#!/bin/bash"] + [f"#SBATCH {line}" for line in _directives(options, job_name, log_dir, cwd)]
     header += [
         f"# Sweep {spec_name!r} ({str(spec_path)!r}) on a Ray cluster private to this job.",
@@ -406,10 +502,43 @@ def render_script(*, options: SlurmOptions, spec_path: Path, spec_name: str, job
         f"LOG_DIR={shlex.quote(str(log_dir))}",
         f"GPUS_PER_NODE={options.allocation.gpus_per_node}",
         f"REQUEUE={int(options.requeue)}",
+        f"MAX_REQUEUES={options.max_requeues}",
         f"SWEEP_FLAGS=({shlex.join(sweep_flags)})",  # a requeued run may turn them into --resume
         f"SWEEP_OPTIONS=({shlex.join(sweep_options)})",
+        f"RESUME_COMMAND={shlex.quote(resume_command)}",
     ]
-    return "\n".join(header) + "\n\n" + "\n".join(settings) + "\n" + SCRIPT_BODY
+    # Before `set -u` and Ray: site scripts (`module load`, `source venv/bin/activate`) often
+    # read unset variables.
+    setup = ["# --setup lines", *options.setup] if options.setup else []
+    return "\n".join(header) + "\n\n" + "\n".join(settings + setup) + "\n" + SCRIPT_BODY
+
+
+def resume_command(spec_path: str | Path, options: SlurmOptions, *, tracking_uri: str | None,
+                   env=(), overrides=None) -> str:
+    """The `orchestrate submit ... --slurm --resume` line that continues this job's sweep with
+    the same options (the hint a stopped or failed job prints), its secrets masked."""
+    allocation = options.allocation
+    words = ["orchestrate", "submit", str(spec_path), "--slurm", "--resume",
+             "--nodes", str(allocation.nodes), "--cpus-per-task", str(allocation.cpus_per_task)]
+    if allocation.gpus_per_node:
+        words += ["--gpus-per-node", str(allocation.gpus_per_node)]
+    for flag, value in (("--partition", options.partition), ("--time", options.time_limit),
+                        ("--account", options.account), ("--qos", options.qos),
+                        ("--job-name", options.job_name), ("--tracking-uri", tracking_uri)):
+        if value:
+            words += [flag, value]
+    words += [f"--sbatch={line}" for line in options.extra]
+    words += [part for line in options.setup for part in ("--setup", line)]
+    if options.requeue:
+        words.append("--requeue")
+        if options.max_requeues != DEFAULT_MAX_REQUEUES:
+            words += ["--max-requeues", str(options.max_requeues)]
+    if options.signal_before_s != DEFAULT_SIGNAL_BEFORE_S:
+        words += ["--signal-before", str(options.signal_before_s)]
+    words += ["--log-dir", options.log_dir]
+    words += [part for pair in env for part in ("--env", pair)]
+    words += override_arguments(overrides)
+    return mask_secrets(shlex.join(words))
 
 
 def _job_slug(name: str) -> str:
@@ -428,7 +557,7 @@ def build_batch_job(spec_path: str | Path, options: SlurmOptions, *, tracking_ur
     check_path("the working directory (--chdir)", Path(cwd or os.getcwd()).resolve())
     uri = slurm_tracking_uri(spec.tracking_uri)
     at_once, why = trials_at_once(spec, options.allocation, "the requested allocation")
-    warnings = [w for w in (loopback_warning(uri),) if w]
+    warnings = [w for w in (loopback_warning(uri), short_allocation_warning(options)) if w]
     if not spec.search.storage_path:
         warnings.append(
             f"search.storage_path is not set: Tune's results and checkpoints go to ray_results in "
@@ -443,6 +572,8 @@ def build_batch_job(spec_path: str | Path, options: SlurmOptions, *, tracking_ur
         tracking_uri=uri, sweep_flags=flags, sweep_options=override_arguments(overrides),
         env=parse_env(env), log_dir=log_dir,
         cwd=Path(cwd or os.getcwd()).resolve(), python=python or sys.executable,
+        resume_command=resume_command(path.resolve(), options, tracking_uri=tracking_uri, env=env,
+                                      overrides=overrides),
     )
     return BatchJob(
         script=script, spec_path=str(path.resolve()), spec_name=spec.name, job_name=job_name,
@@ -578,6 +709,15 @@ class Submitted:
     output: str  # the job's output file
     submitted: str  # ISO time
     backend: str = "slurm"
+    # Once the job has ended (cached by `orchestrate jobs`, so a finished job needs no query):
+    final_state: str | None = None  # SLURM's state, or STOPPED for a user's stop
+    final_elapsed: str | None = None
+    trials_done: int | None = None  # trials finished in the sweep when the job ended
+
+    @property
+    def end_file(self) -> Path:
+        """What the batch script writes as the job ends (slurm_node.job_end)."""
+        return Path(self.output).with_suffix(".end")
 
 
 def record_path() -> Path:
@@ -600,17 +740,42 @@ def record(job: BatchJob, job_id: str) -> Submitted:
 
 
 def submissions() -> list[Submitted]:
-    """Recorded SLURM submissions, oldest first (a torn last line is skipped)."""
+    """Recorded SLURM submissions, oldest first (a torn last line is skipped); a job's later
+    line (its end, cached) replaces its earlier ones."""
     path = record_path()
     if not path.is_file():
         return []
-    entries = []
+    entries: dict[str, Submitted] = {}
     for line in path.read_text().splitlines():
         try:
-            entries.append(Submitted(**json.loads(line)))
+            entry = Submitted(**json.loads(line))
         except (ValueError, TypeError):
             continue
-    return entries
+        entries[entry.job_id] = entry
+    return list(entries.values())
+
+
+def job_end(entry: Submitted, state: JobState) -> tuple[str, int | None]:
+    """A finished job's state (STOPPED for a user's stop, from the job's end file; else SLURM's)
+    and the trials finished when it ended (None: unknown)."""
+    try:
+        written = json.loads(entry.end_file.read_text())
+        return written["state"], written.get("trials_done")
+    except (OSError, ValueError, KeyError, TypeError):
+        return state.state, None
+
+
+def record_end(entry: Submitted, state: str, elapsed: str, trials_done: int | None) -> Submitted:
+    """Append the job's end to the record: `jobs` shows it from there on without asking SLURM.
+    An ended job is requeued no more: its marker of when it started the sweep goes (a job
+    cancelled or killed mid-run could not remove it; a preempted job that SLURM requeues needs
+    it, and is not ended)."""
+    Path(entry.output).with_suffix(".started").unlink(missing_ok=True)
+    ended = Submitted(**{**asdict(entry), "final_state": state, "final_elapsed": elapsed,
+                         "trials_done": trials_done})
+    with record_path().open("a") as handle:
+        handle.write(json.dumps(asdict(ended)) + "\n")
+    return ended
 
 
 def find(job_id: str) -> Submitted | None:

@@ -6,6 +6,8 @@
     python -m orchestrator.slurm_node reap TMP             (ends what is left of the job's Ray)
     python -m orchestrator.slurm_node resume-flag EXPERIMENT SINCE_MS   -> "--resume" or nothing
     python -m orchestrator.slurm_node sweep-state EXPERIMENT   -> the latest sweep's nli.sweep_state
+    python -m orchestrator.slurm_node trials-done EXPERIMENT   -> trials finished, or "?"
+    python -m orchestrator.slurm_node job-end FILE STATE EXIT_CODE EXPERIMENT   (writes FILE, JSON)
 
 Every port is picked free on the node, so jobs that share a node never meet on Ray's default
 ports (6379, 10001, 52365), and every Ray process of the job runs with the job's own temp dir,
@@ -14,10 +16,12 @@ which is how `reap` finds exactly them: never `ray stop`, which ends every Ray o
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import sys
 import time
+from pathlib import Path
 
 from orchestrator.ports import free_port, free_ports
 
@@ -29,12 +33,52 @@ def node_ip() -> str:
     return get_node_ip_address()
 
 
+OBJECT_STORE_SHARE = 0.3  # of the memory Ray gets, as Ray's own default takes of the node's
+
+
+def allocated_memory_bytes(environ=os.environ) -> int | None:
+    """The job's memory on this node, from SLURM (--mem: SLURM_MEM_PER_NODE; --mem-per-cpu:
+    SLURM_MEM_PER_CPU x SLURM_CPUS_ON_NODE; both in MB), or None when the job set no limit."""
+    per_node = environ.get("SLURM_MEM_PER_NODE", "")
+    if per_node.isdigit() and int(per_node):
+        return int(per_node) * 1024 * 1024
+    per_cpu, cpus = environ.get("SLURM_MEM_PER_CPU", ""), environ.get("SLURM_CPUS_ON_NODE", "")
+    if per_cpu.isdigit() and cpus.isdigit() and int(per_cpu):
+        return int(per_cpu) * int(cpus) * 1024 * 1024
+    return None
+
+
+def shared_memory_bytes() -> int | None:
+    """What /dev/shm (where Ray keeps its object store) has free; None without one."""
+    try:
+        found = os.statvfs("/dev/shm")
+    except OSError:
+        return None
+    return found.f_bsize * found.f_bavail
+
+
+def memory_options(environ=os.environ, shm_bytes: int | None = None) -> list[str]:
+    """Ray's memory and object store sized to the job's allocation: Ray would size them from the
+    node's whole RAM, which on a shared node is others' memory (the cgroup kills the job). The
+    store takes OBJECT_STORE_SHARE of it, at most 95% of /dev/shm (as Ray caps its own default:
+    a larger store is refused), and the tasks the rest."""
+    memory = allocated_memory_bytes(environ)
+    if memory is None:
+        return []
+    store = int(memory * OBJECT_STORE_SHARE)
+    shm = shared_memory_bytes() if shm_bytes is None else shm_bytes
+    if shm:
+        store = min(store, int(shm * 0.95))
+    return [f"--memory={memory - store}", f"--object-store-memory={store}"]
+
+
 def ray_start_command(temp_dir: str, cpus: str, gpus: str, taken: frozenset[int] = frozenset()) -> list[str]:
     """`taken`: ports already given to this node's other servers (free now, bound later)."""
     return [
         sys.executable, "-m", "ray.scripts.scripts", "start", "--block",
         f"--temp-dir={temp_dir}", f"--num-cpus={cpus}", f"--num-gpus={gpus}",
         f"--dashboard-agent-listen-port={free_port(avoid=taken)}", "--disable-usage-stats",
+        *memory_options(),
     ]
 
 
@@ -126,6 +170,26 @@ def resume_flag(experiment: str, since_ms: int) -> str:
     return "--resume" if latest is not None and latest.info.start_time >= since_ms else ""
 
 
+def trials_done(experiment: str) -> str:
+    """Trials finished in the experiment's latest sweep ("?" when the store cannot be asked)."""
+    from orchestrator.tracking import sweep_progress
+
+    progress = sweep_progress(os.environ["MLFLOW_TRACKING_URI"], experiment)
+    return "?" if progress is None else str(progress[0])
+
+
+def job_end(path: str, state: str, exit_code: str, experiment: str) -> None:
+    """Write the job's end (read by `orchestrate jobs` / `logs`): its state, exit code, and the
+    trials finished in the experiment's latest sweep when it ended (null: the store was away)."""
+    from orchestrator.tracking import sweep_progress
+
+    progress = sweep_progress(os.environ["MLFLOW_TRACKING_URI"], experiment)
+    Path(path).write_text(json.dumps({
+        "state": state, "exit_code": int(exit_code), "experiment": experiment,
+        "trials_done": None if progress is None else progress[0],
+    }) + "\n")
+
+
 def main(argv: list[str]) -> int:
     if argv[:1] == ["head-ports"]:
         print(node_ip(), *free_ports(2))
@@ -148,6 +212,12 @@ def main(argv: list[str]) -> int:
         return 0
     if argv[:1] == ["resume-flag"] and len(argv) == 3:
         print(resume_flag(argv[1], int(argv[2])))
+        return 0
+    if argv[:1] == ["trials-done"] and len(argv) == 2:
+        print(trials_done(argv[1]))
+        return 0
+    if argv[:1] == ["job-end"] and len(argv) == 5:
+        job_end(*argv[1:])
         return 0
     print(__doc__, file=sys.stderr)
     return 2

@@ -13,6 +13,7 @@ import os
 import secrets
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -227,6 +228,37 @@ def server_command(
 def tracking_url(host: str, port: int) -> str:
     shown = "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
     return f"http://{shown}:{port}"
+
+
+def host_names() -> list[str]:
+    """The names other machines use for this one: its host name, short name and FQDN."""
+    hostname = socket.gethostname()
+    return list(dict.fromkeys(n for n in (hostname, hostname.split(".")[0], socket.getfqdn()) if n))
+
+
+def allowed_hosts(extra: str | None) -> str:
+    """--allowed-hosts of `mlflow server`. MLflow checks every request's Host header (DNS-rebinding
+    protection) and by default accepts only localhost and private IP literals, so a job given
+    --tracking-uri http://login01:5000 (Host: login01:5000) gets 403. Allowed: MLflow's defaults,
+    this machine's names and the user's (comma-separated) entries, each with any port."""
+    from mlflow.server.security_utils import get_default_allowed_hosts
+
+    given = [h.strip() for h in (extra or "").split(",") if h.strip()]
+    if "*" in given:
+        return "*"
+    names = []
+    for name in host_names() + given:
+        names += [name] if "*" in name or name.count(":") == 1 else [name, f"{name}:*"]
+    return ",".join(dict.fromkeys(get_default_allowed_hosts() + names))
+
+
+def url_for_jobs(host: str, port: int) -> str:
+    """The --tracking-uri to give jobs: this machine's name when the server listens on every
+    interface (a compute node cannot use 127.0.0.1), else the address it listens on."""
+    if host in ("0.0.0.0", "::", ""):
+        fqdn = socket.getfqdn()
+        return f"http://{fqdn if '.' in fqdn else socket.gethostname()}:{port}"
+    return f"http://{f'[{host}]' if ':' in host else host}:{port}"
 
 
 def wait_until_up(url: str, timeout_s: float = 60.0, alive=lambda: True) -> None:

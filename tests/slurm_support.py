@@ -114,7 +114,12 @@ ReturnToService=2
 # Ended jobs stay visible to scontrol for 10 minutes (there is no accounting database here).
 MinJobAge=600
 {_node_line(node)} State=UNKNOWN
-PartitionName=debug Nodes={node} Default=YES MaxTime=INFINITE State=UP
+# Preemption as many sites run it: a job in the higher-tier partition `urgent` takes the node
+# from a sweep in `debug`, which SLURM requeues (with SIGTERM first, KillWait seconds to stop).
+PreemptType=preempt/partition_prio
+PreemptMode=REQUEUE
+PartitionName=debug Nodes={node} Default=YES MaxTime=INFINITE State=UP PriorityTier=1
+PartitionName=urgent Nodes={node} MaxTime=INFINITE State=UP PriorityTier=2
 """)
     return conf
 

@@ -1,0 +1,133 @@
+"""What a SLURM job leaves for the user without a cluster (issue 29): the resume command its
+script prints is `orchestrate submit ... --slurm --resume` with the original options and no
+password, and `orchestrate jobs` shows ended jobs from the record alone (no SLURM query: none of
+SLURM's commands is on PATH here) within 3 s for 20 jobs."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+from cluster_support import orchestrate
+from sweep_helpers import ORCHESTRATE, run_orchestrate
+from test_slurm import spec_file
+
+from orchestrator.slurm import Submitted
+
+
+def script_value(script: str, name: str) -> str:
+    line = next(line for line in script.splitlines() if line.startswith(f"{name}="))
+    [value] = shlex.split(line.split("=", 1)[1])
+    return value
+
+
+def test_the_resume_command_repeats_the_submits_options_without_secrets(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    spec = spec_file(tmp_path, tracking_uri=None)
+    uri = "http://alice:s3cret-pw@mlflow.cluster.example:5000"
+    result = orchestrate(
+        "submit", str(spec), "--slurm", "--dry-run", "--new", "--tracking-uri", uri,
+        "--nodes", "2", "--partition", "gpu", "--time", "30", "--requeue", "--signal-before", "120",
+        "--sbatch=--mem=8G", "--log-dir", str(tmp_path / "logs"), "--env", "NLI_DATA_DIR=/shared/d",
+        "--set", "training.epochs=3",
+    )
+    assert result.returncode == 0, result.stderr
+    assert "s3cret-pw" not in result.stdout
+    command = shlex.split(script_value(result.stdout, "RESUME_COMMAND"))
+    assert command[:5] == ["orchestrate", "submit", str(spec.resolve()), "--slurm", "--resume"]
+    assert "--new" not in command
+    pairs = {(command[i], command[i + 1]) for i in range(len(command) - 1)}
+    assert {("--nodes", "2"), ("--cpus-per-task", "1"), ("--partition", "gpu"), ("--time", "30"),
+            ("--signal-before", "120"), ("--log-dir", str(tmp_path / "logs")),
+            ("--tracking-uri", "http://alice:***@mlflow.cluster.example:5000"),
+            ("--env", "NLI_DATA_DIR=/shared/d"), ("--set", "training.epochs=3")} <= pairs
+    assert "--requeue" in command and "--sbatch=--mem=8G" in command
+    # The job prints it when it ends other than completed, after a stop says so.
+    assert 'say "resume with: $RESUME_COMMAND"' in result.stdout
+
+
+def test_jobs_lists_ended_jobs_from_the_record_without_asking_slurm(tmp_path):
+    """20 ended jobs, the record's cached ends only: SLURM's commands are not on PATH, so any
+    query would fail the command."""
+    record = tmp_path / "cache" / "nli-orchestrator" / "slurm-jobs.jsonl"
+    record.parent.mkdir(parents=True)
+    states = ["COMPLETED", "STOPPED", "FAILED", "TIMEOUT"]
+    with record.open("w") as handle:
+        for n in range(20):
+            entry = Submitted(job_id=str(100 + n), spec=str(tmp_path / "spec.yaml"),
+                              spec_name=f"exp-{n}", tracking_uri="http://127.0.0.1:1",
+                              planned_trials=8, output=str(tmp_path / f"nli-{n}.out"),
+                              submitted="2026-11-26T07:00:00")
+            handle.write(json.dumps(asdict(entry)) + "\n")  # as submitted, then its end
+            ended = {**asdict(entry), "final_state": states[n % 4], "final_elapsed": "00:01:00",
+                     "trials_done": n % 9}
+            handle.write(json.dumps(ended) + "\n")
+    # The environment's bin alone on PATH (the console script names its Python in full).
+    env = {"XDG_CACHE_HOME": str(tmp_path / "cache"), "PATH": str(Path(ORCHESTRATE).parent)}
+    assert not Path(ORCHESTRATE).with_name("squeue").exists()
+    started = time.monotonic()
+    result = run_orchestrate(["jobs", "--slurm"], cwd=tmp_path, env=env, timeout=60)
+    seconds = time.monotonic() - started
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0].split() == ["JOB", "BACKEND", "SPEC", "EXPERIMENT", "STATE", "ELAPSED", "TRIALS"]
+    rows = [line.split() for line in lines[1:]]
+    assert len(rows) == 20  # one row per job, its end replacing its submission
+    assert rows[1][:2] == ["101", "slurm"] and rows[1][3:] == ["exp-1", "STOPPED", "00:01:00", "1/8"]
+    assert seconds <= 3.0, f"jobs took {seconds:.1f}s for 20 jobs"
+
+
+def test_a_time_limit_that_leaves_no_time_to_train_is_warned_about(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    spec = spec_file(tmp_path)
+    short = orchestrate("submit", str(spec), "--slurm", "--dry-run", "--time", "4",
+                        "--signal-before", "90", "--requeue", "--max-requeues", "1")
+    assert short.returncode == 0, short.stderr
+    assert ("warning: --time 4 leaves 30s to train per allocation after --signal-before 90s "
+            "and ~120s to start Ray and the sweep (less than 300s)") in short.stderr
+    assert "MAX_REQUEUES=1" in short.stdout
+    # A dry run checks the server too; one that does not answer is a warning (it may be started
+    # before the submission, which refuses it).
+    assert "warning: tracking server http://mlflow.cluster.example:5000 does not answer" in short.stderr
+    roomy = orchestrate("submit", str(spec), "--slurm", "--dry-run", "--time", "30", "--requeue")
+    assert roomy.returncode == 0, roomy.stderr
+    assert "to train per allocation" not in roomy.stderr and "MAX_REQUEUES=3" in roomy.stdout
+
+
+def test_setup_lines_run_before_ray_and_are_one_line_each(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    spec = spec_file(tmp_path)
+    result = orchestrate("submit", str(spec), "--slurm", "--dry-run", "--setup", "module load cuda/12",
+                         "--setup", "source /shared/venv/bin/activate")
+    assert result.returncode == 0, result.stderr
+    script = result.stdout
+    # In order, before `set -u` (site scripts read unset variables) and before Ray starts.
+    positions = [script.index(text) for text in (
+        "module load cuda/12\nsource /shared/venv/bin/activate\n", "\nset -u\n", "node head-ports")]
+    assert positions == sorted(positions)
+    resume = shlex.split(script_value(script, "RESUME_COMMAND"))
+    assert ["--setup", "module load cuda/12", "--setup", "source /shared/venv/bin/activate"] == [
+        word for i, word in enumerate(resume) if word == "--setup" or resume[i - 1] == "--setup"]
+    bad = orchestrate("submit", str(spec), "--slurm", "--setup", "module load x\nrm -rf ~")
+    assert bad.returncode == 2 and bad.stdout == ""
+    assert bad.stderr.startswith("error: --setup 'module load x\\nrm -rf ~': holds a control character")
+    assert not (tmp_path / "cache").exists()
+
+
+def test_ray_memory_follows_the_allocation():
+    from orchestrator.slurm_node import memory_options
+
+    gib = 1024 ** 3
+    assert memory_options({}) == []  # no --mem: Ray sizes itself
+    assert memory_options({"SLURM_MEM_PER_NODE": "0"}) == []
+    assert memory_options({"SLURM_MEM_PER_NODE": "10240"}, shm_bytes=64 * gib) == [
+        f"--memory={7 * gib}", f"--object-store-memory={3 * gib}"]
+    assert memory_options({"SLURM_MEM_PER_CPU": "1024", "SLURM_CPUS_ON_NODE": "4"},
+                          shm_bytes=64 * gib) == [
+        f"--memory={4 * gib - int(1.2 * gib)}", f"--object-store-memory={int(1.2 * gib)}"]
+    # A small /dev/shm caps the store (Ray refuses one larger than it).
+    assert memory_options({"SLURM_MEM_PER_NODE": "10240"}, shm_bytes=gib) == [
+        f"--memory={10 * gib - int(0.95 * gib)}", f"--object-store-memory={int(0.95 * gib)}"]
