@@ -435,7 +435,7 @@ def selection_section(record: Record) -> Section:
 
 def _protocol_ran(row: pd.Series) -> str:
     """One row's protocol as its selected run's fingerprint (nli.protocol.*) records it."""
-    head = f"`{row['model_config']}`: "
+    head = f"{row['model_config']}: "
     if not isinstance(row["protocol"], str):
         return head + f"protocol {NOT_RECORDED} (the runs predate protocol fingerprints)"
     protocol = json.loads(row["protocol"])
