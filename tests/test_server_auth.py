@@ -214,4 +214,6 @@ def test_credentials_in_an_http_tracking_uri_are_used_and_never_printed(auth_ser
     tags = {t["key"]: t["value"] for t in parent["data"]["tags"]}
     assert json.loads(tags[rs.TAG_OVERRIDES]) == [f"search.tracking_uri=http://{USER}:***@{host}"]
     assert all(PASSWORD not in v and "%25" not in v for v in tags.values())  # description too
-    assert f"{auth_server}/#/experiments/" in tags[rs.TAG_MLFLOW_NOTE]
+    assert "](#/experiments/" in tags[rs.TAG_MLFLOW_NOTE]  # relative: no host, no credentials
+    # The links the sweep prints are the server's own, without the credentials.
+    assert f"{auth_server}/#/experiments/" in swept.stdout + swept.stderr
