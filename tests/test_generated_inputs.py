@@ -44,8 +44,11 @@ counts = dict.fromkeys(PER_TEST, 0)
 # No lone surrogates: a file cannot be written with one, and a command line yields only those of
 # undecodable bytes (U+DC80-U+DCFF, which the real process handles: checked by hand).
 chars = st.characters(blacklist_categories=("Cs",))
+# No subnormal floats: the trainer turns on flush-to-zero for the process (torch.set_flush_denormal,
+# CPU speed), so after any in-process training in the suite hypothesis cannot generate them.
 scalars = (st.none() | st.booleans() | st.integers(-10**12, 10**12)
-           | st.floats(allow_nan=True, allow_infinity=True) | st.text(chars, max_size=20))
+           | st.floats(allow_nan=True, allow_infinity=True, allow_subnormal=False)
+           | st.text(chars, max_size=20))
 values = st.recursive(scalars, lambda inner: st.lists(inner, max_size=3)
                       | st.dictionaries(st.text(chars, max_size=8), inner, max_size=3), max_leaves=6)
 keys = st.sampled_from(KEYS) | st.text(chars, max_size=12)

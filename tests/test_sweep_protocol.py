@@ -74,9 +74,9 @@ def test_fingerprint_on_every_trial_and_refit_on_train_plus_dev(ray_session, wor
     exported = run_orchestrate(["best", "tiny", "--out", str(best)], cwd=workdir)
     assert exported.returncode == 0, exported.stderr
     test = run.data.metrics[rs.METRIC_TEST_ACCURACY]
-    assert f"test accuracy {test:.4f}, of a refit on train + dev" in best.read_text()
+    assert f"test accuracy {test:.2%}, of a refit on train + dev" in best.read_text()
     assert f"`orchestrate train {best} --refit {epochs}` reproduces it" in best.read_text()
     trained = run_orchestrate(["train", str(best), "--refit", str(epochs)], cwd=workdir)
     assert trained.returncode == 0, trained.stdout + trained.stderr
     assert f"refit on train + dev (540 pairs): {epochs} epochs" in trained.stdout
-    assert f"test accuracy {test:.4f} (final weights of the refit" in trained.stdout
+    assert f"test accuracy {test:.2%} (final weights of the refit" in trained.stdout

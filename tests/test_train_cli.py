@@ -160,7 +160,7 @@ def test_refit_trains_on_train_plus_dev_and_tests_the_final_weights(tmp_path):
     result = run_train(config, "--refit", 2)
     assert result.exit_code == 0, result.output
     assert "refit on train + dev (135 pairs): 2 epochs, no early stopping" in result.output
-    assert re.search(r"^test accuracy \d\.\d{4} \(final weights of the refit; entailment ",
+    assert re.search(r"^test accuracy \d+\.\d{2}% \(final weights of the refit; entailment ",
                      result.output, re.M)
     assert not EPOCH_LINE.search(result.output) and "best-on-dev" not in result.output
     assert_bad_input(run_train(config, "--refit", 1, "--checkpoint-dir", tmp_path / "c"),

@@ -113,5 +113,5 @@ def refit_and_report(
     trainer, test = refit_and_test(config, data, epochs)
     echo(f"refit on train + dev ({pairs:,} pairs): {trainer.state.epoch} epochs, no early stopping")
     per_class = ", ".join(f"{k} {v:.4f}" for k, v in test.class_accuracy.items())
-    echo(f"test accuracy {test.accuracy:.4f} (final weights of the refit; {per_class})")
+    echo(f"test accuracy {test.accuracy:.2%} (final weights of the refit; {per_class})")
     return test
