@@ -196,9 +196,10 @@ def validate(spec_path: str, no_data: bool, estimate: bool, assignments: tuple[s
     """Validate a sweep spec and print the resolved plan; runs nothing (but the --estimate probe).
 
     Runs every check `sweep` runs before it writes anything (the data, the vectors and whether
-    every configuration's model fits them; RAY_ADDRESS answers), except --no-data's."""
+    every configuration's model fits them; RAY_ADDRESS and the store answer; a trial fits this
+    machine, or with --slurm-* the allocation), except --no-data's."""
     from nli_models.config import ConfigError
-    from orchestrator.plan import check_input, describe_plan
+    from orchestrator.plan import check_input, check_local_capacity, describe_plan
     from orchestrator.spec import load_spec
 
     if estimate and no_data:
@@ -208,10 +209,12 @@ def validate(spec_path: str, no_data: bool, estimate: bool, assignments: tuple[s
         spec = load_spec(spec_path, overrides, tracking_uri)
         # The checks `sweep` runs before its first write (with --no-data, those without data).
         data = None if no_data else check_input(spec)
+        report = allocation_report(spec, **slurm_allocation)
+        if report is None and not os.environ.get("RAY_ADDRESS"):
+            check_local_capacity(spec)  # where `sweep` without --address runs its trials
         click.echo(describe_plan(spec, data))
         if overrides:
             click.echo(f"  overrides: {', '.join(overrides.describe())}")
-        report = allocation_report(spec, **slurm_allocation)
         if report:
             click.echo(report)
         if estimate:

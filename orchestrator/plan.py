@@ -3,6 +3,7 @@ the checks of a sweep's input that `validate` and `sweep` share."""
 
 from __future__ import annotations
 
+from nli_models.cpus import usable_cpus
 from nli_models.data import PreparedData, prepare_data
 from nli_models.errors import InputError, mask_secrets
 from nli_models.training import check_fits_data
@@ -30,6 +31,26 @@ def check_input(spec: SweepSpec, address: str | None = None) -> PreparedData:
         for params in [{}, *searched]:
             check_fits_data(apply_hyperparameters(base, {**configuration, **params}), data)
     return data
+
+
+def check_local_capacity(spec: SweepSpec) -> None:
+    """InputError when one trial asks for more than this machine gives a local sweep's Ray (the
+    CPUs this process may use, the CUDA devices): `sweep` without --address would refuse it too,
+    from Ray's nodes (ray_adapter.check_resources). Torch loads only when a trial asks for GPUs."""
+    resources = spec.search.resources
+    cpus = usable_cpus()
+    gpus = 0
+    if resources.gpu:
+        import torch
+
+        gpus = torch.cuda.device_count()
+    if resources.cpu > cpus or resources.gpu > gpus:
+        raise InputError(
+            f"search.resources: a trial asks for {resources.cpu:g} CPU and {resources.gpu:g} GPU, "
+            f"but this machine gives a local sweep {cpus} CPU and {gpus} GPU; lower "
+            "search.resources, or check a cluster with --slurm-nodes/--slurm-cpus-per-task/"
+            "--slurm-gpus-per-node (SLURM) or RAY_ADDRESS (a Ray cluster, checked by `sweep`)"
+        )
 
 
 def describe_plan(spec: SweepSpec, data: PreparedData | None = None) -> str:

@@ -19,7 +19,10 @@ def _validate(tmp_path, spec: dict):
 
 
 def test_plan_shows_trials_grid_resources_and_splits(tmp_path, monkeypatch):
+    import torch
+
     monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)  # a machine with a GPU to share
     spec = merge(BASE_SPEC, {"search": {"seeds": [1, 2], "resources": {"cpu": 2, "gpu": 0.25}}})
     result, _, written = _validate(tmp_path, spec)
     assert result.exit_code == 0, result.output
@@ -172,3 +175,24 @@ def test_validate_probes_the_tracking_store_as_sweep_does(tmp_path, monkeypatch)
     result, _, written = _validate(tmp_path, fresh)
     assert result.exit_code == 0, result.output
     assert not written  # validate never creates the store
+
+
+def test_validate_refuses_a_trial_this_machine_cannot_hold(tmp_path, monkeypatch):
+    """A local sweep's trials run on this machine: a trial that asks for more CPUs or GPUs than
+    it has is refused by `validate` (exit 2, nothing printed but the error), as `sweep` refuses
+    it; with --slurm-* the allocation is checked instead."""
+    import os
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    cpus = len(os.sched_getaffinity(0))
+    for resources, asked in (({"cpu": cpus + 1}, f"{cpus + 1} CPU and 0 GPU"),
+                             ({"cpu": 1, "gpu": 1}, "1 CPU and 1 GPU")):
+        spec = merge(BASE_SPEC, {"search": {"resources": resources}})
+        result, _, written = _validate(tmp_path, spec)
+        assert result.exit_code == 2, result.output
+        assert result.output.startswith("error: search.resources: a trial asks for " + asked)
+        assert "sweep '" not in result.output and not written
+    on_slurm = CliRunner().invoke(main, ["validate", str(tmp_path / "spec.yaml"), "--no-data",
+                                         "--slurm-nodes", "1", "--slurm-gpus-per-node", "1"])
+    assert on_slurm.exit_code == 0, on_slurm.output
