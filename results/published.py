@@ -159,7 +159,7 @@ PARIKH2016 = tuple(published for row in (
 
 
 # Table 2 (TE): lr and ℓ2 per ABCNN row; filter width 3 for every TE row. BCNN has no Table 2 row.
-_TABLE2_TE = {
+TABLE2_TE = {
     ("abcnn1", 1): (0.08, 0.0006),
     ("abcnn1", 2): (0.085, 0.0006),
     ("abcnn2", 1): (0.09, 0.00065),
@@ -172,8 +172,8 @@ _TABLE2_TE = {
 def _yin(table, label, variant, num_blocks, accuracy, note) -> PublishedRow:
     match = {"model": "abcnn", "variant": variant, "num_blocks": num_blocks}
     setup = {}
-    if (variant, num_blocks) in _TABLE2_TE:
-        lr, l2 = _TABLE2_TE[variant, num_blocks]
+    if (variant, num_blocks) in TABLE2_TE:
+        lr, l2 = TABLE2_TE[variant, num_blocks]
         setup = {"lr": lr, "l2": l2, "filter_width": 3}
     if num_blocks == 1:
         setup["layerwise"] = NOT_COMPARED  # one block: layerwise training is a no-op
