@@ -347,3 +347,22 @@ def orchestrate(*args: str) -> Result:
     if result.exception is not None and not isinstance(result.exception, SystemExit):
         raise result.exception
     return Result(result.exit_code, result.stdout, result.stderr)
+
+
+def http_status(url: str, auth: tuple[str, str] | None = None) -> int:
+    """The HTTP status a GET of `url` gets (with basic-auth credentials when given); 0 when
+    nothing answers (not listening yet, or any more)."""
+    import base64
+    import urllib.error
+
+    request = urllib.request.Request(url)
+    if auth:
+        token = base64.b64encode(f"{auth[0]}:{auth[1]}".encode()).decode()
+        request.add_header("Authorization", f"Basic {token}")
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return response.status
+    except urllib.error.HTTPError as error:
+        return error.code
+    except OSError:
+        return 0

@@ -15,6 +15,7 @@ import urllib.parse
 import urllib.request
 
 import pytest
+from cluster_support import http_status
 from sweep_helpers import ORCHESTRATE, run_orchestrate, write_spec
 
 from nli_models.training import TRIAL_CONFIG_FILE
@@ -24,20 +25,6 @@ from results import run_schema as rs
 pytest.importorskip("flask_wtf", reason="MLflow's basic-auth app needs Flask-WTF")
 
 USER, PASSWORD = "nli-admin", "pw-Ab3%xyz-long-enough"
-
-
-def _get(url: str, auth: tuple[str, str] | None = None) -> int:
-    request = urllib.request.Request(url)
-    if auth:
-        token = base64.b64encode(f"{auth[0]}:{auth[1]}".encode()).decode()
-        request.add_header("Authorization", f"Basic {token}")
-    try:
-        with urllib.request.urlopen(request, timeout=10) as response:
-            return response.status
-    except urllib.error.HTTPError as error:
-        return error.code
-    except OSError:  # not listening yet
-        return 0
 
 
 def _start_server(folder, *options: str, env: dict | None = None):
@@ -57,7 +44,7 @@ def _start_server(folder, *options: str, env: dict | None = None):
         )
     deadline = time.monotonic() + 180
     search = f"{url}/api/2.0/mlflow/experiments/search?max_results=1"
-    while _get(search, (USER, PASSWORD)) != 200:
+    while http_status(search, (USER, PASSWORD)) != 200:
         assert process.poll() is None, log_path.read_text()
         assert time.monotonic() < deadline, "the server did not come up"
         time.sleep(1)
@@ -97,9 +84,9 @@ def test_basic_auth_needs_credentials_in_the_environment(tmp_path):
 
 def test_basic_auth_refuses_requests_without_credentials(auth_server):
     search = f"{auth_server}/api/2.0/mlflow/experiments/search?max_results=1"
-    assert _get(search) == 401
-    assert _get(search, (USER, "wrong")) == 401
-    assert _get(search, (USER, PASSWORD)) == 200
+    assert http_status(search) == 401
+    assert http_status(search, (USER, "wrong")) == 401
+    assert http_status(search, (USER, PASSWORD)) == 200
 
 
 def test_sweep_logs_with_credentials_from_the_environment(auth_server, tmp_path):
@@ -148,7 +135,7 @@ def test_basic_auth_server_stopped_by_ctrl_c_leaves_no_folder_and_no_server(tmp_
     assert len(list((tmp_path / "tmp").glob("nli-auth-*"))) == 1
     _stop_server(process, signal.SIGINT)
     assert list((tmp_path / "tmp").iterdir()) == []
-    assert _get(f"{url}/health") == 0  # nothing listens any more
+    assert http_status(f"{url}/health") == 0  # nothing listens any more
 
 
 @pytest.mark.parametrize("host", ["0.0.0.0", "::", "10.1.2.3", "head.cluster.example"])
@@ -167,7 +154,7 @@ def test_a_server_others_can_reach_needs_authentication(tmp_path, host):
 def test_no_auth_runs_an_open_server_with_a_warning(tmp_path):
     process, url, log = _start_server(tmp_path, "--host", "0.0.0.0", "--no-auth")
     try:
-        assert _get(f"{url}/api/2.0/mlflow/experiments/search?max_results=1") == 200  # open
+        assert http_status(f"{url}/api/2.0/mlflow/experiments/search?max_results=1") == 200  # open
         assert "warning: --no-auth: the server on 0.0.0.0 has no authentication" in log.read_text()
     finally:
         _stop_server(process, signal.SIGTERM)

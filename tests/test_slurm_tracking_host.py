@@ -12,10 +12,9 @@ import signal
 import socket
 import subprocess
 import time
-import urllib.error
-import urllib.request
 
 import pytest
+from cluster_support import http_status
 from sweep_helpers import ORCHESTRATE, run_orchestrate
 from test_slurm import spec_file
 
@@ -23,16 +22,6 @@ from orchestrator.ports import free_port
 from orchestrator.tracking_server import allowed_hosts, host_names
 
 SEARCH = "/api/2.0/mlflow/experiments/search?max_results=1"
-
-
-def _status(url: str) -> int:
-    try:
-        with urllib.request.urlopen(url, timeout=10) as response:
-            return response.status
-    except urllib.error.HTTPError as error:
-        return error.code
-    except OSError:  # not listening yet
-        return 0
 
 
 @pytest.fixture(scope="module")
@@ -51,7 +40,7 @@ def open_server(tmp_path_factory):
         )
     try:
         deadline = time.monotonic() + 300
-        while _status(f"http://127.0.0.1:{port}{SEARCH}") != 200:
+        while http_status(f"http://127.0.0.1:{port}{SEARCH}") != 200:
             assert process.poll() is None, log_path.read_text()
             assert time.monotonic() < deadline, "the server did not come up"
             time.sleep(1)
@@ -67,7 +56,7 @@ def test_the_server_accepts_this_machines_name_and_submit_probes_it(open_server,
     url, port = open_server
     # The URL printed for jobs names this machine, and the API (not only /health) answers it.
     assert url == f"http://{socket.gethostname()}:{port}" or url == f"http://{socket.getfqdn()}:{port}"
-    assert _status(url + SEARCH) == 200
+    assert http_status(url + SEARCH) == 200
     spec = spec_file(tmp_path, tracking_uri=None)
     result = run_orchestrate(["submit", str(spec), "--slurm", "--dry-run", "--tracking-uri", url],
                              cwd=tmp_path)
@@ -81,7 +70,7 @@ def test_submit_names_a_refused_host_header_and_the_fix(open_server, tmp_path):
     /health answers, the API is 403, and submit says why before anything is queued."""
     _, port = open_server
     url = f"http://127.0.0.2:{port}"
-    assert _status(f"{url}/health") == 200 and _status(url + SEARCH) == 403
+    assert http_status(f"{url}/health") == 200 and http_status(url + SEARCH) == 403
     spec = spec_file(tmp_path, tracking_uri=None)
     for dry_run in (("--dry-run",), ()):
         result = run_orchestrate(["submit", str(spec), "--slurm", *dry_run, "--tracking-uri", url],
