@@ -172,8 +172,17 @@ def test_validate_reports_trials_at_once_on_an_allocation(tmp_path):
             "trial); 9 trials in 2 waves") in result.stdout
     refused = orchestrate("validate", str(spec), "--no-data", "--slurm-nodes", "2")
     assert refused.returncode == 2 and "pass --gpus-per-node" in refused.stderr
-    plain = orchestrate("validate", str(spec), "--no-data")
-    assert plain.returncode == 0 and "SLURM" not in plain.stdout
+    # Without --slurm-*, the trial must fit this machine, where a local sweep runs it: a GPU
+    # trial on a machine that shows no GPU is refused, a CPU trial passes with no SLURM line.
+    plain = run_orchestrate(["validate", str(spec), "--no-data"], cwd=tmp_path,
+                            env={"CUDA_VISIBLE_DEVICES": "", "RAY_ADDRESS": None})
+    assert plain.returncode == 2, plain.stderr
+    assert "a trial asks for 1 CPU and 0.25 GPU" in plain.stderr and " CPU and 0 GPU;" in plain.stderr
+    assert plain.stdout == ""
+    cpu_only = spec_file(tmp_path, resources={"cpu": 1}, max_concurrent=None)
+    plain = run_orchestrate(["validate", str(cpu_only), "--no-data"], cwd=tmp_path,
+                            env={"RAY_ADDRESS": None})
+    assert plain.returncode == 0 and "SLURM" not in plain.stdout, plain.stderr
 
 
 def test_unknown_slurm_job_ids_and_an_empty_record(tmp_path):
