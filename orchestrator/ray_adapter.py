@@ -109,7 +109,8 @@ def trial_device(configured: str) -> str:
 
 
 def device_tags(trainer: Trainer) -> dict[str, str]:
-    """What the trial trains on, under its MLflow tag names (reported with every epoch)."""
+    """What the trial trains on, under its MLflow tag names (reported with every epoch: the
+    recorder tags the run when it first comes and when a retry ran elsewhere)."""
     described = describe_device(trainer.device, trainer.autocast_dtype)
     return {tag: described[key] for key, tag in rs.DEVICE_TAGS.items()}
 
@@ -124,6 +125,7 @@ def run_trial(tune_config: dict[str, Any], *, base: dict, search: dict, data: Pr
     torch.set_num_threads(trial_threads(tune.get_context().get_trial_resources().required_resources.get("CPU", 1)))
     trainer = make_trainer(config, data)
     config_yaml = yaml.safe_dump(config.model_dump(mode="json", exclude_unset=True), sort_keys=False)
+    device = device_tags(trainer)  # once: this process trains on one device throughout
     checkpoint = tune.get_checkpoint()
     if checkpoint is not None:
         with checkpoint.as_directory() as directory:
@@ -139,7 +141,7 @@ def run_trial(tune_config: dict[str, Any], *, base: dict, search: dict, data: Pr
             # (and its vocabulary) from the checkpoint artifact alone.
             (Path(directory) / TRIAL_CONFIG_FILE).write_text(config_yaml)
             tune.report(
-                {**epoch_metrics(trainer, result, finished), **device_tags(trainer)},
+                {**epoch_metrics(trainer, result, finished), **device},
                 checkpoint=tune.Checkpoint.from_directory(directory),
             )
 

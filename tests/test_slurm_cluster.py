@@ -52,11 +52,14 @@ def output_of(spec: Path, job_id: str) -> str:
     return path.read_text(errors="replace") if path.exists() else ""
 
 
-def wait_ended(cluster, spec: Path, job_id: str, timeout_s: float = 420) -> str:
-    def ended():
+def wait_ended(cluster, spec: Path, job_id: str, timeout_s: float = 420, ended=None) -> str:
+    """The job's final state; `ended` (the state once ended, else None) may also steer the job
+    while it waits (e.g. start a requeued job early)."""
+    def job_state():
         state = cluster.job(job_id).get("JobState", "UNKNOWN")
         return state if state not in ACTIVE else None
 
+    ended = ended or job_state
     try:
         return wait_for(ended, timeout_s, f"SLURM job {job_id} to end", poll_s=2)
     except BaseException:
@@ -217,10 +220,7 @@ def test_time_limit_with_requeue_finishes_the_sweep_across_allocations(slurm_clu
                               "TimeLimit=15", check=False)
         return job["JobState"] if job.get("JobState") not in ACTIVE else None
 
-    try:
-        state = wait_for(ended, 480, f"SLURM job {job_id} to end", poll_s=2)
-    finally:
-        print(f"--- output of job {job_id} ---\n{output_of(spec, job_id)}")
+    state = wait_ended(slurm_cluster, spec, job_id, 480, ended=ended)
     output = output_of(spec, job_id)
     assert state == "COMPLETED", f"{output}\n{slurm_cluster.log_of(job_id)}"
     assert_ray_gone(job_id)
@@ -320,10 +320,7 @@ def test_a_preempted_sweep_is_requeued_and_resumed_with_nothing_lost(slurm_clust
             slurm_cluster.run("scontrol", "update", f"JobId={job_id}", "StartTime=now", check=False)
         return job["JobState"] if job.get("JobState") not in ACTIVE else None
 
-    try:
-        state = wait_for(ended, 600, f"SLURM job {job_id} to end", poll_s=2)
-    finally:
-        print(f"--- output of job {job_id} ---\n{output_of(spec, job_id)}")
+    state = wait_ended(slurm_cluster, spec, job_id, 600, ended=ended)
     output = output_of(spec, job_id)
     assert state == "COMPLETED", f"{output}\n{slurm_cluster.log_of(job_id)}"
     assert preempted and 1 <= preempted[0] < planned, preempted
