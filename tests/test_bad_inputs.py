@@ -28,8 +28,8 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from sweep_helpers import ORCHESTRATE
-from toy_configs import tiny_config
+from testkit.cli import ORCHESTRATE
+from testkit.toy import tiny_config
 
 TESTS = Path(__file__).resolve().parent
 REPO_ROOT = TESTS.parent

@@ -13,7 +13,8 @@ import time
 from pathlib import Path
 
 import pytest
-import yaml
+from testkit.cli import orchestrate
+from testkit.specs import quickstart, write_spec
 
 from orchestrator.journal import Journal, journal_file
 from orchestrator.ports import free_port
@@ -45,18 +46,12 @@ def test_unreachable_server_is_reported_quickly():
 
 
 def test_sweep_fails_before_launching_while_the_server_is_unreachable(tmp_path, monkeypatch):
-    from click.testing import CliRunner
-
-    from orchestrator.cli import main
-
     monkeypatch.chdir(tmp_path)
-    spec = yaml.safe_load((REPO / "search_spaces" / "quickstart.yaml").read_text())
     url = closed_url()
-    spec["search"].update(tracking_uri=url, storage_path=str(tmp_path / "ray_results"))
-    (tmp_path / "sweep.yaml").write_text(yaml.safe_dump(spec))
+    write_spec(tmp_path, {"search": {"tracking_uri": url}}, base=quickstart(), file_name="sweep.yaml")
     started = time.monotonic()
-    result = CliRunner().invoke(main, ["sweep", "sweep.yaml"])
-    assert result.exit_code == 2, result.output
+    result = orchestrate("sweep", "sweep.yaml")
+    assert result.returncode == 2, result.output
     assert f"MLflow tracking store {url} is unreachable" in result.stderr
     assert time.monotonic() - started < 30
     assert not (tmp_path / "ray_results").exists()  # nothing was launched

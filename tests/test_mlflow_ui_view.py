@@ -14,8 +14,9 @@ import time
 from pathlib import Path
 
 import pytest
-from browser_helpers import Browser, dump_dom, screenshot
-from sweep_helpers import ORCHESTRATE, write_spec
+from testkit.browser import Browser, dump_dom, screenshot
+from testkit.cli import ORCHESTRATE
+from testkit.specs import write_spec
 
 from orchestrator.journal import Journal, journal_file
 from orchestrator.ports import free_port

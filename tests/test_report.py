@@ -8,10 +8,10 @@ import json
 import re
 
 import pytest
-from browser_helpers import screenshot
 from click.testing import CliRunner
 from mlflow import MlflowClient
 from test_results_cli import store  # noqa: F401  (the module's store fixture)
+from testkit.browser import screenshot
 
 from results import run_schema as rs
 from results.cli import report_command

@@ -10,7 +10,7 @@ import pytest
 import torch
 import yaml
 from click.testing import CliRunner
-from toy_configs import tiny_config
+from testkit.toy import tiny_config
 
 from nli_models.registry import model_names
 from orchestrator.cli import main

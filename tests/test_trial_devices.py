@@ -10,7 +10,7 @@ import subprocess
 import sys
 
 import pytest
-from sweep_helpers import REPO_ROOT
+from testkit import REPO
 
 from orchestrator.spec import SweepSpec
 from results import run_schema as rs
@@ -45,7 +45,7 @@ print(json.dumps({
 
 
 def test_a_trial_sees_only_the_gpus_ray_gave_it():
-    env = {"PYTHONPATH": str(REPO_ROOT), "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0",
+    env = {"PYTHONPATH": str(REPO), "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0",
            "PATH": "/usr/bin:/bin"}
     done = subprocess.run([sys.executable, "-c", PROBE], env=env, capture_output=True, text=True,
                           timeout=300)

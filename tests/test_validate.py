@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import yaml
 from click.testing import CliRunner
-from sweep_helpers import BASE_SPEC, merge
+from testkit.specs import BASE_SPEC, merge
 
 from orchestrator.cli import main
 
