@@ -28,7 +28,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from testkit.cli import ORCHESTRATE
+from testkit.cli import run_orchestrate
 from testkit.toy import tiny_config
 
 TESTS = Path(__file__).resolve().parent
@@ -481,10 +481,8 @@ def test_real_process_agrees(workspace, tmp_path, index):
     spec, argv, expected = CASES[index]
     ws = workspace
     before = tree_digest(ws)
-    result = subprocess.run(
-        [ORCHESTRATE, *ARGVS[index]], cwd=ws, capture_output=True, text=True, timeout=300,
-        env={**os.environ, "NLI_DATA_DIR": str(tmp_path / "data-cache")},
-    )
+    result = run_orchestrate(ARGVS[index], cwd=ws, env={"NLI_DATA_DIR": str(tmp_path / "data-cache")},
+                             timeout=300)
     assert result.returncode == 2, result.stderr
     assert "Traceback" not in result.stderr and expected in result.stderr
     assert tree_digest(ws) == before
