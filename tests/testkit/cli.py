@@ -26,10 +26,7 @@ class Result:
     returncode: int
     stdout: str
     stderr: str
-
-    @property
-    def output(self) -> str:
-        return self.stdout + self.stderr
+    output: str  # stdout and stderr as the user's terminal shows them, interleaved
 
 
 def orchestrate(*args: str, env: dict | None = None, cwd: Path | None = None) -> Result:
@@ -49,7 +46,7 @@ def orchestrate(*args: str, env: dict | None = None, cwd: Path | None = None) ->
         os.chdir(before)
     if result.exception is not None and not isinstance(result.exception, SystemExit):
         raise result.exception
-    return Result(result.exit_code, result.stdout, result.stderr)
+    return Result(result.exit_code, result.stdout, result.stderr, result.output)
 
 
 def process_env(env: dict | None = None) -> dict[str, str]:
