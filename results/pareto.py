@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
+from matplotlib import ticker
 from matplotlib.figure import Figure
 
 from results.errors import ResultsError, ResultsWarning
@@ -175,6 +176,9 @@ def plot_front(front: Front) -> Figure:
             spread = [v for v in [*x, *(v for _, v in front.references)] if v > 0]
             if spread and max(spread) / min(spread) > 5:
                 axes.set_xscale("log")
+                axes.xaxis.set_major_locator(ticker.LogLocator(subs=(1.0, 2.0, 5.0)))
+            axes.xaxis.set_major_formatter(ticker.FuncFormatter(lambda v, _: f"{v / 1e3:g}K"))
+            axes.xaxis.set_minor_formatter(ticker.NullFormatter())
         axes.set_xlabel(f"{LABELS[x_name]}, {_better(x_direction)}")
         axes.set_ylabel(f"{LABELS[y_name]}, {_better(front.objectives[0][1])}")
         axes.grid(True, alpha=0.3)
