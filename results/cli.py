@@ -46,6 +46,9 @@ class _FileWithSuffix(click.Path):
         return path
 
 
+_FOLDER = click.Path(file_okay=False, path_type=Path)  # an output folder option
+
+
 @dataclass
 class _Outputs:
     """Everything a run produces, computed before anything is written."""
@@ -108,16 +111,14 @@ class _Outputs:
 )
 @click.option(
     "--analysis",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=None,
+    type=_FOLDER,
     help="Write each experiment's hyperparameter importance (Optuna fANOVA, PED-ANOVA), "
     "parallel coordinates and top-5 learning curves to ANALYSIS/EXPERIMENT/, and log them to "
     "the sweep's parent run under analysis/.",
 )
 @click.option(
     "--pareto",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=None,
+    type=_FOLDER,
     help="Write each experiment's Pareto front over its sweep's search.objectives (dev_accuracy "
     "max, theta_m min for a sweep with one metric) to PARETO/EXPERIMENT/pareto.png (.pdf, .svg) "
     "and pareto.parquet, print the trials on it, and log them to the sweep's parent run under "
