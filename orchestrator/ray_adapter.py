@@ -14,7 +14,7 @@ import signal
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -315,7 +315,7 @@ def param_space(spec: SweepSpec) -> dict[str, Any]:
     return space
 
 
-def optuna_search(sampler: str, seed: int, objectives: list[tuple[str, str]] = ()) -> OptunaSearch:
+def optuna_search(sampler: str, seed: int, objectives: Sequence[tuple[str, str]] = ()) -> OptunaSearch:
     """Tune's OptunaSearch over the named, seeded Optuna sampler (random | tpe | cmaes | nsga2);
     with `objectives` ((name, max|min) pairs) a multi-objective study, which Tune wants given
     here, not in TuneConfig."""

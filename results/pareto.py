@@ -183,7 +183,8 @@ def plot_front(front: Front) -> Figure:
         axes.set_ylabel(f"{LABELS[y_name]}, {_better(front.objectives[0][1])}")
         axes.grid(True, alpha=0.3)
         axes.legend(fontsize=7, loc="best")
-    figure.suptitle(f"{front.experiment}: Pareto front over "
+    title = front.experiment.replace("$", r"\$")  # a name is text, not mathtext
+    figure.suptitle(f"{title}: Pareto front over "
                     + ", ".join(f"{n} ({d})" for n, d in front.objectives), fontsize=10)
     return figure
 

@@ -516,7 +516,9 @@ def pareto_section(record: Record) -> Section:
         "better in one. The tested configuration was chosen on dev alone, by the rule the sweep "
         f"recorded: {'; '.join(rules) or NOT_RECORDED}."
     )
-    section.code(describe_front(front))
+    # As text and bullets, which are escaped: names in it come from the store (a code block is not).
+    header, *lines = describe_front(front).splitlines()
+    section.text(header).bullets([line.strip() for line in lines])
     return section.figure(plot_front(front), "pareto", f"Pareto front of {name}")
 
 
