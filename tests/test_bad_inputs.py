@@ -413,6 +413,7 @@ CASES: list[tuple[str, list[str], str]] = [
     # search.objectives (a Pareto front): refused by `sweep` before anything is written
     ("objectives_unknown", ["sweep", S], "search: objectives[0]: unknown objective 'accuracy'; allowed: "
      "dev_accuracy, theta_m, theta_wm, trial_time_s"),
+    ("objectives_unknown", ["validate", S, "--no-data"], "search: objectives[0]: unknown objective 'accuracy'"),
     ("objectives_direction", ["sweep", S], "search: objectives[1].theta_m: direction 'minimize'; allowed: max, min"),
     ("objectives_not_mapping", ["sweep", S], "search: objectives[0]: write one NAME: max|min per entry"),
     ("objectives_single", ["sweep", S], "search: objectives: give two or more distinct objectives"),
