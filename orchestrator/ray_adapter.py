@@ -14,7 +14,7 @@ import signal
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -315,16 +315,33 @@ def param_space(spec: SweepSpec) -> dict[str, Any]:
     return space
 
 
-def optuna_search(sampler: str, seed: int) -> OptunaSearch:
-    """Tune's OptunaSearch over the named, seeded Optuna sampler (random | tpe | cmaes)."""
+def optuna_search(sampler: str, seed: int, objectives: Sequence[tuple[str, str]] = ()) -> OptunaSearch:
+    """Tune's OptunaSearch over the named, seeded Optuna sampler (random | tpe | cmaes | nsga2);
+    with `objectives` ((name, max|min) pairs) a multi-objective study, which Tune wants given
+    here, not in TuneConfig."""
     import optuna
 
     samplers = {
         "random": optuna.samplers.RandomSampler,
         "tpe": optuna.samplers.TPESampler,
         "cmaes": optuna.samplers.CmaEsSampler,
+        "nsga2": optuna.samplers.NSGAIISampler,
     }
-    return OptunaSearch(sampler=samplers[sampler](seed=seed))
+    if not objectives:
+        return OptunaSearch(sampler=samplers[sampler](seed=seed))
+    return OptunaSearch(
+        sampler=samplers[sampler](seed=seed),
+        metric=[objective_result_key(name) for name, _ in objectives],
+        mode=[direction for _, direction in objectives],
+    )
+
+
+def objective_result_key(objective: str) -> str:
+    """The key of a trial's Tune result that holds an objective: every epoch reports it, and the
+    last one is what the searcher is told (the value the recorder stores under
+    rs.OBJECTIVE_METRICS[objective]; Tune's own time_total_s becomes trial_time_s)."""
+    metric = rs.OBJECTIVE_METRICS[objective]
+    return "time_total_s" if metric == rs.METRIC_TRIAL_TIME else metric
 
 
 def make_searcher(spec: SweepSpec):
@@ -333,7 +350,9 @@ def make_searcher(spec: SweepSpec):
         return None
     # No ConcurrencyLimiter here: TuneConfig(max_concurrent_trials=...) wraps the searcher in one
     # (and warns when it already is one).
-    searcher = DistinctProposals(optuna_search(search.sampler, search.sampler_seed))
+    searcher = DistinctProposals(
+        optuna_search(search.sampler, search.sampler_seed, search.objective_directions)
+    )
     if len(search.seeds) == 1:
         return searcher
     # Each sampled configuration runs once per seed; Optuna sees the mean over seeds.
@@ -407,7 +426,8 @@ class DistinctProposals(Searcher):
         square of its trials (benchmarks/README.md, section 9)."""
         if not result:
             return result
-        return {self.metric: result[self.metric]} if self.metric in result else {}
+        names = self.metric if isinstance(self.metric, list) else [self.metric]  # objectives
+        return {name: result[name] for name in names if name in result}
 
     # Tune checkpoints a wrapper's state apart from the searcher it wraps (as for Ray's own
     # ConcurrencyLimiter and Repeater): get_state/set_state hold only the wrapper's bookkeeping.
@@ -578,8 +598,9 @@ def run_tuner(
             trainable,
             param_space=param_space(spec),
             tune_config=tune.TuneConfig(
-                metric=search.metric,
-                mode=search.mode,
+                # With objectives the searcher holds them (optuna_search) and FIFO needs none.
+                metric=None if search.objectives else search.metric,
+                mode=None if search.objectives else search.mode,
                 search_alg=make_searcher(spec),
                 scheduler=make_scheduler(spec),
                 num_samples=num_samples,

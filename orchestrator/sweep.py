@@ -74,7 +74,7 @@ from orchestrator.tracking import (
     ui_hint,
 )
 from results import run_schema as rs
-from results.selection import TrialRecord, seed_runs, select_configuration
+from results.selection import SELECTION_RULE, TrialRecord, seed_runs, select_configuration
 from results.sweeps import observed_state
 
 
@@ -142,6 +142,11 @@ def _version_tags() -> dict[str, str]:
 
 def _override_tags(overrides: Overrides | None) -> dict[str, str]:
     return {rs.TAG_OVERRIDES: json.dumps(overrides.describe())} if overrides else {}
+
+
+def _objective_tags(spec: SweepSpec) -> dict[str, str]:
+    directions = spec.search.objective_directions
+    return {rs.TAG_OBJECTIVES: json.dumps(directions)} if directions else {}
 
 
 def _previous_sweep(tracker: Tracker, spec: SweepSpec, resume: bool, new: bool):
@@ -213,6 +218,7 @@ def _open_parent(
         **_version_tags(),
         **host_tags(),
         **_override_tags(overrides),
+        **_objective_tags(spec),
     }
     if spec.search.time_budget_s is not None:
         tags[rs.TAG_TIME_BUDGET] = str(spec.search.time_budget_s)
@@ -300,6 +306,8 @@ def apply_paper_protocol(
     for outcome in finished:
         groups[rs.model_config_label(full_params[outcome.trial_id])].append(outcome)
     selection = Selection()
+    if groups:
+        print(f"selection rule: {SELECTION_RULE}", file=sys.stderr)
     for label, members in sorted(groups.items()):
         records = [
             TrialRecord(
@@ -359,7 +367,9 @@ def record_selection(tracker: Tracker, parent_run_id: str, selection: Selection)
                 summary[summary_metric] = refit[metric]
         tracker.log_metrics(parent_run_id, summary)
     if selection.best_run_id is not None:
-        tracker.set_tags(parent_run_id, {rs.TAG_BEST_RUN: selection.best_run_id})
+        tracker.set_tags(
+            parent_run_id, {rs.TAG_BEST_RUN: selection.best_run_id, rs.TAG_SELECTION_RULE: SELECTION_RULE}
+        )
 
 
 def _close_runs(tracker: Tracker, experiment_id: str, parent_run_id: str, state: SweepState, target: str) -> None:

@@ -26,6 +26,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 FINISHED = "FINISHED"
+# The rule above in one line: what the sweep prints and records (tag nli.selection_rule) when it
+# tests the chosen configuration. A multi-objective sweep (search.objectives) keeps it: its front
+# shows the trade-offs, and test data is still read for one configuration chosen on dev alone.
+SELECTION_RULE = (
+    "best mean best_dev_accuracy over seeds within each model configuration (ties: higher "
+    "minimum over seeds, fewer parameters theta_m, smallest config_key)"
+)
 
 
 @dataclass(frozen=True)

@@ -217,6 +217,21 @@ SPECS = {
     "metric_unknown": _with(TOY, ("search.metric", "f1")),
     "mode_unknown": _with(TOY, ("search.mode", "maximum")),
     "failures_negative": _with(TOY, ("search.max_failures", -1)),
+    **{f"objectives_{case}": _with(
+        TOY, ("search.sampler", "tpe"), ("search.space.lr", {"choice": [0.01, 0.1]}),
+        ("search.objectives", [{"dev_accuracy": "max"}, {"theta_m": "min"}]), *edits,
+    ) for case, edits in (
+        ("unknown", [("search.objectives", [{"accuracy": "max"}, {"theta_m": "min"}])]),
+        ("direction", [("search.objectives", [{"dev_accuracy": "max"}, {"theta_m": "minimize"}])]),
+        ("not_mapping", [("search.objectives", ["dev_accuracy", {"theta_m": "min"}])]),
+        ("single", [("search.objectives", [{"dev_accuracy": "max"}])]),
+        ("repeated", [("search.objectives", [{"theta_m": "min"}, {"theta_m": "min"}])]),
+        ("cmaes", [("search.sampler", "cmaes"), ("search.space.lr", {"loguniform": [0.001, 0.1]})]),
+        ("asha", [("search.scheduler", {"type": "asha"})]),
+        ("median", [("search.scheduler", {"type": "median"})]),
+        ("seeds", [("search.seeds", [1, 2])]),
+        ("metric", [("search.metric", "dev_loss")]),
+    )},
     "toy_size_small": _with(TOY, ("data.toy.size", 5)),
     "splits_no_train": _with(TOY, ("data.splits", ["dev", "test"])),
     "max_examples_zero": _with(TOY, ("data.max_examples", {"train": 0})),
@@ -298,7 +313,7 @@ CASES: list[tuple[str, list[str], str]] = [
     ("model_missing", ["validate", S, "--no-data"], "model: Field required"),
     ("data_missing", ["validate", S, "--no-data"], "data: Field required"),
     ("corpus_unknown", ["validate", S, "--no-data"], "data.corpus: Input should be 'toy'"),
-    ("sampler_unknown", ["validate", S, "--no-data"], "search.sampler: Input should be 'grid', 'random', 'tpe' or 'cmaes'"),
+    ("sampler_unknown", ["validate", S, "--no-data"], "search.sampler: Input should be 'grid', 'random', 'tpe', 'cmaes' or 'nsga2'"),
     ("grid_with_tpe", ["validate", S, "--no-data"], "space.lr: grid values need sampler: grid"),
     ("uniform_with_grid", ["validate", S, "--no-data"], "space.lr: sampler 'grid' takes only grid values"),
     ("seeds_duplicate", ["validate", S, "--no-data"], "seeds must be distinct"),
@@ -395,6 +410,21 @@ CASES: list[tuple[str, list[str], str]] = [
      "inputs/poisoned/checkpoint.pt: refused to load"),
     (None, ["train", "inputs/hidden_grid_zero.yaml", "--checkpoint-dir", "inputs/truncated", "--resume"],
      "inputs/truncated/checkpoint.pt: refused to load"),
+    # search.objectives (a Pareto front): refused by `sweep` before anything is written
+    ("objectives_unknown", ["sweep", S], "search: objectives[0]: unknown objective 'accuracy'; allowed: "
+     "dev_accuracy, theta_m, theta_wm, trial_time_s"),
+    ("objectives_unknown", ["validate", S, "--no-data"], "search: objectives[0]: unknown objective 'accuracy'"),
+    ("objectives_direction", ["sweep", S], "search: objectives[1].theta_m: direction 'minimize'; allowed: max, min"),
+    ("objectives_not_mapping", ["sweep", S], "search: objectives[0]: write one NAME: max|min per entry"),
+    ("objectives_single", ["sweep", S], "search: objectives: give two or more distinct objectives"),
+    ("objectives_repeated", ["sweep", S], "search: objectives: give two or more distinct objectives"),
+    ("objectives_cmaes", ["sweep", S], "search: sampler: 'cmaes' (Optuna's CMA-ES) optimises one objective; "
+     "with objectives use grid, random, tpe or nsga2"),
+    ("objectives_asha", ["sweep", S], "search: scheduler.type: 'asha' stops trials on one metric; with objectives use fifo"),
+    ("objectives_median", ["sweep", S], "search: scheduler.type: 'median' stops trials on one metric"),
+    ("objectives_seeds", ["sweep", S], "search: seeds: with objectives, sampler 'tpe' takes one seed"),
+    ("objectives_metric", ["sweep", S], "search: metric/mode: give either search.metric and search.mode or "
+     "search.objectives"),
     # needs a running Ray to see the cluster's size: last, as it is the slowest
     ("cpu_too_many", ["sweep", S], "search.resources: a trial asks for 64 CPU and 0 GPU, but no node"),
 ]
