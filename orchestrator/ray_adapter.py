@@ -472,13 +472,19 @@ class GridProposals:
         pass
 
 
-def proposals(spec: SweepSpec, slots: int) -> GridProposals | Searcher:
+def proposals(spec: SweepSpec, slots: int, distinct: bool = True) -> GridProposals | Searcher:
     """What proposes a sweep's trials, as Tuner.fit makes it with max_concurrent_trials=slots:
     the grid's variants, or the searcher in a ConcurrencyLimiter (tune.py), its metric, mode and
-    space set."""
+    space set. distinct=False unwraps the sampler from DistinctProposals (every proposal is
+    trained; one-seed sweeps of an Optuna sampler only)."""
     if spec.search.sampler == "grid":
         return GridProposals(param_space(spec))
-    searcher = ConcurrencyLimiter(make_searcher(spec), max_concurrent=slots)
+    searcher = make_searcher(spec)
+    if not distinct:
+        if not isinstance(searcher, DistinctProposals):  # e.g. Repeater(DistinctProposals) for seeds
+            raise ValueError("distinct=False replays one-seed sweeps of an Optuna sampler only")
+        searcher = searcher.searcher
+    searcher = ConcurrencyLimiter(searcher, max_concurrent=slots)
     searcher.set_search_properties(spec.search.metric, spec.search.mode, param_space(spec))
     return searcher
 

@@ -129,15 +129,17 @@ def replay(
     seed: int,
     budget: Budget,
     slots: int,
+    distinct: bool = True,
 ) -> ReplayRun:
     """One replay of `strategy` with sampler seed `seed` over the recorded `trials` (keyed by
-    params_key of their searched params and seed)."""
+    params_key of their searched params and seed). distinct=False: an Optuna sampler's repeated
+    proposals are trained again (ray_adapter.proposals)."""
     optuna.logging.set_verbosity(optuna.logging.ERROR)  # not a warning per proposal (CMA-ES)
     run_spec = strategy_spec(spec, strategy, seed)
     search = run_spec.search
     dump = search.model_dump()
     names = searched_names(run_spec)
-    proposer = proposals(run_spec, slots)
+    proposer = proposals(run_spec, slots, distinct)
     scheduler = make_scheduler(run_spec)
     scheduler.set_search_properties(search.metric, search.mode)
     np.random.seed(seed)  # ASHA draws each trial's bracket from numpy's global generator
