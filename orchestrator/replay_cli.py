@@ -72,16 +72,17 @@ def replay_command(experiment: str, samplers: tuple[str, ...], schedulers: tuple
     files = _files(out, fmt)
     for path in files:
         check_output_path(path, "--out")
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), time.process_time()
     outputs, notes = _compute(experiment, samplers, schedulers, repeats, budget, tracking_uri, out, fmt)
-    seconds = time.perf_counter() - started
+    seconds, cpu = time.perf_counter() - started, time.process_time() - cpu
     from results.files import write_output
 
     for path, content in outputs:
         write_output(path, content)
     for note in notes:
         click.echo(note)
-    click.echo(f"replayed in {seconds:.1f} s; wrote {', '.join(str(p) for p, _ in outputs)}")
+    click.echo(f"read and replayed in {seconds:.1f} s ({cpu:.1f} s CPU); wrote "
+               f"{', '.join(str(p) for p, _ in outputs)}")
 
 
 def _files(out: Path, fmt: str | None) -> list[Path]:

@@ -5,14 +5,24 @@ experiment whose only sweep is interrupted (its time budget ran out before any t
 
 from __future__ import annotations
 
+import dataclasses
+from typing import get_args
+
 import pyarrow.parquet as pq
 import pytest
 from cluster_support import RayHead
 from sweep_helpers import client_for, run_orchestrate, runs_of, write_spec
 from toy_configs import toy_data
 
+from nli_models.config import validate_config
+from nli_models.strict import load_yaml
+from orchestrator.replay import Budget, Strategy, recorded_trials, replay
+from orchestrator.replay_cli import SAMPLERS, SCHEDULERS
+from orchestrator.spec import SchedulerConfig, SearchConfig, SweepSpec
 from results import run_schema as rs
+from results.replay_record import read_recording
 from results.replay_report import ReplayRun, run_rows, strategy_table, strategy_view
+from results.tracking import open_client
 
 EXPERIMENT = "replayed"
 GRID = {"lr": {"grid": [0.001, 0.01, 1e10]}, "dropout": {"grid": [0.0, 0.2]}}
@@ -129,6 +139,27 @@ def test_a_point_the_record_lacks_is_counted_missing_never_invented(store):
     assert strategy_view(strategy_table(empty))["test of selection"].tolist() == ["not recorded"]
 
 
+def test_a_cut_curve_and_the_budgets_end_replays_where_the_record_and_budget_say(store):
+    """In process, on the recorded store: a trial whose recorded curve a scheduler had cut ends
+    there when the replay would go on (counted past_record); a budget of trial-epochs or
+    simulated seconds cuts the trials still running, which are not selected."""
+    record = read_recording(open_client(f"sqlite:///{store / 'mlruns.db'}"), EXPERIMENT)
+    spec = validate_config(SweepSpec, load_yaml(record.spec_text), "spec.yaml")
+    first, *others = record.trials
+    cut = dataclasses.replace(first, cut_by_scheduler=True,
+                              curves={name: values[:1] for name, values in first.curves.items()})
+    grid_fifo = Strategy("grid", "fifo")
+    run = replay(spec, recorded_trials(spec, [cut, *others]), grid_fifo, 0, Budget(trials=6), 2)
+    assert [(t.record.run_id, t.record.epochs_trained) for t in run.trials if t.past_record] == [
+        (first.run_id, 1)]
+    keyed = recorded_trials(spec, list(record.trials))
+    by_epochs = replay(spec, keyed, grid_fifo, 0, Budget(trials=6, epochs=2), 2)
+    assert len(by_epochs.epochs) == 2 and by_epochs.cut == 2 and by_epochs.selection() == []
+    before_first_epoch = min(t.epoch_time_s[0] for t in record.trials) / 2
+    by_seconds = replay(spec, keyed, grid_fifo, 0, Budget(trials=6, seconds=before_first_epoch), 2)
+    assert by_seconds.epochs == [] and by_seconds.cut == 2 and by_seconds.trials == []
+
+
 @pytest.mark.parametrize(("args", "message"), [
     (["no-such-experiment"], "error: unknown experiment(s): no-such-experiment; experiments in "
                              "this tracking store:"),
@@ -147,3 +178,9 @@ def test_bad_input_exits_2_with_one_line_and_writes_nothing(store, args, message
     assert len(result.stderr.strip().splitlines()) == 1 and result.stdout == ""
     assert not (store / "bad").exists()
     assert client_for(store).get_experiment_by_name("no-such-experiment") is None
+
+
+def test_the_cli_offers_every_sampler_and_scheduler_a_spec_takes():
+    """replay_cli lists them without importing the spec (`--help` stays light): kept equal here."""
+    assert SAMPLERS == get_args(SearchConfig.model_fields["sampler"].annotation)
+    assert SCHEDULERS == get_args(SchedulerConfig.model_fields["type"].annotation)
