@@ -122,15 +122,18 @@ def test_a_point_the_record_lacks_is_counted_missing_never_invented(store):
     seed (0) proposes exactly them; seed 1 proposes points the record lacks, which are counted
     missing, so nothing is selected and no test accuracy is claimed."""
     parent, children = runs_of(store, "sampled")
-    result = _replay(store, "sampled/replay.parquet", "sampled", "--sampler", "random",
-                     "--scheduler", "fifo", "--repeats", "2")
+    result = _replay(store, "sampled/replay.parquet", "sampled", "--scheduler", "fifo", "--repeats", "2")
     assert result.returncode == 0, result.stdout + result.stderr
-    seed0, seed1 = pq.read_table(store / "sampled/replay.runs.parquet").to_pylist()
+    table = pq.read_table(store / "sampled/replay.parquet").to_pylist()
+    # By default every sampler the space takes: a loguniform range is no grid.
+    assert [r["strategy"] for r in table] == ["random+fifo", "tpe+fifo", "cmaes+fifo"]
+    runs = pq.read_table(store / "sampled/replay.runs.parquet").to_pylist()
+    seed0, seed1 = [r for r in runs if r["strategy"] == "random+fifo"]
     assert seed0["missing"] == 0 and seed0["trials"] == 2
     assert seed0["selected_run_id"] == parent[0].data.tags[rs.TAG_BEST_RUN]
     assert seed1["missing"] == 2 and seed1["trials"] == 0 and seed1["trial_epochs"] == 0
     assert seed1["selection"] is None and seed1["test_accuracy"] is None
-    [row] = pq.read_table(store / "sampled/replay.parquet").to_pylist()
+    row = table[0]
     assert row["missing"] == 1.0 and row["test_recorded_repeats"] == 1
     assert "| random+fifo | 2 |" in result.stdout and "(1/2 repeats)" in result.stdout
     assert len(children) == 2
@@ -145,6 +148,7 @@ def test_a_cut_curve_and_the_budgets_end_replays_where_the_record_and_budget_say
     simulated seconds cuts the trials still running, which are not selected."""
     record = read_recording(open_client(f"sqlite:///{store / 'mlruns.db'}"), EXPERIMENT)
     spec = validate_config(SweepSpec, load_yaml(record.spec_text), "spec.yaml")
+    assert record.concurrency == 2  # trial runs overlapping in the record: max_concurrent_trials
     first, *others = record.trials
     cut = dataclasses.replace(first, cut_by_scheduler=True,
                               curves={name: values[:1] for name, values in first.curves.items()})
