@@ -23,10 +23,12 @@ import ray
 import torch
 import yaml
 from ray import tune
-from ray.tune.schedulers import ASHAScheduler, FIFOScheduler, MedianStoppingRule
-from ray.tune.search import Repeater, Searcher
+from ray.tune.experiment import Trial
+from ray.tune.schedulers import ASHAScheduler, FIFOScheduler, MedianStoppingRule, TrialScheduler
+from ray.tune.search import ConcurrencyLimiter, Repeater, Searcher
 from ray.tune.search.optuna import OptunaSearch
 from ray.tune.search.repeater import TRIAL_INDEX
+from ray.tune.search.variant_generator import generate_variants
 
 from nli_models.config import RunConfig
 from nli_models.cpus import usable_cpus
@@ -446,21 +448,65 @@ class DistinctProposals(Searcher):
         self.__dict__.update(state)
 
 
+TIME_ATTR = "training_iteration"  # what ASHA and the median rule count in: Tune's count of reports (epochs)
+
+
 def make_scheduler(spec: SweepSpec):
     scheduler = spec.search.scheduler
     max_t = spec.training.epochs
     if scheduler.type == "asha":
         return ASHAScheduler(
-            time_attr="training_iteration",
+            time_attr=TIME_ATTR,
             max_t=max_t,
             grace_period=min(scheduler.grace_period, max_t),
             reduction_factor=scheduler.reduction_factor,
         )
     if scheduler.type == "median":
         return MedianStoppingRule(
-            time_attr="training_iteration", grace_period=scheduler.grace_period, min_samples_required=3
+            time_attr=TIME_ATTR, grace_period=scheduler.grace_period, min_samples_required=3
         )
     return FIFOScheduler()
+
+
+# -- what orchestrator/replay.py drives as Tune's controller would ----------------------------
+SCHEDULER_STOP = TrialScheduler.STOP
+SEARCH_FINISHED = Searcher.FINISHED
+TRIAL_RUNNING, TRIAL_TERMINATED, TRIAL_ERROR = Trial.RUNNING, Trial.TERMINATED, Trial.ERROR
+
+
+class GridProposals:
+    """Tune's grid as a searcher: the variants BasicVariantGenerator makes of the param space
+    (generate_variants), in its order."""
+
+    def __init__(self, space: dict[str, Any]):
+        self._variants = generate_variants({"config": space})
+
+    def suggest(self, trial_id: str) -> dict | str:
+        variant = next(self._variants, None)
+        return SEARCH_FINISHED if variant is None else variant[1]["config"]
+
+    def on_trial_result(self, trial_id: str, result: dict) -> None:
+        pass  # a grid does not learn
+
+    def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False) -> None:
+        pass
+
+
+def proposals(spec: SweepSpec, slots: int, distinct: bool = True) -> GridProposals | Searcher:
+    """What proposes a sweep's trials, as Tuner.fit makes it with max_concurrent_trials=slots:
+    the grid's variants, or the searcher in a ConcurrencyLimiter (tune.py), its metric, mode and
+    space set. distinct=False unwraps the sampler from DistinctProposals (every proposal is
+    trained; one-seed sweeps of an Optuna sampler only)."""
+    if spec.search.sampler == "grid":
+        return GridProposals(param_space(spec))
+    searcher = make_searcher(spec)
+    if not distinct:
+        if not isinstance(searcher, DistinctProposals):  # e.g. Repeater(DistinctProposals) for seeds
+            raise ValueError("distinct=False replays one-seed sweeps of an Optuna sampler only")
+        searcher = searcher.searcher
+    searcher = ConcurrencyLimiter(searcher, max_concurrent=slots)
+    searcher.set_search_properties(spec.search.metric, spec.search.mode, param_space(spec))
+    return searcher
 
 
 class TrialListener(Protocol):
