@@ -14,7 +14,7 @@ from nli_models.errors import InputError
 from orchestrator.cli_options import tracking_uri_option
 from results.formats import SUFFIXES
 
-SAMPLERS = ("grid", "random", "tpe", "cmaes")  # orchestrator.spec.SearchConfig.sampler
+SAMPLERS = ("grid", "random", "tpe", "cmaes", "nsga2")  # orchestrator.spec.SearchConfig.sampler
 SCHEDULERS = ("fifo", "asha", "median")  # orchestrator.spec.SchedulerConfig.type
 BUDGET_KINDS = {"trials": int, "epochs": int, "seconds": float}
 
