@@ -6,7 +6,8 @@ import pytest
 from sweep_helpers import client_for, run_orchestrate, runs_of, write_spec
 
 from nli_models.training.device_info import cpu_model
-from orchestrator.sweep import SweepExists, run_sweep
+from orchestrator.sweep import run_sweep
+from orchestrator.sweep_records import SweepExists
 from results import run_schema as rs
 
 pytestmark = pytest.mark.ray
