@@ -167,7 +167,9 @@ class SweepLog:
 
     def __init__(self, journal: Journal):
         self.journal = journal
-        self.files = journal.path.with_name(journal.path.stem + ".files")
+        # Named like the journal's other files (JOURNAL.uploaded): the same patterns leave them
+        # out of a job's upload (ray_jobs) and of the git-dirty check (provenance).
+        self.files = journal.path.with_name(journal.path.name + ".files")
 
     def add(
         self,
