@@ -257,7 +257,8 @@ def sweep(spec_path: str, resume: bool, new: bool, address: str | None, verbose:
     from nli_models.errors import InputError
     from orchestrator.lifecycle import SweepInterrupted
     from orchestrator.progress import interrupted_line
-    from orchestrator.sweep import SweepExists, run_sweep
+    from orchestrator.sweep import run_sweep
+    from orchestrator.sweep_records import SweepExists
     from orchestrator.tracking import TrackingUnavailable
 
     if resume and new:
@@ -350,7 +351,8 @@ def ui(tracking_uri: str | None, port: int, verbose: bool) -> None:
 
 def _echo_sweep_links(tracking_uri: str, base_url: str) -> None:
     """Each swept experiment's trials view (table and parallel-coordinates chart)."""
-    from orchestrator.tracking import runs_view_path, sweep_views, ui_link
+    from orchestrator.run_view import runs_view_path, ui_link
+    from orchestrator.tracking import sweep_views
 
     try:
         views = sweep_views(tracking_uri)

@@ -94,6 +94,7 @@ def build_workspace(ws: Path) -> None:
     """Inputs under ws/inputs; a store with an experiment and a sweep in ws/mlruns.db; an output
     folder with a file in it; a plain file `afile` to put outputs under."""
     from orchestrator.tracking import Tracker
+    from orchestrator.uploader import create_parent
     from results import run_schema as rs
 
     inputs = ws / "inputs"
@@ -142,8 +143,7 @@ def build_workspace(ws: Path) -> None:
     (ws / "afile").write_text("a file, not a folder\n")
     tracker = Tracker(f"sqlite:///{ws / 'mlruns.db'}")
     tracker.check_reachable()
-    experiment = tracker.experiment_id("existing")
-    tracker.start_sweep(experiment, "sweep-existing", {rs.TAG_SWEEP_STATE: "completed"})
+    create_parent(tracker, "existing", "sweep-existing", {rs.TAG_SWEEP_STATE: "completed"})
 
 
 def tree_digest(root: Path) -> str:

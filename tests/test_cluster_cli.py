@@ -119,7 +119,8 @@ def test_ray_packs_the_working_dir_without_the_excluded_paths(tmp_path):
     for name in ("sweep.yaml", "pkg/module.py", ".venv/bin/python", "ray_results/exp/state.json",
                  "mlruns.db", "pkg/__pycache__/module.cpython-311.pyc", ".git/HEAD",
                  "nli.egg-info/PKG-INFO", "tracking-spool-abc.jsonl",
-                 "tracking-journal-abc.jsonl", "tracking-journal-abc.jsonl.uploaded"):
+                 "tracking-journal-abc.jsonl", "tracking-journal-abc.jsonl.uploaded",
+                 "tracking-journal-abc.jsonl.files/3/spec.yaml"):
         (root / name).parent.mkdir(parents=True, exist_ok=True)
         (root / name).write_text("x")
     target = tmp_path / "package.zip"
@@ -128,6 +129,7 @@ def test_ray_packs_the_working_dir_without_the_excluded_paths(tmp_path):
     assert {"sweep.yaml", "pkg/module.py"} <= names
     assert not any(n.split("/")[0] in (".venv", "ray_results", ".git", "nli.egg-info") for n in names), names
     assert not any("__pycache__" in n or n.endswith((".db", ".jsonl", ".uploaded")) for n in names), names
+    assert not any(".jsonl.files" in n for n in names), names  # files the journal points to
 
 
 def test_an_oversized_upload_is_refused(tmp_path, monkeypatch):

@@ -18,14 +18,14 @@ from testkit.specs import quickstart, write_spec
 
 from orchestrator.journal import Journal, journal_file
 from orchestrator.ports import free_port
+from orchestrator.recorder import SweepRecorder
 from orchestrator.tracking import (
-    JournalUploader,
-    SweepRecorder,
     Tracker,
     TrackingUnavailable,
     default_max_wait_s,
     default_upload_interval_s,
 )
+from orchestrator.uploader import JournalUploader, create_parent
 from results import run_schema as rs
 
 REPO = Path(__file__).resolve().parents[1]
@@ -76,8 +76,7 @@ def test_trials_recorded_during_an_outage_are_uploaded_once_the_server_answers(t
     # One HTTP attempt per request: the refused connection fails at once, not after MLflow's retries.
     monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
     store = Tracker(f"sqlite:///{tmp_path / 'mlruns.db'}")  # where the runs end up
-    experiment_id = store.experiment_id("outage")
-    parent = store.start_sweep(experiment_id, "sweep-outage", {})
+    experiment_id, parent = create_parent(store, "outage", "sweep-outage", {})
     journal = Journal(journal_file(str(tmp_path / "results"), parent), experiment_id, parent)
 
     away = JournalUploader(Tracker(closed_url()), journal.path, max_wait_s=0.5)
@@ -132,8 +131,7 @@ def test_journal_file_is_local_for_every_kind_of_storage_path(monkeypatch):
 
 def test_epochs_a_resumed_trial_repeats_are_logged_once(tmp_path):
     store = Tracker(f"sqlite:///{tmp_path / 'mlruns.db'}")
-    experiment_id = store.experiment_id("resumed")
-    parent = store.start_sweep(experiment_id, "sweep-resumed", {})
+    experiment_id, parent = create_parent(store, "resumed", "sweep-resumed", {})
     path = journal_file(str(tmp_path), parent)
 
     def driver():

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 from pathlib import Path
 
@@ -211,17 +212,21 @@ def test_sigkill_then_resume_then_ctrl_c_with_trials_pending_then_resume_runs_ea
         assert_processes_gone(started)
     finally:
         kill_session(driver)
-    parents, children = runs_of(tmp_path, name)
+    parents, _ = runs_of(tmp_path, name)
     assert len(parents) == 1 and parents[0].info.status == "RUNNING"  # as the driver left it
-    finished_before = {c.data.tags[rs.TAG_TRIAL_ID]: c.info.run_id for c in children
-                       if c.info.status == "FINISHED"}
-    assert 1 <= len(finished_before) < planned
     # ... but its dead driver's lease shows it as interrupted, at once.
     (record,) = load_sweeps(client_for(tmp_path), parents[0].info.experiment_id, name)
     assert record.state == rs.SWEEP_INTERRUPTED and record.planned == planned
+    printed = int(re.findall(r"trials: (\d+) done", log.read_text())[-1])  # the terminal's last word
 
+    # The next sweep command first uploads what the killed driver journaled: the store then holds
+    # every trial the terminal called done (the uploader's last interval was lost with it).
     refused = run_orchestrate(["sweep", str(spec)], cwd=tmp_path, timeout=120)
     assert refused.returncode == 2 and "(interrupted); pass --resume" in refused.stderr
+    _, children = runs_of(tmp_path, name)
+    finished_before = {c.data.tags[rs.TAG_TRIAL_ID]: c.info.run_id for c in children
+                       if c.info.status == "FINISHED"}
+    assert 1 <= printed <= len(finished_before) < planned
 
     # Resumed, then Ctrl-C once one more trial has finished: the next one runs, the last waits.
     driver, log = _start(tmp_path, spec, SHORT_EPOCH_DELAY, "--resume", log_name="resumed.log")

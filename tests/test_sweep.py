@@ -8,7 +8,8 @@ from testkit.specs import write_spec
 from testkit.store import client_for, runs_of
 
 from nli_models.training.device_info import cpu_model
-from orchestrator.sweep import SweepExists, run_sweep
+from orchestrator.sweep import run_sweep
+from orchestrator.sweep_records import SweepExists
 from results import run_schema as rs
 
 pytestmark = pytest.mark.ray

@@ -72,10 +72,10 @@ def test_a_cuda_device_without_gpu_resources_is_refused():
 def test_the_parent_counts_the_devices_its_trials_recorded():
     from types import SimpleNamespace
 
-    from orchestrator.sweep import trial_devices
+    from orchestrator.sweep_records import trial_devices
 
-    def run(**tags):
-        return SimpleNamespace(data=SimpleNamespace(tags=tags))
+    def run(**tags):  # what the journal holds of a trial (journal.TrialProgress)
+        return SimpleNamespace(tags=tags)
 
     trials = [run(**{rs.TAG_DEVICE: "cuda:0", rs.TAG_DEVICE_NAME: "NVIDIA A10G"})] * 3 + [
         run(**{rs.TAG_DEVICE: "cpu", rs.TAG_DEVICE_NAME: "AMD EPYC"}), run()]
