@@ -20,6 +20,7 @@ from typing import Any
 import yaml
 
 from benchmarks.common import Instrument, median, snli_data_block
+from results import run_schema as rs
 
 SWEEP_PHASES = (
     "load_spec", "mlflow_open", "open_parent", "data_prep", "ray_start", "tune", "mlflow_flush",
@@ -29,8 +30,8 @@ TRACKER_METHODS = (
     "__init__", "check_reachable", "experiment_id", "sweeps", "trial_runs", "start_sweep", "log_metrics",
     "set_tags", "log_text", "log_bytes", "reopen", "terminate",
 )
-RESULT_KEYS = ("epoch", "epoch_time_s", "time_this_iter_s", "time_total_s", "training_iteration", "dev_accuracy",
-               "best_dev_accuracy", "trial_finished")
+RESULT_KEYS = (rs.METRIC_EPOCHS_TRAINED, rs.METRIC_EPOCH_TIME, "time_this_iter_s", "time_total_s", "training_iteration",
+               rs.METRIC_DEV_ACCURACY, rs.METRIC_BEST_DEV_ACCURACY, rs.RESULT_TRIAL_FINISHED)
 
 
 # --- CPU use of the process tree --------------------------------------------------------------
