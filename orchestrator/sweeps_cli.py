@@ -19,7 +19,7 @@ from results.errors import ResultsError
 from results.tracking_uri import resolve_tracking_uri
 
 if TYPE_CHECKING:  # MLflow is imported when a command runs: `--help` stays light
-    from results.sweeps import SweepRecord
+    from results.sweep_records import SweepRecord
 
 
 def _duration(record: SweepRecord) -> str:
@@ -58,7 +58,7 @@ def sweeps_command(experiments: tuple[str, ...], tracking_uri: str | None) -> No
     accuracy (completed sweeps only), start time and duration."""
     from mlflow.exceptions import MlflowException
 
-    from results.sweeps import load_sweeps
+    from results.sweep_records import load_sweeps
     from results.tracking import open_client, resolve_experiments
 
     try:
@@ -85,7 +85,7 @@ def best_command(experiment: str, out: Path | None, tracking_uri: str | None) ->
     from mlflow.exceptions import MlflowException
 
     from nli_models.training import TRIAL_CONFIG_FILE
-    from results.sweeps import load_sweeps
+    from results.sweep_records import load_sweeps
     from results.tracking import open_client, resolve_experiments
 
     os.environ["MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"] = "false"  # one small file: no progress bar

@@ -59,7 +59,8 @@ from orchestrator.spec import SweepSpec, apply_hyperparameters, config_key
 from results import run_schema as rs
 from results.files import write_output
 from results.render import format_hyperparameters
-from results.sweeps import observed_state, sweep_runs, trial_runs
+from results.sweep_records import sweep_runs, trial_runs
+from results.sweeps import observed_state
 from results.tracking_uri import (
     PROBE_TIMEOUT_S,
     check_tracking_uri,

@@ -26,7 +26,7 @@ from sweep_helpers import (
 
 from orchestrator.reaper import descendants
 from results import run_schema as rs
-from results.sweeps import load_sweeps
+from results.sweep_records import load_sweeps
 
 pytestmark = pytest.mark.ray
 EPOCHS = 2
