@@ -7,7 +7,7 @@ import os
 import sys
 import tempfile
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -37,7 +37,7 @@ def render_sweeps(records: list[SweepRecord]) -> str:
               "selected configuration", "test", "started (UTC)", "duration")
     rows = [header]
     for r in records:
-        started = datetime.fromtimestamp(r.start_time_ms / 1000, timezone.utc).strftime("%Y-%m-%d %H:%M")
+        started = datetime.fromtimestamp(r.start_time_ms / 1000, UTC).strftime("%Y-%m-%d %H:%M")
         selected = " ".join(f"{k}={v}" for k, v in r.selected.items()) or "-"
         planned = "?" if r.planned is None else str(r.planned)
         rows.append((r.experiment, r.run_id, r.state, f"{r.done}/{r.failed}/{planned}",
