@@ -3,7 +3,6 @@ configuration of a completed sweep as a training config that `orchestrate train`
 
 from __future__ import annotations
 
-import os
 import sys
 import tempfile
 import time
@@ -88,7 +87,6 @@ def best_command(experiment: str, out: Path | None, tracking_uri: str | None) ->
     from results.sweep_records import load_sweeps
     from results.tracking import open_client, resolve_experiments
 
-    os.environ["MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"] = "false"  # one small file: no progress bar
     try:
         client = open_client(resolve_tracking_uri(tracking_uri))
         (found,) = resolve_experiments(client, [experiment])

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -195,9 +194,6 @@ def fetch_test_metrics(client: MlflowClient, run_id: str) -> dict[str, float]:
 
 
 def download_predictions(client: MlflowClient, run_id: str, directory: Path) -> Path:
-    # One small file per row: MLflow's progress bars would only clutter stderr (MLflow reads the
-    # variable on every download; a reading process has no use for them).
-    os.environ["MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"] = "false"
     try:
         return Path(client.download_artifacts(run_id, ARTIFACT_TEST_PREDICTIONS, str(directory)))
     except (MlflowException, OSError) as exc:
