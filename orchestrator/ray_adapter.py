@@ -23,7 +23,7 @@ import ray
 import torch
 import yaml
 from ray import tune
-from ray.tune.result import TRIAL_ID
+from ray.tune.result import TRAINING_ITERATION, TRIAL_ID
 from ray.tune.schedulers import ASHAScheduler, FIFOScheduler, MedianStoppingRule
 from ray.tune.search import Repeater, Searcher
 from ray.tune.search.optuna import OptunaSearch
@@ -436,14 +436,14 @@ def make_scheduler(spec: SweepSpec):
     max_t = spec.training.epochs
     if scheduler.type == "asha":
         return ASHAScheduler(
-            time_attr="training_iteration",
+            time_attr=TRAINING_ITERATION,
             max_t=max_t,
             grace_period=min(scheduler.grace_period, max_t),
             reduction_factor=scheduler.reduction_factor,
         )
     if scheduler.type == "median":
         return MedianStoppingRule(
-            time_attr="training_iteration", grace_period=scheduler.grace_period, min_samples_required=3
+            time_attr=TRAINING_ITERATION, grace_period=scheduler.grace_period, min_samples_required=3
         )
     return FIFOScheduler()
 
