@@ -222,7 +222,7 @@ def run_ours(spec_path: Path, address: str) -> dict[str, Any]:
             times["analysis_s"] = time.perf_counter() - begun
 
     def evaluate(spec, data, outcome):  # stand-in weights cannot be evaluated
-        return {rs.METRIC_TEST_ACCURACY: float(outcome.metrics["best_dev_accuracy"])}, b"stand-in\n"
+        return {rs.METRIC_TEST_ACCURACY: outcome.result.best_dev_accuracy}, b"stand-in\n"
 
     ray_adapter.run_trial = standin_trial
     sweep_module._evaluate_selected = evaluate

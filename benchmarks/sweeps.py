@@ -20,6 +20,7 @@ from typing import Any
 import yaml
 
 from benchmarks.common import Instrument, median, snli_data_block
+from results import run_schema as rs
 
 SWEEP_PHASES = (
     "load_spec", "mlflow_open", "open_parent", "data_prep", "ray_start", "tune", "mlflow_flush",
@@ -28,8 +29,8 @@ SWEEP_PHASES = (
 TRACKER_METHODS = (
     "__init__", "check_reachable", "find_experiment", "sweeps", "trial_runs", "analysis_inputs",
 )
-RESULT_KEYS = ("epoch", "epoch_time_s", "time_this_iter_s", "time_total_s", "training_iteration", "dev_accuracy",
-               "best_dev_accuracy", "trial_finished")
+RESULT_KEYS = (rs.METRIC_EPOCHS_TRAINED, rs.METRIC_EPOCH_TIME, "time_this_iter_s", "time_total_s", "training_iteration",
+               rs.METRIC_DEV_ACCURACY, rs.METRIC_BEST_DEV_ACCURACY, rs.RESULT_TRIAL_FINISHED)
 
 
 # --- CPU use of the process tree --------------------------------------------------------------

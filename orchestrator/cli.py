@@ -16,10 +16,6 @@ from orchestrator.cluster_cli import allocation_report, slurm_allocation_options
 from orchestrator.environment import WAIT_POLICY, configure_environment, wait_policy
 from results.cli import attention_command, report_command, results_command
 
-# Before anything imports torch or Ray (OMP_WAIT_POLICY is read when torch loads). Every module
-# imported above is light: `orchestrate --help` loads none of torch, Ray, MLflow (tests/test_cli_ux.py).
-configure_environment()
-
 EXIT_BAD_INPUT = 2
 EXIT_INTERRUPTED = 3
 
@@ -67,6 +63,10 @@ class _Commands(click.Group):
             ctx.exit(EXIT_BAD_INPUT)
 
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+        # The process defaults, once the command starts and before anything imports torch or Ray
+        # (OMP_WAIT_POLICY is read when torch loads): every module this one imports is light,
+        # `orchestrate --help` loads none of torch, Ray, MLflow (tests/test_cli_ux.py).
+        configure_environment()
         if not standalone_mode:
             return super().main(args, prog_name, complete_var, standalone_mode, **extra)
         try:

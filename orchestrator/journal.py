@@ -29,14 +29,14 @@ import time
 import urllib.parse
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from enum import Enum
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
 FSYNC_INTERVAL_S = 1.0
 
 
-class Op(str, Enum):
+class Op(StrEnum):
     """A journal record's kind: one operation on the store (after Optuna's JournalOperation). A
     record targets a trial's run by its trial id, or the parent run with ``PARENT``."""
 

@@ -228,7 +228,7 @@ class TrialLedger:
 
     def trial_completed(self, trial_id: str, last: dict[str, Any], checkpoint_dir: str | None) -> None:
         stopped_by_scheduler = not (self.interruption.requested or self.budget_spent())
-        if last and (last.get("trial_finished") or stopped_by_scheduler):
+        if last and (last.get(rs.RESULT_TRIAL_FINISHED) or stopped_by_scheduler):
             self.ended.add(trial_id)
             for listener in self.listeners:
                 listener.trial_completed(trial_id, last, checkpoint_dir)

@@ -24,6 +24,7 @@ import torch
 import yaml
 from ray import tune
 from ray.tune.experiment import Trial
+from ray.tune.result import TRAINING_ITERATION, TRIAL_ID
 from ray.tune.schedulers import ASHAScheduler, FIFOScheduler, MedianStoppingRule, TrialScheduler
 from ray.tune.search import ConcurrencyLimiter, Repeater, Searcher
 from ray.tune.search.optuna import OptunaSearch
@@ -46,9 +47,9 @@ from orchestrator.environment import WAIT_POLICY, trial_threads
 from orchestrator.reaper import start_reaper
 from orchestrator.spec import SweepSpec, apply_hyperparameters
 from results import run_schema as rs
+from results.trial_result import TrialResult
 
 CONFIGURATION_KEY = "configuration"
-DIVERGED_LOSS = "diverged_loss"  # with rs.METRIC_DIVERGED_*: the last result of a diverged trial
 FAIL_ONCE_ENV = "NLI_FAIL_ONCE_AT_EPOCH"  # fault injection for recovery tests: "EPOCH:MARKER_DIR"
 EPOCH_DELAY_ENV = "NLI_EPOCH_DELAY_S"  # lifecycle tests: every epoch lasts this much longer
 
@@ -78,23 +79,30 @@ def _maybe_inject_failure(epoch: int) -> None:
         raise RuntimeError(f"injected failure at epoch {epoch} ({FAIL_ONCE_ENV})")
 
 
-def epoch_metrics(trainer: Trainer, result: EpochResult, finished: bool) -> dict[str, Any]:
+def trial_result(trainer: Trainer, epochs_trained: int) -> TrialResult:
+    """What the trial has achieved after `epochs_trained` epochs."""
     state = trainer.state
+    return TrialResult(
+        best_dev_accuracy=state.best_dev_accuracy,
+        best_train_accuracy=state.best_train_accuracy,
+        best_epoch=state.best_epoch,
+        epochs_trained=epochs_trained,
+        theta_m=trainer.theta_m,
+        theta_wm=trainer.theta_wm,
+    )
+
+
+def epoch_metrics(trainer: Trainer, result: EpochResult, finished: bool) -> dict[str, Any]:
+    """The Tune result of an epoch: its metrics and the trial's TrialResult, named as MLflow
+    records them (results/run_schema.py)."""
     return {
-        "epoch": result.epoch,
-        "train_loss": result.train_loss,
+        rs.METRIC_TRAIN_LOSS: result.train_loss,
         rs.METRIC_TRAIN_ACCURACY: result.train_accuracy,
-        "dev_loss": result.dev_loss,
-        "dev_accuracy": result.dev_accuracy,
-        "epoch_time_s": result.epoch_time_s,
-        "best_dev_accuracy": state.best_dev_accuracy,
-        "best_train_accuracy": state.best_train_accuracy,
-        "best_epoch": state.best_epoch,
-        "theta_m": trainer.theta_m,
-        "theta_wm": trainer.theta_wm,
-        # 1 when the trial ended by itself (all epochs or patience), so a trial without it at
-        # the end was stopped by the scheduler.
-        "trial_finished": int(finished),
+        rs.METRIC_DEV_LOSS: result.dev_loss,
+        rs.METRIC_DEV_ACCURACY: result.dev_accuracy,
+        rs.METRIC_EPOCH_TIME: result.epoch_time_s,
+        **trial_result(trainer, result.epoch).metrics(),
+        rs.RESULT_TRIAL_FINISHED: int(finished),
     }
 
 
@@ -157,16 +165,13 @@ def run_trial(tune_config: dict[str, Any], *, base: dict, search: dict, data: Pr
 
 def diverged_result(trainer: Trainer, exc: TrainingDiverged) -> dict[str, Any]:
     return {
-        "epoch": exc.epoch,
-        "dev_accuracy": 0.0,
-        "dev_loss": float("inf"),
-        "best_dev_accuracy": trainer.state.best_dev_accuracy,
-        "theta_m": trainer.theta_m,
-        "theta_wm": trainer.theta_wm,
-        "trial_finished": 1,
+        **trial_result(trainer, exc.epoch).metrics(),
+        rs.METRIC_DEV_ACCURACY: 0.0,
+        rs.METRIC_DEV_LOSS: float("inf"),
+        rs.RESULT_TRIAL_FINISHED: 1,
         rs.METRIC_DIVERGED_EPOCH: exc.epoch,
         rs.METRIC_DIVERGED_STEP: exc.step,
-        DIVERGED_LOSS: str(exc.loss),
+        rs.RESULT_DIVERGED_LOSS: str(exc.loss),
     }
 
 
@@ -448,7 +453,7 @@ class DistinctProposals(Searcher):
         self.__dict__.update(state)
 
 
-TIME_ATTR = "training_iteration"  # what ASHA and the median rule count in: Tune's count of reports (epochs)
+TIME_ATTR = TRAINING_ITERATION  # what ASHA and the median rule count in: Tune's count of reports (epochs)
 
 
 def make_scheduler(spec: SweepSpec):
@@ -566,7 +571,7 @@ class _Events(tune.Callback):
     def on_trial_recover(self, iteration, trials, trial, **info):
         # Tune restarts the trial from its latest checkpoint (or from scratch without one).
         saved = trial.latest_checkpoint_result
-        epoch = int(saved.metrics.get("epoch", 0)) if saved is not None else 0
+        epoch = int(saved.metrics.get(rs.METRIC_EPOCHS_TRAINED, 0)) if saved is not None else 0
         cause = _trial_error_text(trial)
         for listener in self.listeners:
             listener.trial_retried(trial.trial_id, trial.num_failures, cause, epoch)
@@ -596,6 +601,11 @@ class TrialOutcome:
     metrics: dict[str, Any]
     checkpoint: tune.Checkpoint | None  # on local disk, a shared folder or s3://
     error: str | None
+
+    @property
+    def result(self) -> TrialResult:
+        """The trial's TrialResult as its last Tune result reported it."""
+        return TrialResult.from_metrics(self.metrics)
 
     def local_checkpoint(self):
         """Context manager: the checkpoint as a local folder (downloaded if remote)."""
@@ -669,7 +679,7 @@ def run_tuner(
         error = None
         if result.error is not None:
             error = str(result.error)
-        trial_id = result.metrics.get("trial_id") if result.metrics else None
+        trial_id = result.metrics.get(TRIAL_ID) if result.metrics else None
         trial_id = trial_id or Path(result.path).name
         outcomes.append(
             TrialOutcome(

@@ -19,6 +19,7 @@ from orchestrator.run_view import trial_start_extras
 from orchestrator.spec import apply_hyperparameters
 from results import run_schema as rs
 from results.files import write_output
+from results.trial_result import TrialResult
 
 EPOCH_METRICS = (
     rs.METRIC_TRAIN_LOSS,
@@ -27,14 +28,6 @@ EPOCH_METRICS = (
     rs.METRIC_DEV_ACCURACY,
     rs.METRIC_EPOCH_TIME,
 )
-FINAL_METRICS = {
-    "best_dev_accuracy": rs.METRIC_BEST_DEV_ACCURACY,
-    "best_train_accuracy": rs.METRIC_BEST_TRAIN_ACCURACY,
-    "best_epoch": rs.METRIC_BEST_EPOCH,
-    "epoch": rs.METRIC_EPOCHS_TRAINED,
-    "theta_m": rs.METRIC_THETA_M,
-    "theta_wm": rs.METRIC_THETA_WM,
-}
 
 
 
@@ -92,7 +85,7 @@ class SweepRecorder:
     def trial_result(self, trial_id: str, metrics: dict[str, Any]) -> None:
         if rs.METRIC_DIVERGED_EPOCH in metrics:
             return  # not an epoch's metrics: trial_completed records the divergence
-        step = int(metrics["epoch"])
+        step = int(metrics[rs.METRIC_EPOCHS_TRAINED])
         progress = self.journal.trials.get(trial_id)
         if progress is not None and step <= progress.last_epoch:
             return
@@ -109,10 +102,10 @@ class SweepRecorder:
         if rs.METRIC_DIVERGED_EPOCH in last:
             self._diverged(trial_id, last)
             return
-        values = {name: float(last[key]) for key, name in FINAL_METRICS.items() if key in last}
+        values = {name: float(value) for name, value in TrialResult.from_metrics(last).metrics().items()}
         if "time_total_s" in last:
             values[rs.METRIC_TRIAL_TIME] = float(last["time_total_s"])
-        early = bool(last) and not last.get("trial_finished", 0)
+        early = bool(last) and not last.get(rs.RESULT_TRIAL_FINISHED, 0)
         tags = {rs.TAG_EARLY_STOPPED: str(early).lower()}
         self.journal.append(Op.FINISH, trial_id, {"values": values, "tags": tags, "status": "FINISHED"})
         if checkpoint_dir:
@@ -141,11 +134,11 @@ class SweepRecorder:
         selection read FINISHED runs only, so a diverged configuration is never selected."""
         epoch, step = int(last[rs.METRIC_DIVERGED_EPOCH]), int(last[rs.METRIC_DIVERGED_STEP])
         values = {rs.METRIC_DIVERGED_EPOCH: float(epoch), rs.METRIC_DIVERGED_STEP: float(step)}
-        values.update({rs.METRIC_THETA_M: float(last["theta_m"]), rs.METRIC_THETA_WM: float(last["theta_wm"])})
+        values.update({rs.METRIC_THETA_M: float(last[rs.METRIC_THETA_M]), rs.METRIC_THETA_WM: float(last[rs.METRIC_THETA_WM])})
         tags = {
             rs.TAG_DIVERGED: "true",
             rs.TAG_ERROR: (
-                f"diverged: the training loss became {last.get('diverged_loss', 'non-finite')} "
+                f"diverged: the training loss became {last.get(rs.RESULT_DIVERGED_LOSS, 'non-finite')} "
                 f"at epoch {epoch}, step {step}; lower the learning rate or clip gradients"
             ),
         }

@@ -30,6 +30,7 @@ from nli_models.config import (
 from nli_models.models.arguments import ModelArgumentError
 from nli_models.registry import model_arguments
 from nli_models.strict import StrictModel, check_finite
+from results import run_schema as rs
 from results.run_schema import OBJECTIVE_METRICS
 from results.tracking_uri import resolve_tracking_uri
 
@@ -110,7 +111,8 @@ class SearchConfig(StrictModel):
     num_samples: int = Field(1, ge=1, description="configurations drawn by random/tpe/cmaes")
     sampler_seed: int = 0
     scheduler: SchedulerConfig = Field(default_factory=SchedulerConfig)
-    metric: Literal["dev_accuracy", "dev_loss"] = "dev_accuracy"
+    # The Tune result key the search optimises and its schedulers compare (ray_adapter.epoch_metrics).
+    metric: Literal[rs.METRIC_DEV_ACCURACY, rs.METRIC_DEV_LOSS] = rs.METRIC_DEV_ACCURACY
     mode: Literal["max", "min"] = "max"
     objectives: list[Any] = Field(
         default_factory=list,

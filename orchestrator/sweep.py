@@ -68,7 +68,7 @@ from orchestrator.sweep_records import (
 from orchestrator.tracking import Tracker
 from orchestrator.uploader import JournalUploader
 from results import run_schema as rs
-from results.selection import SELECTION_RULE, TrialRecord, seed_runs, select_configuration
+from results.selection import FINISHED, SELECTION_RULE, seed_runs, select_configuration
 
 
 def _predictions_table(evaluation, labels: tuple[str, ...]) -> bytes:
@@ -103,7 +103,7 @@ def _test_evaluation(spec, config, data, trainer, outcome: TrialOutcome):
     phases) and wall time."""
     if spec.search.protocol.refit_on_train_dev:
         started = time.perf_counter()
-        refit, evaluation = refit_and_test(config, data, int(outcome.metrics["best_epoch"]))
+        refit, evaluation = refit_and_test(config, data, outcome.result.best_epoch)
         return evaluation, {
             rs.METRIC_REFIT_EPOCHS: refit.state.epoch,
             rs.METRIC_REFIT_TIME: time.perf_counter() - started,
@@ -139,7 +139,7 @@ def apply_paper_protocol(
     the selected configurations only. Stops with SweepInterrupted if a signal comes meanwhile."""
     finished = [
         o for o in ended
-        if o.error is None and "best_dev_accuracy" in o.metrics
+        if o.error is None and o.result.best_dev_accuracy is not None
         and rs.METRIC_DIVERGED_EPOCH not in o.metrics
     ]
     groups: dict[str, list[TrialOutcome]] = defaultdict(list)
@@ -150,23 +150,19 @@ def apply_paper_protocol(
         print(f"selection rule: {SELECTION_RULE}", file=sys.stderr)
     for label, members in sorted(groups.items()):
         records = [
-            TrialRecord(
+            o.result.record(
                 run_id=run_ids.get(o.trial_id, o.trial_id),
                 config_key=config_key(full_params[o.trial_id]),
                 model_config=label,
                 params=full_params[o.trial_id],
-                best_dev_accuracy=float(o.metrics["best_dev_accuracy"]),
-                seed=int(full_params[o.trial_id].get("seed", 0)),
-                status="FINISHED",
-                theta_m=int(o.metrics["theta_m"]),
-                epochs_trained=o.metrics.get("epoch"),
+                status=FINISHED,
             )
             for o in members
         ]
         chosen = select_configuration(records)
         by_run = {record.run_id: o for record, o in zip(records, members, strict=True)}
         seeds = [by_run[r.run_id] for r in seed_runs(records) if r.config_key == chosen]
-        dev = sum(o.metrics["best_dev_accuracy"] for o in seeds) / len(seeds)
+        dev = sum(o.result.best_dev_accuracy for o in seeds) / len(seeds)
         tests = []
         if "test" in data.splits:
             for outcome in seeds:
@@ -182,7 +178,7 @@ def apply_paper_protocol(
               + (f" test {test:.2%}" if test is not None else ""), file=sys.stderr)
         if selection.best_dev is None or dev > selection.best_dev:
             selection.best_dev, selection.best_test = dev, test
-            best_run = max(seeds, key=lambda o: o.metrics["best_dev_accuracy"])
+            best_run = max(seeds, key=lambda o: o.result.best_dev_accuracy)
             selection.best_run_id = run_ids.get(best_run.trial_id)
     if interruption.requested:
         raise SweepInterrupted("interrupted during the selection")

@@ -25,7 +25,8 @@ from pathlib import Path
 from mlflow import MlflowClient
 
 from results import run_schema as rs
-from results.sweeps import observed_state, sweep_runs, trial_runs
+from results.sweep_records import sweep_runs, trial_runs
+from results.sweeps import observed_state
 from results.tracking_uri import (
     PROBE_TIMEOUT_S,
     check_tracking_uri,

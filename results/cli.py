@@ -358,7 +358,7 @@ def _option_of(path: Path, evp: Path | None) -> str:
 def _incomplete_sweeps(client: MlflowClient, experiments: list[Experiment]) -> dict[str, str]:
     """Experiment -> its sweeps that have not completed, described; each sweep's state and
     progress is shown on stderr (a warning for an incomplete one)."""
-    from results.sweeps import load_sweeps
+    from results.sweep_records import load_sweeps
 
     incomplete: dict[str, str] = {}
     for experiment in experiments:

@@ -8,7 +8,6 @@ selected configuration at a time, as the results table does.
 
 from __future__ import annotations
 
-import os
 import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -18,7 +17,7 @@ from mlflow import MlflowClient
 
 from results import run_schema as rs
 from results.errors import ResultsError
-from results.sweeps import load_sweeps, trial_runs
+from results.sweep_records import load_sweeps, trial_runs
 from results.tracking import (
     fetch_test_metrics,
     metric_histories,
@@ -139,7 +138,6 @@ def _most_at_once(runs) -> int:
 
 
 def _spec_text(client: MlflowClient, parent_run_id: str) -> str:
-    os.environ["MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"] = "false"  # one small file: no progress bar
     with tempfile.TemporaryDirectory() as scratch:
         try:
             path = client.download_artifacts(parent_run_id, rs.ARTIFACT_SPEC, scratch)

@@ -14,7 +14,6 @@ from __future__ import annotations
 import base64
 import html
 import json
-import os
 import re
 import tempfile
 from collections.abc import Sequence
@@ -209,7 +208,6 @@ class Record:
 
 
 def _artifact(client: MlflowClient, run_id: str, path: str, scratch: Path):
-    os.environ["MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"] = "false"  # small files: no progress bars
     try:
         local = Path(client.download_artifacts(run_id, path, str(scratch / run_id)))
     except Exception:  # absent artifact: MLflow raises several types; the page says so

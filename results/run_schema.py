@@ -127,6 +127,12 @@ METRIC_TRAIN_ACCURACY = "train_accuracy_running"
 METRIC_DEV_LOSS = "dev_loss"
 METRIC_DEV_ACCURACY = "dev_accuracy"
 METRIC_EPOCH_TIME = "epoch_time_s"
+# A trial's Tune results (orchestrator/ray_adapter.py reports one per epoch) carry these per-epoch
+# metrics and its results.trial_result.TrialResult under the names of this module, the epoch
+# number as METRIC_EPOCHS_TRAINED (the step of the per-epoch metrics), and these keys, which are
+# Tune's alone (MLflow records what they mean as tags):
+RESULT_TRIAL_FINISHED = "trial_finished"  # 1: ended by itself (all epochs, patience); else stopped
+RESULT_DIVERGED_LOSS = "diverged_loss"  # with METRIC_DIVERGED_*: the last result of a diverged trial
 
 # Final trial metrics.
 METRIC_BEST_DEV_ACCURACY = "best_dev_accuracy"

@@ -87,8 +87,8 @@ def test_trials_recorded_during_an_outage_are_uploaded_once_the_server_answers(t
     )
     recorder.trial_started("t1", {"lr": 0.001, "seed": 1})
     for epoch in (1, 2, 3):
-        recorder.trial_result("t1", {"epoch": epoch, "dev_accuracy": 0.5 + epoch / 10, "train_loss": 1.0})
-    recorder.trial_completed("t1", {"best_dev_accuracy": 0.8, "epoch": 3, "trial_finished": 1}, None)
+        recorder.trial_result("t1", {rs.METRIC_EPOCHS_TRAINED: epoch, "dev_accuracy": 0.5 + epoch / 10, "train_loss": 1.0})
+    recorder.trial_completed("t1", {"best_dev_accuracy": 0.8, rs.METRIC_EPOCHS_TRAINED: 3, rs.RESULT_TRIAL_FINISHED: 1}, None)
     lines = journal.path.read_text().splitlines()
     assert [json.loads(line)["kind"] for line in lines] == ["start", "metrics", "metrics", "metrics", "finish"]
 
@@ -141,7 +141,7 @@ def test_epochs_a_resumed_trial_repeats_are_logged_once(tmp_path):
         return journal, uploader, SweepRecorder(journal, base_params={"model": "decomposable"}, run_tags={})
 
     def result(epoch):
-        return {"epoch": epoch, "dev_accuracy": 0.5 + epoch / 10, "epoch_time_s": 1.0}
+        return {rs.METRIC_EPOCHS_TRAINED: epoch, "dev_accuracy": 0.5 + epoch / 10, "epoch_time_s": 1.0}
 
     journal, uploader, killed = driver()  # logged epochs 1-2, then killed before Tune saved them
     killed.trial_started("t1", {"lr": 0.001})
@@ -156,7 +156,7 @@ def test_epochs_a_resumed_trial_repeats_are_logged_once(tmp_path):
     resumed.trial_started("t1", {"lr": 0.001})
     for epoch in (1, 2, 3):
         resumed.trial_result("t1", result(epoch))
-    resumed.trial_completed("t1", {"best_dev_accuracy": 0.8, "epoch": 3, "trial_finished": 1}, None)
+    resumed.trial_completed("t1", {"best_dev_accuracy": 0.8, rs.METRIC_EPOCHS_TRAINED: 3, rs.RESULT_TRIAL_FINISHED: 1}, None)
     uploader.drain()
     uploader.stop()
     journal.close()

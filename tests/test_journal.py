@@ -35,9 +35,9 @@ def record_sweep(journal: Journal, trials: int = TRIALS, epochs: int = EPOCHS) -
         trial_id = f"t{trial:03d}"
         recorder.trial_started(trial_id, {"lr": 0.001 * (trial + 1), "seed": 1})
         for epoch in range(1, epochs + 1):
-            recorder.trial_result(trial_id, {"epoch": epoch, "dev_accuracy": epoch / 100, "train_loss": 1 / epoch})
-        recorder.trial_completed(trial_id, {"best_dev_accuracy": epochs / 100, "epoch": epochs,
-                                            "trial_finished": 1}, None)
+            recorder.trial_result(trial_id, {rs.METRIC_EPOCHS_TRAINED: epoch, "dev_accuracy": epoch / 100, "train_loss": 1 / epoch})
+        recorder.trial_completed(trial_id, {"best_dev_accuracy": epochs / 100, rs.METRIC_EPOCHS_TRAINED: epochs,
+                                            rs.RESULT_TRIAL_FINISHED: 1}, None)
 
 
 @pytest.fixture
@@ -286,11 +286,11 @@ def test_the_sweeps_uploader_sends_what_comes_within_its_interval_together_and_d
         time.sleep(0.02)
     assert uploader.uploaded == 1 and client.calls["create_run"] == 1
     for epoch in range(1, EPOCHS + 1):
-        recorder.trial_result("t000", {"epoch": epoch, "dev_accuracy": epoch / 100, "train_loss": 1 / epoch})
+        recorder.trial_result("t000", {rs.METRIC_EPOCHS_TRAINED: epoch, "dev_accuracy": epoch / 100, "train_loss": 1 / epoch})
     checkpoint = journal.path.parent / "checkpoint_000006"
     checkpoint.mkdir()
     (checkpoint / "weights.pt").write_bytes(b"\0" * 64)
-    recorder.trial_completed("t000", {"best_dev_accuracy": 0.06, "epoch": EPOCHS, "trial_finished": 1},
+    recorder.trial_completed("t000", {"best_dev_accuracy": 0.06, rs.METRIC_EPOCHS_TRAINED: EPOCHS, rs.RESULT_TRIAL_FINISHED: 1},
                              str(checkpoint))
     time.sleep(0.5)  # an uploader woken by every append would have sent them by now
     assert uploader.uploaded == 1 and uploader.behind() == EPOCHS + 2
@@ -321,9 +321,9 @@ def test_a_retry_of_a_trial_that_never_started_rides_on_its_start(sweep):
     recorder.trial_retried("t000", 1, "node removed", 0)
     assert journal.appended == 0
     recorder.trial_started("t000", {"lr": 0.001, "seed": 1})
-    recorder.trial_result("t000", {"epoch": 1, "dev_accuracy": 0.5, "train_loss": 1.0})
+    recorder.trial_result("t000", {rs.METRIC_EPOCHS_TRAINED: 1, "dev_accuracy": 0.5, "train_loss": 1.0})
     recorder.trial_retried("t000", 2, "worker died", 1)  # a started trial: its own record
-    recorder.trial_completed("t000", {"best_dev_accuracy": 0.5, "epoch": 1, "trial_finished": 1}, None)
+    recorder.trial_completed("t000", {"best_dev_accuracy": 0.5, rs.METRIC_EPOCHS_TRAINED: 1, rs.RESULT_TRIAL_FINISHED: 1}, None)
     records = [r for _, r in read_records(journal.path)]
     assert [r.kind for r in records] == ["start", "metrics", "tags", "finish"]
     assert records[0].data["tags"][rs.TAG_RETRY_CAUSE] == "node removed"

@@ -19,7 +19,7 @@ from testkit.store import client_for, runs_of, trial_running, trials_finished
 
 from orchestrator.reaper import descendants
 from results import run_schema as rs
-from results.sweeps import load_sweeps
+from results.sweep_records import load_sweeps
 
 pytestmark = pytest.mark.ray
 EPOCHS = 2

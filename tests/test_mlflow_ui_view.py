@@ -58,9 +58,9 @@ def _store(folder: Path) -> tuple[str, str]:
     for number, (lr, dropout) in enumerate(GRID):
         trial = f"trial_{number}"
         recorder.trial_started(trial, {"lr": lr, "dropout": dropout, "seed": 1})
-        recorder.trial_result(trial, {"epoch": 1, "dev_accuracy": 0.4 + number / 20})
+        recorder.trial_result(trial, {rs.METRIC_EPOCHS_TRAINED: 1, "dev_accuracy": 0.4 + number / 20})
         recorder.trial_completed(
-            trial, {"best_dev_accuracy": 0.4 + number / 20, "epoch": 1, "trial_finished": 1}, None
+            trial, {"best_dev_accuracy": 0.4 + number / 20, rs.METRIC_EPOCHS_TRAINED: 1, rs.RESULT_TRIAL_FINISHED: 1}, None
         )
     journal.close()
     JournalUploader(tracker, journal.path).upload_available()
