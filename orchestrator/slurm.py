@@ -214,19 +214,29 @@ def check_path(option: str, path: str | Path) -> None:
         )
 
 
-def short_allocation_warning(options: SlurmOptions) -> str | None:
-    """A --time that leaves less than MIN_TRAINING_S to train once the sweep's stop signal and
-    the start-up are taken off: its allocations may end with no trial done."""
+def short_allocation_warning(options: SlurmOptions, measured=None) -> str | None:
+    """A --time that leaves less than one epoch to train once the sweep's stop signal and the
+    start-up are taken off: its allocations may end with no trial done. `measured`: the spec's
+    latest `validate --estimate` (estimate.Measured: an epoch's and the start-up's time); without
+    one, STARTUP_ALLOWANCE_S and MIN_TRAINING_S stand in."""
     if options.time_limit is None:
         return None
     limit = time_limit_seconds(options.time_limit)
-    left = limit - options.signal_before_s - STARTUP_ALLOWANCE_S
-    if not limit or left >= MIN_TRAINING_S:
+    startup = measured.startup_s if measured else STARTUP_ALLOWANCE_S
+    needed = measured.epoch_s if measured else MIN_TRAINING_S
+    left = limit - options.signal_before_s - startup
+    if not limit or left >= needed:
         return None
-    return (f"--time {options.time_limit} leaves {max(left, 0)}s to train per allocation after "
-            f"--signal-before {options.signal_before_s}s and ~{STARTUP_ALLOWANCE_S}s to start Ray "
-            f"and the sweep (less than {MIN_TRAINING_S}s); an allocation that finishes no trial "
-            "is not requeued. Check an epoch's time with `orchestrate validate SPEC --estimate`")
+    before = (f"--time {options.time_limit} leaves {max(left, 0):.0f}s to train per allocation after "
+              f"--signal-before {options.signal_before_s}s and ")
+    after = "; an allocation that finishes no trial is not requeued"
+    if measured:
+        return (f"{before}{startup:.0f}s to start Ray and the sweep, less than one epoch "
+                f"({needed:.0f}s; both measured by `orchestrate validate SPEC --estimate` on "
+                f"{measured.host} at {measured.when}){after}")
+    return (f"{before}~{startup}s to start Ray and the sweep (less than {needed}s){after}. "
+            "Measure an epoch and the start-up with `orchestrate validate SPEC --estimate`: "
+            "submit then checks against them")
 
 
 def check_options(options: SlurmOptions) -> None:
@@ -557,7 +567,10 @@ def build_batch_job(spec_path: str | Path, options: SlurmOptions, *, tracking_ur
     check_path("the working directory (--chdir)", Path(cwd or os.getcwd()).resolve())
     uri = slurm_tracking_uri(spec.tracking_uri)
     at_once, why = trials_at_once(spec, options.allocation, "the requested allocation")
-    warnings = [w for w in (loopback_warning(uri), short_allocation_warning(options)) if w]
+    from orchestrator.estimate import recorded_estimate
+
+    warnings = [w for w in (loopback_warning(uri),
+                            short_allocation_warning(options, recorded_estimate(spec))) if w]
     if not spec.search.storage_path:
         warnings.append(
             f"search.storage_path is not set: Tune's results and checkpoints go to ray_results in "
