@@ -40,7 +40,7 @@ from urllib.parse import urlsplit
 
 from nli_models.errors import InputError, mask_secrets, without_passwords
 from orchestrator.cli_options import DEFAULT_SIGNAL_BEFORE_S
-from orchestrator.environment import DEFAULTS
+from orchestrator.environment import DEFAULTS, cache_dir
 from orchestrator.ray_jobs import (
     ClusterError,
     JobInputError,
@@ -414,7 +414,9 @@ for _ in $(seq 240); do
   [ -e "$RAY_TMP/ray_current_cluster" ] || [ -n "$reason" ] || ! kill -0 "$head" 2>/dev/null && break
   sleep 0.5
 done
-if [ ! -e "$RAY_TMP/ray_current_cluster" ]; then
+if [ -n "$reason" ]; then
+  :  # a signal while Ray started: the sweep is stopped before it started (rc 3, below)
+elif [ ! -e "$RAY_TMP/ray_current_cluster" ]; then
   say "the Ray head did not start (see $RAY_LOG)"
   rc=1
 elif [ "${SLURM_JOB_NUM_NODES:-1}" -gt 1 ]; then
@@ -423,7 +425,7 @@ elif [ "${SLURM_JOB_NUM_NODES:-1}" -gt 1 ]; then
     "$HEAD_IP:$GCS_PORT" "$RAY_TMP" "$SLURM_CPUS_PER_TASK" "$NUM_GPUS" >>"$RAY_LOG" 2>&1 &
   workers=$!
 fi
-[ -z "$rc" ] && say "Ray at $HEAD_IP:$GCS_PORT (temp dir $RAY_TMP, log $RAY_LOG)"
+[ -z "$rc" ] && [ -z "$reason" ] && say "Ray at $HEAD_IP:$GCS_PORT (temp dir $RAY_TMP, log $RAY_LOG)"
 # Trials finished before this run: a requeue needs this run to add one.
 done_at_start="?"
 [ "$REQUEUE" = 1 ] && { done_at_start=$(node trials-done "$EXPERIMENT") || done_at_start="?"; }
@@ -473,6 +475,7 @@ if [ "$reason" = cancelled ]; then
   # whose next run needs the marker. `orchestrate jobs` removes it once the job has ended.
   exit "$rc"
 fi
+started_ms=$(cat "$STARTED" 2>/dev/null) || started_ms=""  # the trials after it are this job's
 rm -f "$STARTED"
 # The job's end, for `orchestrate jobs` and `logs` (SLURM forgets finished jobs). A user's stop
 # that the sweep obeyed (exit 3, interrupted and resumable) is no failure: the job exits 0, so
@@ -486,7 +489,7 @@ if [ "$reason" = stop ] && [ "$rc" = 3 ]; then
   say "stopped by orchestrate stop"
 fi
 [ "$end_state" != COMPLETED ] && say "resume with: $RESUME_COMMAND"
-node job-end "$END_FILE" "$end_state" "$rc" "$EXPERIMENT" || true
+node job-end "$END_FILE" "$end_state" "$rc" "$EXPERIMENT" "$started_ms" || true
 exit "$rc"
 """
 
@@ -725,17 +728,29 @@ class Submitted:
     # Once the job has ended (cached by `orchestrate jobs`, so a finished job needs no query):
     final_state: str | None = None  # SLURM's state, or STOPPED for a user's stop
     final_elapsed: str | None = None
-    trials_done: int | None = None  # trials finished in the sweep when the job ended
+    trials_done: int | None = None  # trials this job finished (in all its runs)
 
     @property
     def end_file(self) -> Path:
         """What the batch script writes as the job ends (slurm_node.job_end)."""
         return Path(self.output).with_suffix(".end")
 
+    @property
+    def started_file(self) -> Path:
+        """The batch script's marker of when a run of the job first started the sweep (ms)."""
+        return Path(self.output).with_suffix(".started")
+
+    def sweep_started_ms(self) -> int | None:
+        """When the job first started the sweep (None: not yet, or its marker is gone): the
+        sweep's trials that finished after it are this job's."""
+        try:
+            return int(self.started_file.read_text().strip())
+        except (OSError, ValueError):
+            return None
+
 
 def record_path() -> Path:
-    cache = os.environ.get("XDG_CACHE_HOME") or "~/.cache"
-    return Path(cache).expanduser() / "nli-orchestrator" / "slurm-jobs.jsonl"
+    return cache_dir() / "slurm-jobs.jsonl"
 
 
 def record(job: BatchJob, job_id: str) -> Submitted:
@@ -770,7 +785,7 @@ def submissions() -> list[Submitted]:
 
 def job_end(entry: Submitted, state: JobState) -> tuple[str, int | None]:
     """A finished job's state (STOPPED for a user's stop, from the job's end file; else SLURM's)
-    and the trials finished when it ended (None: unknown)."""
+    and the trials it finished (None: unknown)."""
     try:
         written = json.loads(entry.end_file.read_text())
         return written["state"], written.get("trials_done")
@@ -783,7 +798,7 @@ def record_end(entry: Submitted, state: str, elapsed: str, trials_done: int | No
     An ended job is requeued no more: its marker of when it started the sweep goes (a job
     cancelled or killed mid-run could not remove it; a preempted job that SLURM requeues needs
     it, and is not ended)."""
-    Path(entry.output).with_suffix(".started").unlink(missing_ok=True)
+    entry.started_file.unlink(missing_ok=True)
     ended = Submitted(**{**asdict(entry), "final_state": state, "final_elapsed": elapsed,
                          "trials_done": trials_done})
     with record_path().open("a") as handle:
