@@ -156,7 +156,8 @@ def start_cluster():
 def run_ours(spec_path: Path, address: str) -> dict[str, Any]:
     import orchestrator.ray_adapter as ray_adapter
     import orchestrator.sweep as sweep_module
-    from orchestrator.tracking import JournalUploader, SweepRecorder
+    from orchestrator.recorder import SweepRecorder
+    from orchestrator.uploader import JournalUploader
     from results import run_schema as rs
 
     counts = {"start": 0, "result": 0, "complete": 0, "error": 0}

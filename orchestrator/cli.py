@@ -261,7 +261,8 @@ def sweep(spec_path: str, resume: bool, new: bool, address: str | None, verbose:
     from nli_models.errors import InputError
     from orchestrator.lifecycle import SweepInterrupted
     from orchestrator.progress import interrupted_line
-    from orchestrator.sweep import SweepExists, run_sweep
+    from orchestrator.sweep import run_sweep
+    from orchestrator.sweep_records import SweepExists
     from orchestrator.tracking import TrackingUnavailable
 
     if resume and new:
@@ -354,7 +355,8 @@ def ui(tracking_uri: str | None, port: int, verbose: bool) -> None:
 
 def _echo_sweep_links(tracking_uri: str, base_url: str) -> None:
     """Each swept experiment's trials view (table and parallel-coordinates chart)."""
-    from orchestrator.tracking import runs_view_path, sweep_views, ui_link
+    from orchestrator.run_view import runs_view_path, ui_link
+    from orchestrator.tracking import sweep_views
 
     try:
         views = sweep_views(tracking_uri)
@@ -393,9 +395,10 @@ main.add_command(attention_command, "attention")
 main.add_command(report_command, "report")
 
 from orchestrator.cluster_cli import CLUSTER_COMMANDS  # noqa: E402
+from orchestrator.replay_cli import replay_command  # noqa: E402
 from orchestrator.sweeps_cli import SWEEP_COMMANDS  # noqa: E402
 
-for command in (*CLUSTER_COMMANDS, *SWEEP_COMMANDS):
+for command in (*CLUSTER_COMMANDS, *SWEEP_COMMANDS, replay_command):
     main.add_command(command)
 
 if __name__ == "__main__":

@@ -14,7 +14,7 @@ import signal
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -23,10 +23,12 @@ import ray
 import torch
 import yaml
 from ray import tune
-from ray.tune.schedulers import ASHAScheduler, FIFOScheduler, MedianStoppingRule
-from ray.tune.search import Repeater, Searcher
+from ray.tune.experiment import Trial
+from ray.tune.schedulers import ASHAScheduler, FIFOScheduler, MedianStoppingRule, TrialScheduler
+from ray.tune.search import ConcurrencyLimiter, Repeater, Searcher
 from ray.tune.search.optuna import OptunaSearch
 from ray.tune.search.repeater import TRIAL_INDEX
+from ray.tune.search.variant_generator import generate_variants
 
 from nli_models.config import RunConfig
 from nli_models.cpus import usable_cpus
@@ -315,16 +317,33 @@ def param_space(spec: SweepSpec) -> dict[str, Any]:
     return space
 
 
-def optuna_search(sampler: str, seed: int) -> OptunaSearch:
-    """Tune's OptunaSearch over the named, seeded Optuna sampler (random | tpe | cmaes)."""
+def optuna_search(sampler: str, seed: int, objectives: Sequence[tuple[str, str]] = ()) -> OptunaSearch:
+    """Tune's OptunaSearch over the named, seeded Optuna sampler (random | tpe | cmaes | nsga2);
+    with `objectives` ((name, max|min) pairs) a multi-objective study, which Tune wants given
+    here, not in TuneConfig."""
     import optuna
 
     samplers = {
         "random": optuna.samplers.RandomSampler,
         "tpe": optuna.samplers.TPESampler,
         "cmaes": optuna.samplers.CmaEsSampler,
+        "nsga2": optuna.samplers.NSGAIISampler,
     }
-    return OptunaSearch(sampler=samplers[sampler](seed=seed))
+    if not objectives:
+        return OptunaSearch(sampler=samplers[sampler](seed=seed))
+    return OptunaSearch(
+        sampler=samplers[sampler](seed=seed),
+        metric=[objective_result_key(name) for name, _ in objectives],
+        mode=[direction for _, direction in objectives],
+    )
+
+
+def objective_result_key(objective: str) -> str:
+    """The key of a trial's Tune result that holds an objective: every epoch reports it, and the
+    last one is what the searcher is told (the value the recorder stores under
+    rs.OBJECTIVE_METRICS[objective]; Tune's own time_total_s becomes trial_time_s)."""
+    metric = rs.OBJECTIVE_METRICS[objective]
+    return "time_total_s" if metric == rs.METRIC_TRIAL_TIME else metric
 
 
 def make_searcher(spec: SweepSpec):
@@ -333,7 +352,9 @@ def make_searcher(spec: SweepSpec):
         return None
     # No ConcurrencyLimiter here: TuneConfig(max_concurrent_trials=...) wraps the searcher in one
     # (and warns when it already is one).
-    searcher = DistinctProposals(optuna_search(search.sampler, search.sampler_seed))
+    searcher = DistinctProposals(
+        optuna_search(search.sampler, search.sampler_seed, search.objective_directions)
+    )
     if len(search.seeds) == 1:
         return searcher
     # Each sampled configuration runs once per seed; Optuna sees the mean over seeds.
@@ -407,7 +428,8 @@ class DistinctProposals(Searcher):
         square of its trials (benchmarks/README.md, section 9)."""
         if not result:
             return result
-        return {self.metric: result[self.metric]} if self.metric in result else {}
+        names = self.metric if isinstance(self.metric, list) else [self.metric]  # objectives
+        return {name: result[name] for name in names if name in result}
 
     # Tune checkpoints a wrapper's state apart from the searcher it wraps (as for Ray's own
     # ConcurrencyLimiter and Repeater): get_state/set_state hold only the wrapper's bookkeeping.
@@ -426,21 +448,65 @@ class DistinctProposals(Searcher):
         self.__dict__.update(state)
 
 
+TIME_ATTR = "training_iteration"  # what ASHA and the median rule count in: Tune's count of reports (epochs)
+
+
 def make_scheduler(spec: SweepSpec):
     scheduler = spec.search.scheduler
     max_t = spec.training.epochs
     if scheduler.type == "asha":
         return ASHAScheduler(
-            time_attr="training_iteration",
+            time_attr=TIME_ATTR,
             max_t=max_t,
             grace_period=min(scheduler.grace_period, max_t),
             reduction_factor=scheduler.reduction_factor,
         )
     if scheduler.type == "median":
         return MedianStoppingRule(
-            time_attr="training_iteration", grace_period=scheduler.grace_period, min_samples_required=3
+            time_attr=TIME_ATTR, grace_period=scheduler.grace_period, min_samples_required=3
         )
     return FIFOScheduler()
+
+
+# -- what orchestrator/replay.py drives as Tune's controller would ----------------------------
+SCHEDULER_STOP = TrialScheduler.STOP
+SEARCH_FINISHED = Searcher.FINISHED
+TRIAL_RUNNING, TRIAL_TERMINATED, TRIAL_ERROR = Trial.RUNNING, Trial.TERMINATED, Trial.ERROR
+
+
+class GridProposals:
+    """Tune's grid as a searcher: the variants BasicVariantGenerator makes of the param space
+    (generate_variants), in its order."""
+
+    def __init__(self, space: dict[str, Any]):
+        self._variants = generate_variants({"config": space})
+
+    def suggest(self, trial_id: str) -> dict | str:
+        variant = next(self._variants, None)
+        return SEARCH_FINISHED if variant is None else variant[1]["config"]
+
+    def on_trial_result(self, trial_id: str, result: dict) -> None:
+        pass  # a grid does not learn
+
+    def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False) -> None:
+        pass
+
+
+def proposals(spec: SweepSpec, slots: int, distinct: bool = True) -> GridProposals | Searcher:
+    """What proposes a sweep's trials, as Tuner.fit makes it with max_concurrent_trials=slots:
+    the grid's variants, or the searcher in a ConcurrencyLimiter (tune.py), its metric, mode and
+    space set. distinct=False unwraps the sampler from DistinctProposals (every proposal is
+    trained; one-seed sweeps of an Optuna sampler only)."""
+    if spec.search.sampler == "grid":
+        return GridProposals(param_space(spec))
+    searcher = make_searcher(spec)
+    if not distinct:
+        if not isinstance(searcher, DistinctProposals):  # e.g. Repeater(DistinctProposals) for seeds
+            raise ValueError("distinct=False replays one-seed sweeps of an Optuna sampler only")
+        searcher = searcher.searcher
+    searcher = ConcurrencyLimiter(searcher, max_concurrent=slots)
+    searcher.set_search_properties(spec.search.metric, spec.search.mode, param_space(spec))
+    return searcher
 
 
 class TrialListener(Protocol):
@@ -578,8 +644,9 @@ def run_tuner(
             trainable,
             param_space=param_space(spec),
             tune_config=tune.TuneConfig(
-                metric=search.metric,
-                mode=search.mode,
+                # With objectives the searcher holds them (optuna_search) and FIFO needs none.
+                metric=None if search.objectives else search.metric,
+                mode=None if search.objectives else search.mode,
                 search_alg=make_searcher(spec),
                 scheduler=make_scheduler(spec),
                 num_samples=num_samples,

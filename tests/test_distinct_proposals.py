@@ -134,7 +134,7 @@ def test_a_result_without_the_metric_is_told_to_a_repeat_as_such():
 SPACE = {"lr": tune.choice([1, 2, 3]), "dropout": tune.choice([0.0, 0.1, 0.2])}
 
 
-SAMPLERS = ("random", "tpe", "cmaes")  # every Optuna sampler a spec may name
+SAMPLERS = ("random", "tpe", "cmaes", "nsga2")  # every Optuna sampler a spec may name
 
 
 def _run(searcher: Searcher, n: int) -> list[tuple]:
@@ -171,3 +171,22 @@ def test_inside_repeater_each_configuration_runs_once_per_seed(sampler):
         proposed.append((config["lr"], config["dropout"], config["__trial_index__"]))
         searcher.on_trial_complete(str(i), {METRIC: config["lr"] / 10 - config["dropout"]})
     assert len(set(proposed)) == 18
+
+
+@pytest.mark.parametrize("sampler", ["random", "tpe", "nsga2"])  # those search.objectives allows
+def test_a_multi_objective_repeat_is_told_every_objective(sampler):
+    import optuna
+
+    objectives = [("dev_accuracy", "max"), ("trial_time_s", "min")]
+    searcher = DistinctProposals(optuna_search(sampler, 0, objectives), max_tries=50)
+    assert searcher.set_search_properties(None, None, SPACE)  # Tune passes no metric with objectives
+    assert searcher.metric == ["best_dev_accuracy", "time_total_s"]  # the Tune result's keys
+    for i in range(9):
+        config = searcher.suggest(str(i))
+        searcher.on_trial_complete(str(i), {"best_dev_accuracy": config["lr"] / 10,
+                                            "time_total_s": 10 * config["dropout"], "epoch": 2})
+    study = searcher.searcher._ot_study
+    assert len(study.directions) == 2
+    told = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
+    assert len(told) > 9  # the repeats were told, with both values of the point they repeat
+    assert all(t.values == [t.params["lr"] / 10, 10 * t.params["dropout"]] for t in told)

@@ -18,14 +18,10 @@ from pathlib import Path
 
 import pytest
 from mlflow import MlflowClient
-from sweep_helpers import (
-    REPO_ROOT,
-    assert_processes_gone,
-    run_orchestrate,
-    start_orchestrate,
-    wait_while_driving,
-    write_spec,
-)
+from testkit import REPO
+from testkit.cli import run_orchestrate, start_orchestrate
+from testkit.processes import assert_processes_gone, wait_while_driving
+from testkit.specs import write_spec
 
 from orchestrator.reaper import descendants
 
@@ -56,7 +52,7 @@ def assert_within_tolerance(estimated: float, measured: float, output: str) -> N
 
 
 def test_the_quickstart_estimate_is_within_30_percent_and_informs_submit(tmp_path):
-    spec = REPO_ROOT / "search_spaces" / "quickstart.yaml"
+    spec = REPO / "search_spaces" / "quickstart.yaml"
     estimated, measured, output = estimate_then_sweep(spec, [], tmp_path)
     assert_within_tolerance(estimated, measured, output)
     # The arithmetic is stated: the waves follow the CPUs and the cap, the pilot ran here.
@@ -101,7 +97,7 @@ def test_the_quickstart_estimate_is_within_30_percent_and_informs_submit(tmp_pat
 def test_a_shrunk_paper_spec_estimate_is_within_30_percent(tmp_path, shared_data):
     """snli_wbw (Rocktäschel et al.'s word-by-word attention) on the real SNLI train sample and
     500 dev and test pairs, 4 trials of 2 epochs, no pretrained vectors (not available here)."""
-    spec = REPO_ROOT / "search_spaces" / "snli_wbw.yaml"
+    spec = REPO / "search_spaces" / "snli_wbw.yaml"
     options = [
         "--data-dir", str(shared_data),
         "--set", "data.files.train=snli_1.0/snli_1.0_train_sample.jsonl",

@@ -1,4 +1,4 @@
-"""The tracking journal (orchestrator/journal.py) and its one uploader (tracking.JournalUploader):
+"""The tracking journal (orchestrator/journal.py) and its one uploader (uploader.JournalUploader):
 records survive a killed writer whole or not at all; an uploader killed mid-stream and run again
 loses and doubles nothing; trial params reach MLflow typed (tag nli.params) as well as flat."""
 
@@ -18,7 +18,9 @@ import pytest
 from mlflow import MlflowClient
 
 from orchestrator.journal import Journal, JournalError, Record, read_records, trial_groups
-from orchestrator.tracking import JournalUploader, SweepRecorder, Tracker, TrackingUnavailable
+from orchestrator.recorder import SweepRecorder
+from orchestrator.tracking import Tracker, TrackingUnavailable
+from orchestrator.uploader import JournalUploader, create_parent
 from results import run_schema as rs
 from results.tracking import trial_params
 
@@ -43,8 +45,7 @@ def sweep(tmp_path):
     """A store with a sweep's parent run, and that sweep's journal (not uploaded)."""
     uri = f"sqlite:///{tmp_path / 'mlruns.db'}"
     store = Tracker(uri)
-    experiment_id = store.experiment_id("journal")
-    parent = store.start_sweep(experiment_id, "sweep-journal", {})
+    experiment_id, parent = create_parent(store, "journal", "sweep-journal", {})
     journal = Journal(tmp_path / "tracking-journal.jsonl", experiment_id, parent)
     yield uri, store, experiment_id, parent, journal
     journal.close()

@@ -25,7 +25,8 @@ def test_state_moves_only_along_the_lifecycle():
     for target in (rs.SWEEP_PLANNED, rs.SWEEP_RUNNING, rs.SWEEP_INTERRUPTED, rs.SWEEP_RUNNING,
                    rs.SWEEP_COMPLETED):
         state.move(target)
-    assert [w[rs.TAG_SWEEP_STATE] for w in written][-1] == rs.SWEEP_COMPLETED
+    assert written == [rs.SWEEP_PLANNED, rs.SWEEP_RUNNING, rs.SWEEP_INTERRUPTED, rs.SWEEP_RUNNING,
+                       rs.SWEEP_COMPLETED]
     with pytest.raises(RuntimeError, match="from completed to running"):
         state.move(rs.SWEEP_RUNNING)  # a completed sweep is never resumed
     with pytest.raises(RuntimeError, match="from planned to completed"):
