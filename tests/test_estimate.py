@@ -86,7 +86,7 @@ def test_the_quickstart_estimate_is_within_30_percent_and_informs_submit(tmp_pat
 
     short = int(60 + startup + epoch / 2)
     warned = submit(short)
-    assert (f"warning: --time {short // 60}:{short % 60:02d} leaves {short - 60 - startup:.0f}s to "
+    assert (f"warning: --time {short // 60}:{short % 60:02d} leaves {max(short - 60 - startup, 0):.0f}s to "
             f"train per allocation after --signal-before 60s and {startup:.0f}s to start Ray and "
             f"the sweep, less than one epoch ({epoch:.0f}s; both measured by `orchestrate "
             f"validate SPEC --estimate` on ") in warned, warned
