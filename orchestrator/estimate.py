@@ -36,6 +36,7 @@ from results import run_schema as rs
 
 PROBE_BATCHES = 20
 WARMUP_BATCHES = 2
+MAX_PROBED = 8  # grid points the probe times (a larger grid: evenly spread ones)
 PILOT_STEPS = 50  # training batches of a pilot trial (its dev evaluation is whole)
 
 
@@ -47,6 +48,17 @@ def first_configuration(spec: SweepSpec) -> dict:
         params = {**(spec.search.configurations or [{}])[0]}
         params.update({k: d.values[0] for k, d in spec.search.space.items()})
     return {**params, "seed": spec.search.seeds[0]}
+
+
+def probed_configurations(spec: SweepSpec) -> list[dict]:
+    """The configurations the probe times: a grid's points (at most MAX_PROBED, evenly spread over
+    it), else the first configuration alone (a sampler's draws are not known in advance)."""
+    seed = {"seed": spec.search.seeds[0]}
+    if spec.search.sampler != "grid":
+        return [first_configuration(spec)]
+    points = grid_points(spec)
+    step = max(1, math.ceil(len(points) / MAX_PROBED))
+    return [{**point, **seed} for point in points[::step]]
 
 
 def concurrent_trials(spec: SweepSpec, cpus: int, gpus: int) -> int:
@@ -76,13 +88,17 @@ def _head(split: EncodedSplit, n: int) -> EncodedSplit:
 
 @dataclass
 class Probe:
-    """The first configuration trained alone in this process."""
+    """The first configuration trained alone in this process, and the mean over the probed ones
+    (every configuration of a small grid: their sizes differ, so do their speeds)."""
 
     params: dict
     threads: int
     device: str
-    train_s_per_example: float
+    train_s_per_example: float  # the first configuration (the one the pilot trains)
     dev_s_per_example: float
+    configurations: int  # configurations probed
+    mean_train_s_per_example: float  # over the probed configurations
+    mean_dev_s_per_example: float
 
 
 @dataclass
@@ -126,8 +142,9 @@ class Estimate:
 
     @property
     def epoch_s(self) -> float:
-        return self.slowdown * (self.probe.train_s_per_example * self.train_examples
-                                + self.probe.dev_s_per_example * self.dev_examples)
+        """A trial's epoch, averaged over the probed configurations."""
+        return self.slowdown * (self.probe.mean_train_s_per_example * self.train_examples
+                                + self.probe.mean_dev_s_per_example * self.dev_examples)
 
     @property
     def waves(self) -> int:
@@ -142,11 +159,11 @@ class Estimate:
     def selection_s(self) -> float:
         """The selection's test evaluations beyond the pilot's, and the refit (train + dev, every
         epoch) of each selected configuration."""
-        one = self.slowdown * self.probe.dev_s_per_example * (self.test_examples + self.dev_examples)
+        one = self.slowdown * self.probe.mean_dev_s_per_example * (self.test_examples + self.dev_examples)
         extra = (self.evaluations - self.pilot.evaluations) * one
         if self.refit:
             extra += self.evaluations * self.epochs * self.slowdown * (
-                self.probe.train_s_per_example * (self.train_examples + self.dev_examples))
+                self.probe.mean_train_s_per_example * (self.train_examples + self.dev_examples))
         return extra
 
     @property
@@ -174,7 +191,9 @@ class Estimate:
             f"  probe: first configuration {probe.params}, {probe.threads} torch thread(s) on "
             f"{probe.device}, alone: {1e3 * probe.train_s_per_example:.3f} ms per train example "
             f"({self.train_examples} per epoch), {1e3 * probe.dev_s_per_example:.3f} ms per dev "
-            f"example ({self.dev_examples})",
+            f"example ({self.dev_examples}); mean over the {probe.configurations} configuration(s) "
+            f"probed: {1e3 * probe.mean_train_s_per_example:.3f} ms per train example, "
+            f"{1e3 * probe.mean_dev_s_per_example:.3f} ms per dev example",
             f"  pilot sweep (run now: {pilot.trials} trials of the first configuration, 1 epoch of "
             f"{PILOT_STEPS} batches, a throw-away store): {pilot.wall_s:.1f} s, of which "
             f"{pilot.fixed_s:.1f} s outside the trials (process and Ray start, selection, "
@@ -182,9 +201,12 @@ class Estimate:
             f"epochs ran {self.slowdown:.2f}x the probe's time (trials side by side and the "
             f"machine's load); {self.startup_s:.1f} s from the command to the first batch",
             "  assumes: every trial runs all its epochs (patience and "
-            f"{search.scheduler.type} scheduling can only shorten it), every configuration "
-            "trains as fast as the first (hidden sizes and batch sizes in the space change that), "
-            "trials run in full waves, and the machine stays as busy as during the pilot",
+            f"{search.scheduler.type} scheduling can only shorten it), "
+            + ("a trial trains at the probed configurations' mean speed"
+               if search.sampler == "grid" else
+               "every configuration trains as fast as the first (a sampler's draws are not known "
+               "in advance; hidden sizes and batch sizes in the space change that)")
+            + ", trials run in full waves, and the machine stays as busy as during the pilot",
         ]
         if search.time_budget_s:
             lines.append(f"  capped by search.time_budget_s at {_duration(search.time_budget_s)}")
@@ -199,37 +221,47 @@ def _duration(seconds: float) -> str:
     return f"{seconds / 3600:.1f} h"
 
 
-def run_probe(spec: SweepSpec, data: PreparedData) -> Probe:
-    """Train the first configuration for PROBE_BATCHES batches (after WARMUP_BATCHES) and time
-    them and as many dev examples, with the thread count a trial gets."""
-    import torch
-
+def _time_configuration(spec: SweepSpec, data: PreparedData, params: dict) -> tuple[float, float, str]:
+    """(train s per example, dev s per example, device) of one configuration: PROBE_BATCHES
+    batches trained after WARMUP_BATCHES, and as many dev examples evaluated."""
     from nli_models.training import make_trainer
 
-    params = first_configuration(spec)
     config = apply_hyperparameters(spec.base_config(), params)
     batch = config.training.batch_size
     train, dev = data.splits["train"], data.splits["dev"]
+    warmup = replace(data, splits={"train": _head(train, WARMUP_BATCHES * batch)})
+    make_trainer(config, warmup).train_epoch(1)
+    probe = replace(data, splits={"train": _head(train, PROBE_BATCHES * batch),
+                                  "dev": _head(dev, PROBE_BATCHES * batch)})
+    trainer = make_trainer(config, probe)
+    started = time.perf_counter()
+    trainer.train_epoch(1)
+    train_s = time.perf_counter() - started
+    started = time.perf_counter()
+    trainer.evaluate("dev")
+    dev_s = time.perf_counter() - started
+    return (train_s / len(probe.splits["train"]), dev_s / max(1, len(probe.splits["dev"])),
+            str(trainer.device))
+
+
+def run_probe(spec: SweepSpec, data: PreparedData) -> Probe:
+    """Time each probed configuration with the thread count a trial gets."""
+    import torch
+
+    configurations = probed_configurations(spec)
     threads = trial_threads(spec.search.resources.cpu)
     previous_threads = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
-        warmup = replace(data, splits={"train": _head(train, WARMUP_BATCHES * batch)})
-        make_trainer(config, warmup).train_epoch(1)
-        probe = replace(data, splits={"train": _head(train, PROBE_BATCHES * batch),
-                                      "dev": _head(dev, PROBE_BATCHES * batch)})
-        trainer = make_trainer(config, probe)
-        started = time.perf_counter()
-        trainer.train_epoch(1)
-        train_s = time.perf_counter() - started
-        started = time.perf_counter()
-        trainer.evaluate("dev")
-        dev_s = time.perf_counter() - started
+        timed = [_time_configuration(spec, data, params) for params in configurations]
     finally:
         torch.set_num_threads(previous_threads)
-    return Probe(params=params, threads=threads, device=str(trainer.device),
-                 train_s_per_example=train_s / len(probe.splits["train"]),
-                 dev_s_per_example=dev_s / max(1, len(probe.splits["dev"])))
+    (train_s, dev_s, device), *_ = timed
+    return Probe(params=configurations[0], threads=threads, device=device,
+                 train_s_per_example=train_s, dev_s_per_example=dev_s,
+                 configurations=len(timed),
+                 mean_train_s_per_example=statistics.mean(t for t, _, _ in timed),
+                 mean_dev_s_per_example=statistics.mean(d for _, d, _ in timed))
 
 
 def pilot_spec(spec_path: str | Path, overrides: Overrides | None, spec: SweepSpec, trials: int,
