@@ -108,7 +108,7 @@ def submit_to_slurm(spec_path, tracking_uri, resume, new, env, ray_only, overrid
                     gpus_per_node, partition, time_limit, account, qos, sbatch_lines, setup_lines,
                     requeue, max_requeues, signal_before, log_dir, job_name, dry_run) -> None:
     """`submit --slurm`: render the batch script, sbatch it, record the job."""
-    from orchestrator import slurm
+    from orchestrator import slurm, slurm_jobs, slurm_script
     from orchestrator.spec import load_spec
 
     given = [flag for flag, value in ray_only.items() if value]
@@ -128,7 +128,7 @@ def submit_to_slurm(spec_path, tracking_uri, resume, new, env, ray_only, overrid
         signal_before_s=signal_before or DEFAULT_SIGNAL_BEFORE_S,
         log_dir=log_dir or ".", job_name=job_name, setup=list(setup_lines),
     )
-    job = slurm.build_batch_job(spec_path, options, tracking_uri=tracking_uri, resume=resume,
+    job = slurm_script.build_batch_job(spec_path, options, tracking_uri=tracking_uri, resume=resume,
                                 new=new, env=env, overrides=overrides)
     for warning in job.warnings:
         click.echo(f"warning: {warning}", err=True)
@@ -154,8 +154,8 @@ def submit_to_slurm(spec_path, tracking_uri, resume, new, env, ray_only, overrid
         Tracker(job.tracking_uri).check_reachable()
     except TrackingUnavailable as exc:
         _fail(f"{exc} Nothing was submitted.", 1)
-    job_id = slurm.sbatch(job)
-    entry = slurm.record(job, job_id)
+    job_id = slurm_jobs.sbatch(job)
+    entry = slurm_jobs.record(job, job_id)
     click.echo(job_id)
     click.echo(
         f"submitted sweep {job.spec_name!r} to SLURM as job {job_id} ({options.allocation.describe()}: "
@@ -311,17 +311,17 @@ def _ray_rows(address: str | None, progress: _Progress) -> list[dict]:
 
 
 def _slurm_rows(progress: _Progress) -> list[dict]:
-    from orchestrator import slurm
+    from orchestrator import slurm_jobs
 
-    entries = slurm.submissions()
+    entries = slurm_jobs.submissions()
     running = [e.job_id for e in entries if e.final_state is None]
-    states = slurm.job_states(running) if running else {}
+    states = slurm_jobs.job_states(running) if running else {}
     rows = []
     for entry in entries:
         if entry.final_state is None:
             state = states[entry.job_id]
             if not state.active and state.state != "UNKNOWN":
-                entry = slurm.record_end(entry, *_ended(entry, state))
+                entry = slurm_jobs.record_end(entry, *_ended(entry, state))
         if entry.final_state is not None:  # ended: as recorded, nothing asked
             shown, elapsed, done = entry.final_state, entry.final_elapsed, entry.trials_done
         else:
@@ -344,9 +344,9 @@ def _slurm_rows(progress: _Progress) -> list[dict]:
 
 def _ended(entry, state) -> tuple[str, str, int | None]:
     """A job that just left SLURM's queue: its end state, elapsed time and the trials it finished."""
-    from orchestrator import slurm
+    from orchestrator import slurm_jobs
 
-    final, done = slurm.job_end(entry, state)
+    final, done = slurm_jobs.job_end(entry, state)
     if done is None:  # no end file (killed before it wrote one): the store now
         done = _Progress().done_by(entry)
     return final, state.elapsed, done
@@ -362,12 +362,12 @@ def jobs_command(address, slurm_only, as_json):
     account (the Ray cluster is asked when --address or RAY_ADDRESS names it, or when there are
     no SLURM jobs). TRIALS: trials finished / planned, from the tracking store; for a SLURM job
     the trials that job finished (once it ended: as recorded then)."""
-    from orchestrator import slurm
+    from orchestrator import slurm_jobs
     from orchestrator.ray_jobs import ADDRESS_ENVS
 
     progress = _Progress()
     ask_ray = not slurm_only and (
-        address or any(os.environ.get(n) for n in ADDRESS_ENVS) or not slurm.submissions()
+        address or any(os.environ.get(n) for n in ADDRESS_ENVS) or not slurm_jobs.submissions()
     )
     rows = _ray_rows(address, progress) if ask_ray else []
     rows += _slurm_rows(progress)
@@ -395,13 +395,13 @@ def jobs_command(address, slurm_only, as_json):
 def _slurm_entry(job_id: str, address: str | None):
     """The recorded SLURM submission `job_id`, or None for a Ray job. A bare number that was not
     submitted from here is not sent to the Ray cluster: Ray's submission ids are never numbers."""
-    from orchestrator import slurm
+    from orchestrator import slurm, slurm_jobs
 
-    entry = slurm.find(job_id)
+    entry = slurm_jobs.find(job_id)
     if entry is None and job_id.isdigit() and not address:
         raise slurm.SlurmInputError(
             f"no SLURM job {job_id} was submitted from here (`orchestrate jobs` lists them; "
-            f"record: {slurm.record_path()})"
+            f"record: {slurm_jobs.record_path()})"
         )
     return entry
 
@@ -410,7 +410,7 @@ def _slurm_logs(entry, follow: bool) -> None:
     """Print a SLURM job's output file; with follow, until the job leaves the queue."""
     import time
 
-    from orchestrator import slurm
+    from orchestrator import slurm_jobs
 
     path = Path(entry.output)
     position = 0
@@ -426,16 +426,16 @@ def _slurm_logs(entry, follow: bool) -> None:
 
     if not follow:
         if not path.is_file():
-            state = slurm.job_states([entry.job_id])[entry.job_id].state
+            state = slurm_jobs.job_states([entry.job_id])[entry.job_id].state
             click.echo(f"job {entry.job_id} ({state}) has no output yet at {path}", err=True)
         show()
         return
     while True:
-        state = slurm.job_states([entry.job_id])[entry.job_id]
+        state = slurm_jobs.job_states([entry.job_id])[entry.job_id]
         show()
         if not state.active:
             show()
-            final, _ = slurm.job_end(entry, state)
+            final, _ = slurm_jobs.job_end(entry, state)
             click.echo(f"job {entry.job_id}: {final}", err=True)
             if final not in ("COMPLETED", "STOPPED"):  # a user's stop is no failure
                 sys.exit(1)
@@ -473,12 +473,12 @@ SLURM_STOP_WAIT_S = 180  # a clean stop: trials end, the sweep records them, Ray
 @_cluster_errors
 def stop_command(job_id, address):
     """Stop a running job (its trials stop; resume the sweep later with submit --resume)."""
-    from orchestrator import slurm
+    from orchestrator import slurm_jobs
 
     entry = _slurm_entry(job_id, address)
     if entry is not None:
-        was_running, status = slurm.stop(job_id, timeout_s=SLURM_STOP_WAIT_S)
-        status = slurm.job_end(entry, slurm.JobState(status))[0]
+        was_running, status = slurm_jobs.stop(job_id, timeout_s=SLURM_STOP_WAIT_S)
+        status = slurm_jobs.job_end(entry, slurm_jobs.JobState(status))[0]
     else:
         was_running, status = _jobs(address).stop(job_id)
     if was_running:

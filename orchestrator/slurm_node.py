@@ -1,4 +1,4 @@
-"""Helpers the SLURM batch script (orchestrator/slurm.py renders it) runs on the job's nodes:
+"""Helpers the SLURM batch script (orchestrator/slurm_script.py renders it) runs on the job's nodes:
 
     python -m orchestrator.slurm_node head-ports     -> "IP GCS_PORT CLIENT_PORT"
     python -m orchestrator.slurm_node head IP GCS_PORT CLIENT_PORT TMP CPUS GPUS

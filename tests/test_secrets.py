@@ -9,7 +9,7 @@ from test_slurm import spec_file
 from testkit.cli import run_orchestrate
 
 from nli_models.errors import mask_secrets, without_passwords
-from orchestrator import slurm
+from orchestrator import slurm, slurm_jobs, slurm_script
 
 PASSWORD = "S3cret-pw"
 
@@ -47,11 +47,11 @@ def test_validate_train_and_slurm_dry_run_print_no_password(tmp_path):
 def test_the_job_record_keeps_no_password(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     uri = f"http://bob:{PASSWORD}@mlflow.example:5000"
-    job = slurm.build_batch_job(spec_file(tmp_path, tracking_uri=uri),
+    job = slurm_script.build_batch_job(spec_file(tmp_path, tracking_uri=uri),
                                 slurm.SlurmOptions(slurm.Allocation(1, 2, 0)))
     assert PASSWORD in job.script  # the job itself needs the credentials
-    slurm.record(job, "42")
-    [line] = slurm.record_path().read_text().splitlines()
+    slurm_jobs.record(job, "42")
+    [line] = slurm_jobs.record_path().read_text().splitlines()
     assert json.loads(line)["tracking_uri"] == "http://bob@mlflow.example:5000"
     assert PASSWORD not in line
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from test_slurm import spec_file
 from testkit.cli import ORCHESTRATE, orchestrate, run_orchestrate
 
-from orchestrator.slurm import Submitted
+from orchestrator.slurm_jobs import Submitted
 
 
 def script_value(script: str, name: str) -> str:

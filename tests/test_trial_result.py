@@ -11,8 +11,8 @@ from toy_configs import decomposable, toy_run_config
 from nli_models.training import make_trainer
 from orchestrator.journal import Journal
 from orchestrator.ray_adapter import TrialOutcome, epoch_metrics, trial_result
-from orchestrator.spec import config_key
 from orchestrator.recorder import EPOCH_METRICS, SweepRecorder
+from orchestrator.spec import config_key
 from orchestrator.tracking import Tracker
 from orchestrator.uploader import JournalUploader, create_parent
 from results import run_schema as rs
