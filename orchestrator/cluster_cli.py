@@ -1,12 +1,11 @@
-"""Cluster commands of `orchestrate`: submit, jobs, logs, stop (Ray jobs), server (MLflow
-tracking server) and sync (upload a sweep's tracking journal).
+"""Cluster commands of `orchestrate`: submit (Ray jobs, SLURM), server (MLflow tracking server) and
+sync (upload a sweep's tracking journal); jobs, logs and stop are in orchestrator/jobs_cli.py.
 
 Exit codes: 0 done, 1 the cluster / server / job failed or is unreachable, 2 bad input.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import sys
@@ -14,41 +13,10 @@ from pathlib import Path
 
 import click
 
-from nli_models.errors import error_line, mask_secrets
+from nli_models.errors import mask_secrets
 from orchestrator.cli_options import DEFAULT_SIGNAL_BEFORE_S, make_overrides, override_options
-
-ADDRESS_HELP = "Ray dashboard of the head node (default: RAY_ADDRESS or http://127.0.0.1:8265)"
-
-
-def _fail(message: str, code: int) -> None:
-    click.echo(error_line(message), err=True)
-    sys.exit(code)
-
-
-def _jobs(address: str | None):
-    from orchestrator.ray_jobs import ClusterError, Jobs
-
-    try:
-        return Jobs(address)
-    except ClusterError as exc:
-        _fail(str(exc), exc.exit_code)
-
-
-def _cluster_errors(function):
-    """Turn a ClusterError raised by the command into its message and exit code."""
-    import functools
-
-    @functools.wraps(function)
-    def wrapper(*args, **kwargs):
-        from orchestrator.ray_jobs import ClusterError
-
-        try:
-            return function(*args, **kwargs)
-        except ClusterError as exc:
-            _fail(str(exc), exc.exit_code)
-
-    return wrapper
-
+from orchestrator.cluster_common import ADDRESS_HELP, cluster_errors, fail, ray_jobs_client
+from orchestrator.jobs_cli import jobs_command, logs_command, stop_command
 
 # -- submit --slurm ---------------------------------------------------------------------------
 SLURM_SUBMIT_OPTIONS = [
@@ -138,7 +106,7 @@ def submit_to_slurm(spec_path, tracking_uri, resume, new, env, ray_only, overrid
         click.echo(f"(dry run: nothing submitted; {options.allocation.describe()} runs {job.at_once})",
                    err=True)
         if refusal:
-            _fail(refusal, 1)
+            fail(refusal, 1)
         from results.tracking_uri import unreachable_store
 
         away = unreachable_store(job.tracking_uri)
@@ -147,13 +115,13 @@ def submit_to_slurm(spec_path, tracking_uri, resume, new, env, ray_only, overrid
                        f"({away}); submit checks it again", err=True)
         return
     if refusal:
-        _fail(f"{refusal}. Nothing was submitted.", 1)
+        fail(f"{refusal}. Nothing was submitted.", 1)
     from orchestrator.tracking import Tracker, TrackingUnavailable
 
     try:  # a typo in the server's address is found here, not after the job waited in the queue
         Tracker(job.tracking_uri).check_reachable()
     except TrackingUnavailable as exc:
-        _fail(f"{exc} Nothing was submitted.", 1)
+        fail(f"{exc} Nothing was submitted.", 1)
     job_id = slurm_jobs.sbatch(job)
     entry = slurm_jobs.record(job, job_id)
     click.echo(job_id)
@@ -212,7 +180,7 @@ def allocation_report(spec, slurm_nodes, slurm_cpus_per_task, slurm_gpus_per_nod
 @click.option("--follow", is_flag=True, help="stream the job's logs until it ends")
 @override_options
 @slurm_submit_options
-@_cluster_errors
+@cluster_errors
 def submit_command(spec_path, address, tracking_uri, resume, new, working_dir, env, job_id, follow,
                    assignments, data_dir, **slurm_options):
     """Submit a sweep to a Ray cluster as a Ray job (`orchestrate sweep SPEC` on the head), or
@@ -235,7 +203,7 @@ def submit_command(spec_path, address, tracking_uri, resume, new, working_dir, e
     )
     for warning in submission.warnings:
         click.echo(f"warning: {warning}", err=True)
-    jobs = _jobs(address)
+    jobs = ray_jobs_client(address)
     job = jobs.submit(submission)
     click.echo(job)
     click.echo(mask_secrets(
@@ -252,239 +220,6 @@ def submit_command(spec_path, address, tracking_uri, resume, new, working_dir, e
         click.echo(f"job {job}: {status}", err=True)
         if status != "SUCCEEDED":
             sys.exit(1)
-
-
-# -- jobs / logs / stop -----------------------------------------------------------------------
-def _clock(seconds: float) -> str:
-    seconds = int(max(seconds, 0))
-    return f"{seconds // 3600}:{seconds % 3600 // 60:02d}:{seconds % 60:02d}"
-
-
-class _Progress:
-    """Trials done per (tracking URI, experiment, since), asked once per listing."""
-
-    def __init__(self):
-        self.known: dict[tuple[str, str, int], tuple[int, str] | None] = {}
-
-    def done(self, uri: str, experiment: str, since_ms: int = 0) -> int | None:
-        """Trials of the experiment's latest sweep finished at or after `since_ms`."""
-        from orchestrator.tracking import sweep_progress
-
-        if not uri or not experiment:
-            return None
-        if (uri, experiment, since_ms) not in self.known:
-            self.known[(uri, experiment, since_ms)] = sweep_progress(uri, experiment, since_ms)
-        found = self.known[(uri, experiment, since_ms)]
-        return None if found is None else found[0]
-
-    def done_by(self, entry) -> int | None:
-        """Trials the SLURM job `entry` finished: those after it started the sweep."""
-        since = entry.sweep_started_ms()
-        return 0 if since is None else self.done(entry.tracking_uri, entry.spec_name, since)
-
-
-def _ray_rows(address: str | None, progress: _Progress) -> list[dict]:
-    import time
-
-    rows = []
-    for job in _jobs(address).list():
-        metadata = job.metadata or {}
-        end = job.end_time or (time.time() * 1000 if job.start_time else None)
-        planned = metadata.get("nli.planned_trials")
-        rows.append({
-            "job_id": job.submission_id or job.job_id or "-",
-            "backend": "ray",
-            "spec": metadata.get("nli.spec") or job.entrypoint,
-            "experiment": metadata.get("nli.spec_name") or "-",
-            "state": job.status.value,
-            "elapsed": _clock((end - job.start_time) / 1000) if job.start_time else "-",
-            "trials_done": progress.done(metadata.get("nli.tracking_uri", ""),
-                                         metadata.get("nli.spec_name", "")),
-            "trials_planned": int(planned) if planned else None,
-            "start_time": job.start_time,
-            "end_time": job.end_time,
-            "entrypoint": job.entrypoint,
-            "metadata": metadata,
-            "message": job.message,
-        })
-    return rows
-
-
-def _slurm_rows(progress: _Progress) -> list[dict]:
-    from orchestrator import slurm_jobs
-
-    entries = slurm_jobs.submissions()
-    running = [e.job_id for e in entries if e.final_state is None]
-    states = slurm_jobs.job_states(running) if running else {}
-    rows = []
-    for entry in entries:
-        if entry.final_state is None:
-            state = states[entry.job_id]
-            if not state.active and state.state != "UNKNOWN":
-                entry = slurm_jobs.record_end(entry, *_ended(entry, state))
-        if entry.final_state is not None:  # ended: as recorded, nothing asked
-            shown, elapsed, done = entry.final_state, entry.final_elapsed, entry.trials_done
-        else:
-            shown = state.state + (f" ({state.reason})" if state.reason else "")
-            elapsed, done = state.elapsed, progress.done_by(entry)
-        rows.append({
-            "job_id": entry.job_id,
-            "backend": "slurm",
-            "spec": entry.spec,
-            "experiment": entry.spec_name,
-            "state": shown,
-            "elapsed": elapsed,
-            "trials_done": done,
-            "trials_planned": entry.planned_trials,
-            "output": entry.output,
-            "tracking_uri": entry.tracking_uri,
-        })
-    return rows
-
-
-def _ended(entry, state) -> tuple[str, str, int | None]:
-    """A job that just left SLURM's queue: its end state, elapsed time and the trials it finished."""
-    from orchestrator import slurm_jobs
-
-    final, done = slurm_jobs.job_end(entry, state)
-    if done is None:  # no end file (killed before it wrote one): the store now
-        done = _Progress().done_by(entry)
-    return final, state.elapsed, done
-
-
-@click.command("jobs")
-@click.option("--address", default=None, help=ADDRESS_HELP)
-@click.option("--slurm", "slurm_only", is_flag=True, help="only the SLURM jobs submitted from here")
-@click.option("--json", "as_json", is_flag=True, help="one JSON object per job")
-@_cluster_errors
-def jobs_command(address, slurm_only, as_json):
-    """List sweep jobs, oldest first: the Ray cluster's, and the SLURM jobs submitted from this
-    account (the Ray cluster is asked when --address or RAY_ADDRESS names it, or when there are
-    no SLURM jobs). TRIALS: trials finished / planned, from the tracking store; for a SLURM job
-    the trials that job finished (once it ended: as recorded then)."""
-    from orchestrator import slurm_jobs
-    from orchestrator.ray_jobs import ADDRESS_ENVS
-
-    progress = _Progress()
-    ask_ray = not slurm_only and (
-        address or any(os.environ.get(n) for n in ADDRESS_ENVS) or not slurm_jobs.submissions()
-    )
-    rows = _ray_rows(address, progress) if ask_ray else []
-    rows += _slurm_rows(progress)
-    if as_json:
-        for row in rows:  # an entrypoint may hold a --set with a URI
-            click.echo(mask_secrets(json.dumps(row)))
-        return
-    if not rows:
-        click.echo("no jobs" + (f" on {_jobs(address).address}" if ask_ray else ""))
-        return
-
-    def trials(row) -> str:
-        done = "?" if row["trials_done"] is None else row["trials_done"]
-        return f"{done}/{row['trials_planned'] or '?'}"
-
-    table = [("JOB", "BACKEND", "SPEC", "EXPERIMENT", "STATE", "ELAPSED", "TRIALS")]
-    table += [(r["job_id"], r["backend"], r["spec"], r["experiment"], r["state"], r["elapsed"], trials(r))
-              for r in rows]
-    widths = [max(len(str(row[i])) for row in table) for i in range(len(table[0]))]
-    for row in table:
-        line = "  ".join(str(cell).ljust(width) for cell, width in zip(row, widths, strict=True))
-        click.echo(mask_secrets(line.rstrip()))
-
-
-def _slurm_entry(job_id: str, address: str | None):
-    """The recorded SLURM submission `job_id`, or None for a Ray job. A bare number that was not
-    submitted from here is not sent to the Ray cluster: Ray's submission ids are never numbers."""
-    from orchestrator import slurm, slurm_jobs
-
-    entry = slurm_jobs.find(job_id)
-    if entry is None and job_id.isdigit() and not address:
-        raise slurm.SlurmInputError(
-            f"no SLURM job {job_id} was submitted from here (`orchestrate jobs` lists them; "
-            f"record: {slurm_jobs.record_path()})"
-        )
-    return entry
-
-
-def _slurm_logs(entry, follow: bool) -> None:
-    """Print a SLURM job's output file; with follow, until the job leaves the queue."""
-    import time
-
-    from orchestrator import slurm_jobs
-
-    path = Path(entry.output)
-    position = 0
-
-    def show() -> None:
-        nonlocal position
-        if path.is_file():
-            with path.open("rb") as handle:
-                handle.seek(position)
-                data = handle.read()
-            position += len(data)
-            click.echo(data.decode(errors="replace"), nl=False)
-
-    if not follow:
-        if not path.is_file():
-            state = slurm_jobs.job_states([entry.job_id])[entry.job_id].state
-            click.echo(f"job {entry.job_id} ({state}) has no output yet at {path}", err=True)
-        show()
-        return
-    while True:
-        state = slurm_jobs.job_states([entry.job_id])[entry.job_id]
-        show()
-        if not state.active:
-            show()
-            final, _ = slurm_jobs.job_end(entry, state)
-            click.echo(f"job {entry.job_id}: {final}", err=True)
-            if final not in ("COMPLETED", "STOPPED"):  # a user's stop is no failure
-                sys.exit(1)
-            return
-        time.sleep(2)
-
-
-@click.command("logs")
-@click.argument("job_id")
-@click.option("--address", default=None, help=ADDRESS_HELP)
-@click.option("-f", "--follow", is_flag=True, help="stream new output until the job ends")
-@_cluster_errors
-def logs_command(job_id, address, follow):
-    """Print a job's output (its driver's stdout and stderr; for SLURM, the job's output file)."""
-    entry = _slurm_entry(job_id, address)
-    if entry is not None:
-        _slurm_logs(entry, follow)
-        return
-    jobs = _jobs(address)
-    if not follow:
-        click.echo(jobs.logs(job_id), nl=False)
-        return
-    status = jobs.follow(job_id, lambda text: click.echo(text, nl=False))
-    click.echo(f"job {job_id}: {status}", err=True)
-    if status != "SUCCEEDED":
-        sys.exit(1)
-
-
-SLURM_STOP_WAIT_S = 180  # a clean stop: trials end, the sweep records them, Ray shuts down
-
-
-@click.command("stop")
-@click.argument("job_id")
-@click.option("--address", default=None, help=ADDRESS_HELP)
-@_cluster_errors
-def stop_command(job_id, address):
-    """Stop a running job (its trials stop; resume the sweep later with submit --resume)."""
-    from orchestrator import slurm_jobs
-
-    entry = _slurm_entry(job_id, address)
-    if entry is not None:
-        was_running, status = slurm_jobs.stop(job_id, timeout_s=SLURM_STOP_WAIT_S)
-        status = slurm_jobs.job_end(entry, slurm_jobs.JobState(status))[0]
-    else:
-        was_running, status = _jobs(address).stop(job_id)
-    if was_running:
-        click.echo(f"job {job_id}: stop requested; now {status}")
-    else:
-        click.echo(f"job {job_id} was not running ({status})")
 
 
 # -- MLflow tracking server -------------------------------------------------------------------
@@ -533,7 +268,7 @@ def server_command(backend_store_uri, artifacts_destination, host, port, workers
     except ts.ServerError as exc:
         if scratch is not None:
             shutil.rmtree(scratch, ignore_errors=True)
-        _fail(str(exc), exc.exit_code)
+        fail(str(exc), exc.exit_code)
     if warning:
         click.echo(f"warning: {warning}", err=True)
     click.echo(
@@ -567,18 +302,18 @@ def sync_command(journal, tracking_uri):
 
     uri = resolve_tracking_uri(tracking_uri, default=None)
     if not uri:
-        _fail("pass --tracking-uri (the sweep's MLflow server) or set MLFLOW_TRACKING_URI", 2)
+        fail("pass --tracking-uri (the sweep's MLflow server) or set MLFLOW_TRACKING_URI", 2)
     path = Path(journal)
     if not path.is_file():
-        _fail(f"journal {journal} not found", 2)
+        fail(f"journal {journal} not found", 2)
     try:
         sent = upload_journal(path, uri)
     except TrackingUnavailable as exc:
-        _fail(str(exc), 1)
+        fail(str(exc), 1)
     except (JournalError, KeyError) as exc:
-        _fail(f"{journal}: {exc}", 2)
+        fail(f"{journal}: {exc}", 2)
     except Exception as exc:  # the server refused a record part-way
-        _fail(f"uploading {journal} to {mask_secrets(uri)} failed: {exc}; fix and run sync again", 1)
+        fail(f"uploading {journal} to {mask_secrets(uri)} failed: {exc}; fix and run sync again", 1)
     click.echo(f"uploaded {sent} operations from {journal} to {mask_secrets(uri)}; the store has "
                "everything it records")
 
