@@ -28,6 +28,7 @@ from nli_models.cpus import usable_cpus
 from nli_models.data import PreparedData
 from nli_models.errors import mask_secrets
 from nli_models.training import make_trainer, refit_and_test
+from orchestrator import extend as extension_of
 from orchestrator.environment import trials_own_cores, users_wait_policy, wait_policy
 from orchestrator.journal import Journal, journal_file
 from orchestrator.lifecycle import (
@@ -43,6 +44,7 @@ from orchestrator.plan import check_input
 from orchestrator.progress import ProgressPrinter
 from orchestrator.provenance import data_digest, data_record, environment_record, git_state
 from orchestrator.ray_adapter import (
+    PriorTrials,
     TrialOutcome,
     check_resources,
     init_ray,
@@ -73,6 +75,7 @@ from orchestrator.tracking import (
     source_tags,
     ui_hint,
 )
+from orchestrator.warm_start import warm_start as warm_start_prior
 from results import run_schema as rs
 from results.selection import TrialRecord, seed_runs, select_configuration
 from results.sweeps import observed_state
@@ -93,6 +96,7 @@ class SweepSummary:
     diverged: int  # trials stopped because their loss became NaN/inf (failed, never selected)
     best_dev_accuracy: float | None
     test_accuracy: float | None
+    test_evaluation: int | None = None  # which test evaluation test_accuracy is (--extend: 2, ...)
 
     @property
     def interrupted(self) -> bool:
@@ -171,7 +175,7 @@ def _previous_sweep(tracker: Tracker, spec: SweepSpec, resume: bool, new: bool):
     if state == rs.SWEEP_COMPLETED:
         raise SweepExists(
             f"experiment {spec.name!r} already holds completed sweep run {run_id}; nothing to "
-            "--resume; pass --new to start another sweep beside it"
+            "--resume; pass --new to start another sweep beside it, or --extend to add trials to it"
         )
     if not resume:
         if not tracker.trial_runs(experiment_id, run_id):
@@ -184,7 +188,8 @@ def _previous_sweep(tracker: Tracker, spec: SweepSpec, resume: bool, new: bool):
 
 
 def _open_parent(
-    tracker: Tracker, spec: SweepSpec, spec_path: Path, previous, overrides: Overrides | None
+    tracker: Tracker, spec: SweepSpec, spec_path: Path, previous, overrides: Overrides | None,
+    warm_tags: dict[str, str],
 ) -> tuple[str, str, SweepState]:
     """The parent run in state `planned` (a new sweep) or the resumed one, moved to `running`
     by the caller; returns (experiment id, parent run id, its state)."""
@@ -213,6 +218,7 @@ def _open_parent(
         **_version_tags(),
         **host_tags(),
         **_override_tags(overrides),
+        **warm_tags,
     }
     if spec.search.time_budget_s is not None:
         tags[rs.TAG_TIME_BUDGET] = str(spec.search.time_budget_s)
@@ -245,6 +251,7 @@ class Selection:
     of it is recorded (record_selection writes it in one go)."""
 
     tested: dict[str, dict[str, float]] = field(default_factory=dict)  # run id -> test metrics
+    selected: set[str] = field(default_factory=set)  # run ids of the selected configurations' seeds
     predictions: dict[str, bytes] = field(default_factory=dict)  # run id -> test predictions
     best_dev: float | None = None
     best_test: float | None = None
@@ -288,9 +295,12 @@ def apply_paper_protocol(
     run_ids: dict[str, str],
     full_params: dict[str, dict],
     interruption: Interruption,
+    tested_before: dict[str, float] | None = None,
 ) -> Selection:
     """Select on dev per model configuration among the trials that ended; evaluate test data for
-    the selected configurations only. Stops with SweepInterrupted if a signal comes meanwhile."""
+    the selected configurations only (a run in `tested_before`, run id -> test accuracy, is not
+    evaluated again: --extend). Stops with SweepInterrupted if a signal comes meanwhile."""
+    tested_before = tested_before or {}
     finished = [
         o for o in ended
         if o.error is None and "best_dev_accuracy" in o.metrics
@@ -326,6 +336,10 @@ def apply_paper_protocol(
                     if interruption.requested:
                         raise SweepInterrupted("interrupted during the test evaluation")
                     run_id = run_ids[outcome.trial_id]
+                    selection.selected.add(run_id)
+                    if run_id in tested_before:
+                        tests.append(tested_before[run_id])
+                        continue
                     metrics, predictions = _evaluate_selected(spec, data, outcome)
                     selection.tested[run_id], selection.predictions[run_id] = metrics, predictions
                     tests.append(metrics[rs.METRIC_TEST_ACCURACY])
@@ -461,16 +475,20 @@ def run_sweep(
     overrides: Overrides | None = None,
     tracking_uri: str | None = None,
     wait_for_resources_s: float | None = None,
+    warm_start: str | None = None,
+    extend: bool = False,
 ) -> SweepSummary:
     """Run a sweep through its lifecycle (orchestrator/lifecycle.py). Everything that can be
     checked is checked before the parent run exists; SIGINT/SIGTERM end it `interrupted`.
     `wait_for_resources_s`: how long a cluster may take to add a node that holds a trial
-    (ray_adapter.check_resources; None: its default)."""
+    (ray_adapter.check_resources; None: its default). `warm_start`: an experiment whose finished
+    trials seed the sampler of this new sweep (orchestrator/warm_start.py); `extend`: add the
+    spec's new trials to the experiment's completed sweep (orchestrator/extend.py)."""
     with Interruption() as interruption:
         try:
             return _run_sweep(
                 Path(spec_path), resume, new, verbose, address, interruption, overrides, tracking_uri,
-                wait_for_resources_s,
+                wait_for_resources_s, warm_start, extend,
             )
         except SweepInterrupted:
             if interruption.armed:
@@ -490,21 +508,34 @@ def trials_wait_policy(spec: SweepSpec, address: str | None) -> str | None:
 
 def _run_sweep(spec_path: Path, resume: bool, new: bool, verbose: int, address: str | None,
                interruption: Interruption, overrides: Overrides | None,
-               tracking_uri: str | None, wait_for_resources_s: float | None) -> SweepSummary:
+               tracking_uri: str | None, wait_for_resources_s: float | None,
+               warm_start: str | None, extend: bool) -> SweepSummary:
     # Every check of the input runs before the first write: addresses and stores answer within
     # seconds, data and vectors are read, and the cluster can hold a trial.
     spec = load_spec(spec_path, overrides, tracking_uri)
     data = check_input(spec, address)  # what `validate` checks too
     tracker = Tracker(spec.tracking_uri)  # creates a new store: only once the input is known good
     tracker.check_reachable()
-    previous = _previous_sweep(tracker, spec, resume, new)
+    prior, warm_tags, extension = None, {}, None
+    if warm_start is not None:  # a new sweep beside any other, as with --new
+        prior, source = warm_start_prior(tracker, spec, warm_start)
+        warm_tags = {rs.TAG_WARM_START: source, rs.TAG_WARM_START_CONFIGURATIONS: str(len(prior.points))}
+    previous = (extension_of.completed_sweep(tracker, spec) if extend
+                else _previous_sweep(tracker, spec, resume, new or warm_start is not None))
+    if extend or (previous is not None and rs.TAG_EXTENSIONS in previous.data.tags):
+        extension = extension_of.plan_extension(tracker, spec, previous, resuming=not extend)
+        prior = extension.prior
     policy = trials_wait_policy(spec, address)
     connected_here = init_ray(address, verbose=verbose > 0, wait_policy=policy)
     try:
         check_resources(spec.search.resources.cpu, spec.search.resources.gpu, wait_for_resources_s)
-        experiment_id, parent_run_id, state = _open_parent(
-            tracker, spec, spec_path, previous, overrides
-        )
+        if extend:
+            experiment_id, parent_run_id = previous.info.experiment_id, previous.info.run_id
+            state = extension_of.open_extension(tracker, spec, spec_path, previous, overrides, extension)
+        else:
+            experiment_id, parent_run_id, state = _open_parent(
+                tracker, spec, spec_path, previous, overrides, warm_tags
+            )
         interruption.arm()
         print(
             f"sweep {spec.name}: {spec.num_trials()} trials; MLflow {mask_secrets(spec.tracking_uri)} "
@@ -514,7 +545,8 @@ def _run_sweep(spec_path: Path, resume: bool, new: bool, verbose: int, address: 
         print(f"data: {data.describe()}", file=sys.stderr)
         with Heartbeat(partial(tracker.set_tags, parent_run_id)):
             return _drive(spec, spec_path, data, tracker, experiment_id, parent_run_id, state,
-                          resumed=previous is not None, verbose=verbose, interruption=interruption)
+                          resumed=previous is not None, verbose=verbose, interruption=interruption,
+                          prior=prior, extension=extension)
     finally:
         if connected_here:
             shutdown_ray()
@@ -522,13 +554,14 @@ def _run_sweep(spec_path: Path, resume: bool, new: bool, verbose: int, address: 
 
 def _drive(spec: SweepSpec, spec_path: Path, data: PreparedData, tracker: Tracker,
            experiment_id: str, parent_run_id: str, state: SweepState, resumed: bool,
-           verbose: int, interruption: Interruption) -> SweepSummary:
+           verbose: int, interruption: Interruption, prior: PriorTrials | None = None,
+           extension: extension_of.Extension | None = None) -> SweepSummary:
     """From `running` to a final state; every way out leaves no run RUNNING."""
     planned = spec.num_trials()
     tracker.set_tags(parent_run_id, {rs.TAG_PLANNED_TRIALS: str(planned), **lease_tags()})
     base_params = logged_params(spec.base_config())
 
-    def summary(final: str, selection: Selection | None = None) -> SweepSummary:
+    def summary(final: str, selection: Selection | None = None, evaluation: int | None = None) -> SweepSummary:
         trials = tracker.trial_runs(experiment_id, parent_run_id)
         return SweepSummary(
             experiment_id=experiment_id,
@@ -540,6 +573,7 @@ def _drive(spec: SweepSpec, spec_path: Path, data: PreparedData, tracker: Tracke
             diverged=sum(_diverged(run) for run in trials),
             best_dev_accuracy=selection.best_dev if selection else None,
             test_accuracy=selection.best_test if selection else None,
+            test_evaluation=evaluation,
         )
 
     def end_interrupted() -> SweepSummary:
@@ -579,8 +613,9 @@ def _drive(spec: SweepSpec, spec_path: Path, data: PreparedData, tracker: Tracke
             interruption.on_tune_stop(stop)
 
         state.move(rs.SWEEP_RUNNING)
-        outcomes = run_tuner(spec, data, f"{spec.name}-{parent_run_id[:8]}", [ledger],
-                             resume=resumed, verbose=min(verbose, 3), on_stop=on_tune_stop)
+        tune_name = extension_of.tune_experiment(spec.name, parent_run_id, extension.index if extension else 0)
+        outcomes = run_tuner(spec, data, tune_name, [ledger], resume=resumed, verbose=min(verbose, 3),
+                             on_stop=on_tune_stop, prior=prior)
         uploader.drain()  # every trial run is in the store before the selection reads it
         trials = tracker.trial_runs(experiment_id, parent_run_id)
         tracker.set_tags(parent_run_id, {rs.TAG_TRIAL_DEVICES: trial_devices(trials)})
@@ -600,19 +635,26 @@ def _drive(spec: SweepSpec, spec_path: Path, data: PreparedData, tracker: Tracke
             f"{len(ended)} trials ended, none finished (failed or diverged): nothing to select"
         )
         _test_evaluation_delay(interruption)
+        if extension is not None:
+            outcomes += extension_of.earlier_outcomes(spec, data, parent_run_id, extension, trials)
         full_params = {o.trial_id: {**base_params, **o.params} for o in outcomes}
         # Test data is touched once, for the final selection, computed before anything is recorded.
         selection = apply_paper_protocol(
-            spec, data, [o for o in outcomes if o.trial_id in finished], run_ids, full_params, interruption
+            spec, data, [o for o in outcomes if o.trial_id in finished], run_ids, full_params, interruption,
+            tested_before=extension.tested if extension else None,
         )
         with interruption.deferred():
-            record_selection(tracker, parent_run_id, selection)
+            if extension is None:
+                record_selection(tracker, parent_run_id, selection)
+                evaluation = 1 if selection.tested else None
+            else:
+                evaluation = extension_of.record_evaluation(tracker, parent_run_id, selection, extension)
             _close_runs(tracker, experiment_id, parent_run_id, state, rs.SWEEP_COMPLETED)
         _link_best(tracker, spec, spec_path, experiment_id, parent_run_id,
                    selection.best_dev, selection.best_test)
         _log_analysis(tracker, experiment_id, parent_run_id)
         print(ui_hint(tracker.tracking_uri, experiment_id), file=sys.stderr)
-        return summary(rs.SWEEP_COMPLETED, selection)
+        return summary(rs.SWEEP_COMPLETED, selection, evaluation)
     except BaseException as exc:
         with contextlib.suppress(TrackingUnavailable):
             uploader.drain()  # what the trials recorded is in the store before they are closed

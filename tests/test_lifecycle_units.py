@@ -26,8 +26,9 @@ def test_state_moves_only_along_the_lifecycle():
                    rs.SWEEP_COMPLETED):
         state.move(target)
     assert [w[rs.TAG_SWEEP_STATE] for w in written][-1] == rs.SWEEP_COMPLETED
-    with pytest.raises(RuntimeError, match="from completed to running"):
-        state.move(rs.SWEEP_RUNNING)  # a completed sweep is never resumed
+    with pytest.raises(RuntimeError, match="from completed to interrupted"):
+        state.move(rs.SWEEP_INTERRUPTED)
+    state.move(rs.SWEEP_RUNNING)  # --extend only (--resume refuses a completed sweep)
     with pytest.raises(RuntimeError, match="from planned to completed"):
         SweepState(written.append, rs.SWEEP_PLANNED).move(rs.SWEEP_COMPLETED)
 
