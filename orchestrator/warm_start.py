@@ -18,6 +18,7 @@ from __future__ import annotations
 import itertools
 import json
 import statistics
+import sys
 from typing import Any
 
 from nli_models.errors import InputError
@@ -164,5 +165,7 @@ def warm_start(tracker, spec: SweepSpec, experiment: str) -> tuple[PriorTrials, 
             points, values = recorded_points(spec, runs, option)
             prior = PriorTrials(points, values, finite_space=finite_space(spec))
             check_room(spec, prior, spec.search.num_samples, option)
+            print(f"warm start: the sampler is told {len(points)} configurations that sweep run "
+                  f"{parent.info.run_id} of experiment {experiment!r} finished", file=sys.stderr)
             return prior, f"{experiment}/{parent.info.run_id}"
     raise InputError(f"{option}: no sweep of experiment {experiment!r} (none running) has a finished trial")
