@@ -4,11 +4,25 @@ the MLflow store and on Tune's experiment folders."""
 from __future__ import annotations
 
 import json
+import os
 import pickle
+import signal
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
-from sweep_helpers import client_for, merge, run_orchestrate, runs_of, write_spec
+from sweep_helpers import (
+    client_for,
+    kill_session,
+    merge,
+    run_orchestrate,
+    runs_of,
+    start_orchestrate,
+    trial_running,
+    wait_while_driving,
+    write_spec,
+)
+from toy_configs import decomposable
 
 from results import run_schema as rs
 
@@ -34,7 +48,8 @@ def _sampler_spec(folder: Path, name: str, override: dict | None = None) -> Path
     }
     override = override or {}
     search["space"] = override.get("space", search["space"])  # a whole space of its own
-    return write_spec(folder, {"name": name, "training": {"epochs": 1}},
+    model = {"model": override["model"]} if "model" in override else {}
+    return write_spec(folder, {"name": name, "training": {"epochs": 1}, **model},
                       replace_search=merge(search, override.get("search", {})))
 
 
@@ -121,9 +136,18 @@ def test_extend_runs_only_new_points_and_tests_only_a_new_selection(workdir):
     assert rs.METRIC_TEST_ACCURACY not in third.data.metrics
     assert _history(client, parent.info.run_id, rs.METRIC_SWEEP_TEST_ACCURACY) == tests
     assert parent.data.tags[rs.TAG_TEST_EVALUATIONS] == "2"
-    listing = run_orchestrate(["sweeps", "grown", "--tracking-uri", f"sqlite:///{workdir / 'mlruns.db'}"], workdir)
+    store = ["--tracking-uri", f"sqlite:///{workdir / 'mlruns.db'}"]
+    listing = run_orchestrate(["sweeps", "grown", *store], workdir)
     _ok(listing)
     assert "(evaluation 2)" in listing.stdout
+    # The results table and the report say which evaluation the test number is.
+    table = workdir / "grown.parquet"
+    _ok(run_orchestrate(["results", "grown", "--out", str(table), "--format", "md", *store], workdir))
+    (row,) = pq.read_table(table).to_pylist()
+    assert (row["test_evaluation"], row["selected_run_id"]) == (2, added.info.run_id)
+    assert "(evaluation 2)" in table.with_suffix(".md").read_text()
+    _ok(run_orchestrate(["report", "grown", "--out", str(workdir / "report"), *store], workdir))
+    assert any("(test evaluation 2)" in f.read_text() for f in (workdir / "report").rglob("*.md"))
 
 
 def _store_runs(folder: Path) -> int:
@@ -134,17 +158,18 @@ def _store_runs(folder: Path) -> int:
 @pytest.mark.parametrize(
     ("args", "override", "message"),
     [
-        (["--warm-start", "earlier"], {"search": {"sampler": "grid", "space": {"lr": {"grid": [0.01]}}}},
+        (["--warm-start", "earlier"], {"search": {"sampler": "grid"}, "space": {"lr": {"grid": [0.01]}}},
          "--warm-start earlier: a warm start seeds an Optuna sampler"),
         (["--warm-start", "nowhere"], {}, "holds no experiment 'nowhere'"),
         (["--warm-start", "earlier"], {"search": {"space": {"lr": {"choice": [0.001, 0.003]}}}},
          "ran lr=0.01, outside search.space.lr (choice [0.001, 0.003])"),
-        (["--warm-start", "earlier"], {"search": {"space": {"dropout": {"choice": [0.0]}}}},
-         "ran dropout=0.2, outside search.space.dropout (choice [0.0])"),
+        (["--warm-start", "earlier"], {"search": {"space": {"dropout": {"choice": [0.1]}}}},
+         "outside search.space.dropout (choice [0.1])"),
         (["--warm-start", "earlier"], {"search": {"num_samples": 4}},
          "the space holds 6 configurations and 3 of them finished before"),
-        (["--warm-start", "earlier"], {"space": {"lr": {"choice": [0.001, 0.003, 0.01]}}},
-         "which this spec does not search (it fixes dropout=0.0)"),
+        (["--warm-start", "earlier"],
+         {"model": decomposable(dim=16, dropout=0.1), "space": {"lr": {"choice": [0.001, 0.003, 0.01]}}},
+         "which this spec does not search (it fixes dropout=0.1)"),
         (["--warm-start", "earlier", "--extend"], {}, "--extend and --warm-start exclude each other"),
         (["--extend"], {"name": "earlier", "search": {"num_samples": 3}}, "adds no trial"),
         (["--extend"], {"name": "never_ran"}, "holds no sweep to extend"),
@@ -173,3 +198,39 @@ def earlier_store(tmp_path_factory) -> Path:
     _, children = runs_of(folder, "earlier")
     assert any(lr == 0.01 for lr, _ in _points(children)), _points(children)
     return folder / "mlruns.db"
+
+
+def test_an_interrupted_extension_continues_with_resume(workdir, monkeypatch):
+    """The extension is the sweep's lifecycle: Ctrl-C leaves it interrupted (exit 3), --resume
+    finishes the same extension (its Tune run restored, its trial run reused)."""
+    spec = write_spec(workdir, {"name": "paused", "training": {"epochs": 2},
+                                "search": {"space": {"lr": {"grid": [0.01]}, "dropout": {"grid": [0.0]}}}})
+    _ok(run_orchestrate(["sweep", str(spec)], workdir))
+    (_,), (first,) = runs_of(workdir, "paused")
+    first_epochs = _history(client_for(workdir), first.info.run_id, rs.METRIC_DEV_ACCURACY)
+    more = ["--set", "search.space.dropout.grid=[0.0,0.2]"]
+    monkeypatch.setenv("NLI_EPOCH_DELAY_S", "4")
+    log = workdir / "extend.log"
+    driver = start_orchestrate(["sweep", str(spec), "--extend", *more], workdir, log)
+    try:
+        wait_while_driving(trial_running(workdir, "paused", log, epochs_logged=1), driver, log, "an epoch")
+        os.kill(driver.pid, signal.SIGINT)
+        assert driver.wait(timeout=180) == 3, log.read_text()
+    finally:
+        kill_session(driver)
+    (parent,), children = runs_of(workdir, "paused")
+    assert parent.data.tags[rs.TAG_SWEEP_STATE] == rs.SWEEP_INTERRUPTED
+    assert parent.data.tags[rs.TAG_EXTENSIONS] == "1"
+    (cut,) = [c for c in children if c.info.run_id != first.info.run_id]
+    assert cut.info.status == "KILLED"
+
+    monkeypatch.delenv("NLI_EPOCH_DELAY_S")
+    _ok(run_orchestrate(["sweep", str(spec), "--resume", *more], workdir))
+    (parent,), children = runs_of(workdir, "paused")
+    assert parent.data.tags[rs.TAG_SWEEP_STATE] == rs.SWEEP_COMPLETED
+    assert parent.data.tags[rs.TAG_EXTENSIONS] == "1"  # the same extension, finished
+    assert sorted(c.info.run_id for c in children) == sorted([first.info.run_id, cut.info.run_id])
+    assert all(c.info.status == "FINISHED" for c in children)
+    assert _history(client_for(workdir), first.info.run_id, rs.METRIC_DEV_ACCURACY) == first_epochs
+    steps = [step for step, _ in _history(client_for(workdir), cut.info.run_id, rs.METRIC_DEV_ACCURACY)]
+    assert steps == [1, 2]  # resumed from its checkpoint, no epoch twice
