@@ -20,5 +20,7 @@ SCALE_BENCHMARKS = ("scale_cluster", "scale_tracking", "scale_analysis")
 # A real reproduction (Yin et al. on SICK, 8 configurations, refit on train + dev): ~40 min on a
 # shared 2-core machine; only when named.
 REPRODUCTION_BENCHMARKS = ("reproduce_sick",)
-OPT_IN_BENCHMARKS = ("search_efficiency", "omp_policy", *SCALE_BENCHMARKS, *REPRODUCTION_BENCHMARKS)
+# replay (name it): records a 36-trial toy grid with `orchestrate sweep` (minutes), then times
+# `orchestrate replay` of it (seconds).
+OPT_IN_BENCHMARKS = ("search_efficiency", "omp_policy", "replay", *SCALE_BENCHMARKS, *REPRODUCTION_BENCHMARKS)
 ALL_BENCHMARKS = DEFAULT_BENCHMARKS + OPT_IN_BENCHMARKS

@@ -102,7 +102,9 @@ def log(message: str) -> None:
 
 def setup_environment() -> None:
     """Ray/MLflow defaults of the project, a private data cache, and no external Ray cluster."""
-    import orchestrator  # noqa: F401  (sets the Ray/MLflow env defaults before they are imported)
+    from orchestrator.environment import configure_environment
+
+    configure_environment()  # before Ray and MLflow are imported
 
     if os.environ.pop("RAY_ADDRESS", None):
         log("RAY_ADDRESS was set; benchmarks start their own local Ray instance instead")

@@ -1,7 +1,7 @@
 """Run the benchmarks: `python -m benchmarks.run [NAME ...] [--quick] [--with-search] [--scale]`.
 
 Without names: every default benchmark (see benchmarks/__init__.py) in order; search_efficiency
-only with --with-search or when named; omp_policy only when named; the scale set (scale_cluster, scale_tracking, scale_analysis) only with --scale or when named;
+only with --with-search or when named; omp_policy and replay only when named; the scale set (scale_cluster, scale_tracking, scale_analysis) only with --scale or when named;
 reproduce_sick (Yin et al. on real SICK through the CLI) only when named. Each result goes to benchmarks/out/<NAME>.json; then
 benchmarks/out/summary.md is rebuilt from all JSON files there (quick and full runs are labelled).
 """

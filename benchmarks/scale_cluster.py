@@ -156,7 +156,8 @@ def start_cluster():
 def run_ours(spec_path: Path, address: str) -> dict[str, Any]:
     import orchestrator.ray_adapter as ray_adapter
     import orchestrator.sweep as sweep_module
-    from orchestrator.tracking import JournalUploader, SweepRecorder
+    from orchestrator.recorder import SweepRecorder
+    from orchestrator.uploader import JournalUploader
     from results import run_schema as rs
 
     counts = {"start": 0, "result": 0, "complete": 0, "error": 0}
@@ -221,7 +222,7 @@ def run_ours(spec_path: Path, address: str) -> dict[str, Any]:
             times["analysis_s"] = time.perf_counter() - begun
 
     def evaluate(spec, data, outcome):  # stand-in weights cannot be evaluated
-        return {rs.METRIC_TEST_ACCURACY: float(outcome.metrics["best_dev_accuracy"])}, b"stand-in\n"
+        return {rs.METRIC_TEST_ACCURACY: outcome.result.best_dev_accuracy}, b"stand-in\n"
 
     ray_adapter.run_trial = standin_trial
     sweep_module._evaluate_selected = evaluate

@@ -30,13 +30,15 @@ import numpy as np
 
 from benchmarks.common import Context, log, md_table, target
 from benchmarks.scale_support import Database, Server
+from results import run_schema as rs
 
 NAME = "scale_tracking"
 TITLE = "Shared tracking server: 8 sweeps at once over PostgreSQL, restarted mid-way"
 
 SWEEPS = 8
-METRICS = ("epoch", "train_loss", "train_accuracy", "dev_loss", "dev_accuracy", "epoch_time_s",
-           "best_dev_accuracy", "best_train_accuracy", "best_epoch", "theta_m", "theta_wm", "trial_finished")
+METRICS = (rs.METRIC_EPOCHS_TRAINED, rs.METRIC_TRAIN_LOSS, rs.METRIC_TRAIN_ACCURACY, rs.METRIC_DEV_LOSS,
+           rs.METRIC_DEV_ACCURACY, rs.METRIC_EPOCH_TIME, rs.METRIC_BEST_DEV_ACCURACY, rs.METRIC_BEST_TRAIN_ACCURACY,
+           rs.METRIC_BEST_EPOCH, rs.METRIC_THETA_M, rs.METRIC_THETA_WM, rs.RESULT_TRIAL_FINISHED)
 EPOCH_S = 1.0
 RETRY_S = 0.5
 P99_TARGET_S = 1.0

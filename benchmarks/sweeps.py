@@ -20,17 +20,17 @@ from typing import Any
 import yaml
 
 from benchmarks.common import Instrument, median, snli_data_block
+from results import run_schema as rs
 
 SWEEP_PHASES = (
     "load_spec", "mlflow_open", "open_parent", "data_prep", "ray_start", "tune", "mlflow_flush",
-    "paper_protocol", "close_runs", "ray_shutdown",
+    "paper_protocol", "record_selection", "ray_shutdown",
 )
 TRACKER_METHODS = (
-    "__init__", "check_reachable", "experiment_id", "sweeps", "trial_runs", "start_sweep", "log_metrics",
-    "set_tags", "log_text", "log_bytes", "reopen", "terminate",
+    "__init__", "check_reachable", "find_experiment", "sweeps", "trial_runs", "analysis_inputs",
 )
-RESULT_KEYS = ("epoch", "epoch_time_s", "time_this_iter_s", "time_total_s", "training_iteration", "dev_accuracy",
-               "best_dev_accuracy", "trial_finished")
+RESULT_KEYS = (rs.METRIC_EPOCHS_TRAINED, rs.METRIC_EPOCH_TIME, "time_this_iter_s", "time_total_s", "training_iteration",
+               rs.METRIC_DEV_ACCURACY, rs.METRIC_BEST_DEV_ACCURACY, rs.RESULT_TRIAL_FINISHED)
 
 
 # --- CPU use of the process tree --------------------------------------------------------------
@@ -200,7 +200,9 @@ def run_instrumented_sweep(spec: dict[str, Any], folder: Path) -> dict[str, Any]
     """Run the sweep of ``spec`` in ``folder`` (fresh MLflow store, Ray results and data cache)
     and return wall time, phase times, tracking times, trial events and the MLflow trial runs."""
     import orchestrator.sweep as sweep_module
-    from orchestrator.tracking import JournalUploader, SweepRecorder, Tracker
+    from orchestrator.recorder import SweepRecorder
+    from orchestrator.tracking import Tracker
+    from orchestrator.uploader import JournalUploader
 
     spec_path = write_spec(spec, folder)
     previous_cache = os.environ.get("NLI_DATA_DIR")
@@ -222,9 +224,9 @@ def run_instrumented_sweep(spec: dict[str, Any], folder: Path) -> dict[str, Any]
 
     inst = Instrument()
     try:
-        for name, phase in (("load_spec", "load_spec"), ("_open_parent", "open_parent"),
+        for name, phase in (("load_spec", "load_spec"), ("open_parent", "open_parent"),
                             ("prepare_data", "data_prep"), ("init_ray", "ray_start"), ("run_tuner", "tune"),
-                            ("apply_paper_protocol", "paper_protocol"), ("_close_runs", "close_runs"),
+                            ("apply_paper_protocol", "paper_protocol"), ("record_selection", "record_selection"),
                             ("shutdown_ray", "ray_shutdown")):
             inst.wrap(sweep_module, name, f"phase.{phase}")
         for method in TRACKER_METHODS:

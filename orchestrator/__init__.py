@@ -1,5 +1,5 @@
-"""Adapts nli_models to Ray Tune (orchestrator.ray_adapter) and MLflow (orchestrator.tracking)."""
+"""Adapts nli_models to Ray Tune (orchestrator.ray_adapter) and MLflow (orchestrator.uploader writes,
+orchestrator.tracking reads).
 
-from orchestrator.environment import configure_environment
-
-configure_environment()
+Importing it changes no environment variable: the `orchestrate` command sets the process defaults
+when it starts (orchestrator/environment.py)."""

@@ -16,10 +16,6 @@ from orchestrator.cluster_cli import allocation_report, slurm_allocation_options
 from orchestrator.environment import WAIT_POLICY, configure_environment, wait_policy
 from results.cli import attention_command, report_command, results_command
 
-# Before anything imports torch or Ray (OMP_WAIT_POLICY is read when torch loads). Every module
-# imported above is light: `orchestrate --help` loads none of torch, Ray, MLflow (tests/test_cli_ux.py).
-configure_environment()
-
 EXIT_BAD_INPUT = 2
 EXIT_INTERRUPTED = 3
 
@@ -67,6 +63,10 @@ class _Commands(click.Group):
             ctx.exit(EXIT_BAD_INPUT)
 
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+        # The process defaults, once the command starts and before anything imports torch or Ray
+        # (OMP_WAIT_POLICY is read when torch loads): every module this one imports is light,
+        # `orchestrate --help` loads none of torch, Ray, MLflow (tests/test_cli_ux.py).
+        configure_environment()
         if not standalone_mode:
             return super().main(args, prog_name, complete_var, standalone_mode, **extra)
         try:
@@ -263,7 +263,8 @@ def sweep(spec_path: str, resume: bool, new: bool, warm_start: str | None, exten
     from nli_models.errors import InputError
     from orchestrator.lifecycle import SweepInterrupted
     from orchestrator.progress import interrupted_line
-    from orchestrator.sweep import SweepExists, run_sweep
+    from orchestrator.sweep import run_sweep
+    from orchestrator.sweep_records import SweepExists
     from orchestrator.tracking import TrackingUnavailable
 
     chosen = [name for name, given in (("--resume", resume), ("--new", new), ("--extend", extend),
@@ -360,7 +361,8 @@ def ui(tracking_uri: str | None, port: int, verbose: bool) -> None:
 
 def _echo_sweep_links(tracking_uri: str, base_url: str) -> None:
     """Each swept experiment's trials view (table and parallel-coordinates chart)."""
-    from orchestrator.tracking import runs_view_path, sweep_views, ui_link
+    from orchestrator.run_view import runs_view_path, ui_link
+    from orchestrator.tracking import sweep_views
 
     try:
         views = sweep_views(tracking_uri)
@@ -399,9 +401,10 @@ main.add_command(attention_command, "attention")
 main.add_command(report_command, "report")
 
 from orchestrator.cluster_cli import CLUSTER_COMMANDS  # noqa: E402
+from orchestrator.replay_cli import replay_command  # noqa: E402
 from orchestrator.sweeps_cli import SWEEP_COMMANDS  # noqa: E402
 
-for command in (*CLUSTER_COMMANDS, *SWEEP_COMMANDS):
+for command in (*CLUSTER_COMMANDS, *SWEEP_COMMANDS, replay_command):
     main.add_command(command)
 
 if __name__ == "__main__":

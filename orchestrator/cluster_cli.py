@@ -555,7 +555,8 @@ def sync_command(journal, tracking_uri):
     earlier versions works too). The same uploader as in the sweep: safe to run again or to
     interrupt, nothing is uploaded twice."""
     from orchestrator.journal import JournalError
-    from orchestrator.tracking import TrackingUnavailable, upload_journal
+    from orchestrator.tracking import TrackingUnavailable
+    from orchestrator.uploader import upload_journal
     from results.tracking_uri import resolve_tracking_uri
 
     uri = resolve_tracking_uri(tracking_uri, default=None)

@@ -1,6 +1,11 @@
 """Process-wide defaults for Ray and MLflow, set before either is imported, and the OpenMP wait
 policy of each process that trains.
 
+configure_environment() runs once, when the `orchestrate` command starts (orchestrator/cli.py,
+for every sub-command, the results commands included), and in the entry points of the benchmarks
+and the test suite; importing `orchestrator` or `results` as a library changes no environment
+variable (tests/test_import_hygiene.py).
+
 RAY_AUTH_MODE is set explicitly because a first ray.init writes a token that a later `ray start`
 would otherwise enable; RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 keeps Ray on 127.0.0.1 locally.
 A user's own environment always wins (setdefault).
@@ -36,6 +41,9 @@ DEFAULTS = {
     # MLflow's INFO lines (creating and migrating a store's tables) are not the user's concern;
     # `sweep -v` and `ui -v` set INFO.
     "MLFLOW_LOGGING_LEVEL": "WARNING",
+    # MLflow draws a progress bar on stderr for every artifact download (checkpoints, predictions,
+    # a sweep's provenance files for `report`); the files are small, the bars only clutter.
+    "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false",
 }
 _users: dict[str, str | None] = {}  # the user's OMP_WAIT_POLICY, read before the defaults
 

@@ -21,17 +21,20 @@ from __future__ import annotations
 import math
 import sys
 from dataclasses import dataclass, field, replace
-from functools import partial
 from pathlib import Path
+from typing import Any
 
 from nli_models.config import Overrides
 from nli_models.data import PreparedData
 from nli_models.errors import InputError, mask_secrets
-from orchestrator.lifecycle import SweepState
+from orchestrator.journal import Journal
 from orchestrator.ray_adapter import PriorTrials, TrialOutcome, recorded_outcomes
+from orchestrator.recorder import SweepLog
 from orchestrator.spec import SweepSpec, effective_spec_text
+from orchestrator.sweep_records import catch_up, record_selection
 from orchestrator.warm_start import (
     check_room,
+    check_single_objective,
     config_key,
     finite_space,
     recorded_points,
@@ -47,13 +50,15 @@ OPTION = "--extend"
 
 @dataclass
 class Extension:
-    """An extension of a sweep (`index` 1 for the first) and what the sweep recorded before it."""
+    """An extension of a sweep (`index` 1 for the first) and what the sweep recorded before it,
+    its trials named by their trial ids (as the journal and the selection name them)."""
 
     index: int
     prior: PriorTrials
-    tested: dict[str, float] = field(default_factory=dict)  # run id -> its test accuracy
-    selected: set[str] = field(default_factory=set)  # runs tagged nli.selected=true
+    tested: dict[str, float] = field(default_factory=dict)  # trial id -> its test accuracy
+    selected: set[str] = field(default_factory=set)  # trials whose runs are tagged nli.selected=true
     evaluations: int = 0  # test evaluations recorded so far
+    params: dict[str, dict[str, Any]] = field(default_factory=dict)  # trial id -> searched params
 
 
 def tune_experiment(spec_name: str, parent_run_id: str, extension: int) -> str:
@@ -63,7 +68,9 @@ def tune_experiment(spec_name: str, parent_run_id: str, extension: int) -> str:
 
 
 def completed_sweep(tracker, spec: SweepSpec):
-    """The parent run --extend extends: the experiment's latest sweep, which must be completed."""
+    """The parent run --extend extends: the experiment's latest sweep, which must be completed
+    (read once its journals are uploaded: sweep_records.catch_up)."""
+    catch_up(tracker, spec)
     experiment_id = tracker.find_experiment(spec.name)
     sweeps = [] if experiment_id is None else tracker.sweeps(experiment_id)
     if not sweeps:
@@ -92,6 +99,7 @@ def plan_extension(tracker, spec: SweepSpec, parent, resuming: bool) -> Extensio
         prior = PriorTrials(points, values, grid=[p for p in grid if config_key(p) not in ran])
         added = len(prior.grid)
     else:
+        check_single_objective(spec, OPTION)
         # Whole configurations: each runs once per seed (Tune's Repeater).
         added = math.ceil(max(spec.num_trials() - len(ended), 0) / len(seeds)) * len(seeds)
         prior = PriorTrials(points, values, num_trials=added, finite_space=finite_space(spec))
@@ -103,68 +111,66 @@ def plan_extension(tracker, spec: SweepSpec, parent, resuming: bool) -> Extensio
             "search.num_samples (in the file or with --set)"
         )
     tags = parent.data.tags
-    tested = {run.info.run_id: run.data.metrics[rs.METRIC_TEST_ACCURACY]
+    trial_id = {run.info.run_id: run.data.tags.get(rs.TAG_TRIAL_ID) for run in runs}
+    tested = {trial_id[run.info.run_id]: run.data.metrics[rs.METRIC_TEST_ACCURACY]
               for run in runs if rs.METRIC_TEST_ACCURACY in run.data.metrics}
-    return Extension(
-        index=int(tags.get(rs.TAG_EXTENSIONS, "0")) + (0 if resuming else 1),
-        prior=prior,
-        tested=tested,
-        selected={run.info.run_id for run in runs if run.data.tags.get(rs.TAG_SELECTED) == "true"},
-        evaluations=rs.evaluation_of(tags) if tested else 0,
-    )
-
-
-def open_extension(tracker, spec: SweepSpec, spec_path: Path, parent, overrides: Overrides | None,
-                   extension: Extension) -> SweepState:
-    """The completed parent run, reopened for the extension: its spec as run is logged beside the
-    sweep's own, and nli.spec_hash becomes that spec's (the spec --resume is checked against)."""
-    run_id = parent.info.run_id
-    tracker.reopen(run_id)
-    tracker.log_text(run_id, mask_secrets(effective_spec_text(spec_path, overrides)),
-                     rs.EXTENSION_SPEC_TEMPLATE.format(extension.index))
-    tracker.set_tags(run_id, {rs.TAG_EXTENSIONS: str(extension.index), rs.TAG_SPEC_HASH: spec.spec_hash()})
-    print(f"extending sweep run {run_id} (extension {extension.index}): "
-          f"{len(extension.prior.points)} configurations finished before are not run again",
-          file=sys.stderr)
-    return SweepState(partial(tracker.set_tags, run_id), rs.SWEEP_COMPLETED)
-
-
-def earlier_outcomes(spec: SweepSpec, data: PreparedData, parent_run_id: str, extension: Extension,
-                     runs: list) -> list[TrialOutcome]:
-    """The outcomes of the Tune runs before this extension, with the hyperparameters their MLflow
-    runs record."""
     names = [*searched(spec), rs.PARAM_SEED]
     params = {}
     for run in runs:
         typed = trial_params(run)
-        params[run.data.tags.get(rs.TAG_TRIAL_ID)] = {k: typed[k] for k in names if k in typed}
+        params[trial_id[run.info.run_id]] = {k: typed[k] for k in names if k in typed}
+    return Extension(
+        index=int(tags.get(rs.TAG_EXTENSIONS, "0")) + (0 if resuming else 1),
+        prior=prior,
+        tested=tested,
+        selected={trial_id[run.info.run_id] for run in runs if run.data.tags.get(rs.TAG_SELECTED) == "true"},
+        evaluations=rs.evaluation_of(tags) if tested else 0,
+        params=params,
+    )
+
+
+def open_extension(log: SweepLog, spec: SweepSpec, spec_path: Path, overrides: Overrides | None,
+                   extension: Extension) -> None:
+    """Journals the extension on its completed parent run (the move to `running` reopens it):
+    its spec as run, logged beside the sweep's own, and nli.spec_hash becomes that spec's (the
+    spec --resume is checked against)."""
+    log.add(
+        tags={rs.TAG_EXTENSIONS: str(extension.index), rs.TAG_SPEC_HASH: spec.spec_hash()},
+        files={rs.EXTENSION_SPEC_TEMPLATE.format(extension.index):
+               mask_secrets(effective_spec_text(spec_path, overrides))},
+    )
+    print(f"extending sweep run {log.journal.parent_run_id} (extension {extension.index}): "
+          f"{len(extension.prior.points)} configurations finished before are not run again",
+          file=sys.stderr)
+
+
+def earlier_outcomes(spec: SweepSpec, data: PreparedData, parent_run_id: str,
+                     extension: Extension) -> list[TrialOutcome]:
+    """The outcomes of the Tune runs before this extension, with the hyperparameters their MLflow
+    runs record."""
     outcomes = []
     for index in range(extension.index):
         name = tune_experiment(spec.name, parent_run_id, index)
-        outcomes += recorded_outcomes(spec, data, name, params)
-    return [replace(o, params=params[o.trial_id]) for o in outcomes]
+        outcomes += recorded_outcomes(spec, data, name, extension.params)
+    return [replace(o, params=extension.params[o.trial_id]) for o in outcomes]
 
 
-def record_evaluation(tracker, parent_run_id: str, selection, extension: Extension) -> int:
-    """Records an extension's test evaluation, if it made one: the newly tested runs' metrics
-    and predictions, which evaluation tested them, nli.selected moved to the new selection (the
-    runs selected before keep their test metrics), and on the parent the summary at step
-    evaluation - 1. Returns the index of the evaluation the parent's test accuracy is from."""
+def record_evaluation(log: SweepLog, journal: Journal, spec: SweepSpec, spec_path: Path,
+                      experiment_id: str, selection, extension: Extension) -> int:
+    """Journals an extension's test evaluation, if it made one: the selection as a sweep records
+    it (sweep_records.record_selection: the newly tested trials' metrics, predictions and
+    nli.selected, the parent's summary at step evaluation - 1, its best run), which evaluation
+    tested them, and nli.selected=false on the trials selected before and no more (they keep
+    their test metrics). Returns the index of the evaluation the parent's test accuracy is from."""
     if not selection.tested:
         print(f"the selection on dev did not change: test data was not evaluated again (the test "
               f"accuracy is evaluation {extension.evaluations}'s)", file=sys.stderr)
         return extension.evaluations
     evaluation = extension.evaluations + 1
-    for run_id, metrics in selection.tested.items():
-        tracker.log_metrics(run_id, metrics)
-        tracker.log_bytes(run_id, selection.predictions[run_id], rs.ARTIFACT_TEST_PREDICTIONS)
-        tracker.set_tags(run_id, {rs.TAG_SELECTED: "true", rs.TAG_TEST_EVALUATION: str(evaluation)})
-    for run_id in extension.selected - selection.selected:
-        tracker.set_tags(run_id, {rs.TAG_SELECTED: "false"})
-    summary = {rs.METRIC_SWEEP_BEST_DEV_ACCURACY: selection.best_dev}
-    if selection.best_test is not None:
-        summary[rs.METRIC_SWEEP_TEST_ACCURACY] = selection.best_test
-    tracker.log_metrics(parent_run_id, summary, step=evaluation - 1)
-    tracker.set_tags(parent_run_id, {rs.TAG_TEST_EVALUATIONS: str(evaluation),
-                                     rs.TAG_BEST_RUN: selection.best_run_id or ""})
+    record_selection(log, journal, spec, spec_path, experiment_id, selection, step=evaluation - 1)
+    for trial_id in selection.tested:
+        log.add(tags={rs.TAG_TEST_EVALUATION: str(evaluation)}, trial_id=trial_id)
+    for trial_id in extension.selected - selection.selected:
+        log.add(tags={rs.TAG_SELECTED: "false"}, trial_id=trial_id)
+    log.add(tags={rs.TAG_TEST_EVALUATIONS: str(evaluation)})
     return evaluation

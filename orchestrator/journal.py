@@ -1,8 +1,12 @@
-"""A sweep's tracking journal: the append-only record of every trial event (the outbox).
+"""A sweep's tracking journal: the append-only record of everything a sweep writes (the outbox).
 
-The driver appends each event here before anything is sent to MLflow; one uploader
-(``tracking.JournalUploader``) ships the journal to MLflow, so a tracking-server outage is only
-an uploader falling behind, and ``orchestrate sync`` is the same uploader run over the file.
+The driver appends every operation here (``Op``: the parent run's states, lease, description,
+selection and files; each trial's start, epochs, end, test metrics and files) and writes to MLflow
+nothing else; one uploader (``uploader.JournalUploader``) applies the journal to MLflow, so a
+tracking-server outage is only an uploader falling behind, and ``orchestrate sync`` is the same
+uploader run over the file. The one write that cannot wait is the parent run's creation (its id
+names the journal): ``uploader.create_parent`` makes it when the sweep opens, right after the
+store answered its probe.
 Modelled on Optuna's JournalFileBackend: JSON lines, each written whole with one ``write`` on an
 append-mode file; a line is an event only once its newline is on disk, so a torn last line (a
 process killed mid-write) is no event and is cut off when the journal is opened again.
@@ -25,11 +29,32 @@ import time
 import urllib.parse
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
 FSYNC_INTERVAL_S = 1.0
-KINDS = ("start", "metrics", "finish", "tags", "artifacts")
+
+
+class Op(StrEnum):
+    """A journal record's kind: one operation on the store (after Optuna's JournalOperation). A
+    record targets a trial's run by its trial id, or the parent run with ``PARENT``."""
+
+    START = "start"  # trial: its run (created, or RUNNING again), params, tags, dataset input
+    EPOCH = "metrics"  # trial: one epoch's metrics at its step (and device tags)
+    FINISH = "finish"  # trial: final metrics and tags, status FINISHED | FAILED | KILLED
+    TAGS = "tags"  # trial or parent: tags (lease, heartbeat, description, selection marks)
+    ARTIFACTS = "artifacts"  # trial or parent: a file or folder ("path") under "dest"
+    METRICS = "values"  # trial or parent: metrics at "step" (0 if absent): test metrics, the summary
+    PARAMS = "params"  # parent: the sweep's summary params
+    INPUTS = "inputs"  # parent: the dataset input
+    EXPERIMENT_TAGS = "experiment_tags"  # the experiment: its runs view
+    STATE = "state"  # parent: nli.sweep_state and run status; a final one closes trial runs left RUNNING
+    BEST = "best"  # parent: the best trial's run id, and the description linking it
+
+
+KINDS = tuple(op.value for op in Op)
+PARENT = ""  # the trial id of records on the parent run
 
 
 def journal_file(storage_path: str, parent_run_id: str) -> Path:
@@ -114,7 +139,7 @@ def trial_groups(records: Sequence[Record]) -> list[list[int]]:
         else:
             group = [index]
             groups.append(group)
-        if record.kind in ("start", "metrics"):
+        if record.kind in ("start", "metrics") and record.trial_id != PARENT:
             open_groups[trial] = group
     return groups
 
@@ -122,11 +147,17 @@ def trial_groups(records: Sequence[Record]) -> list[list[int]]:
 @dataclass
 class TrialProgress:
     """What the journal holds of one trial: whether its run was started (the uploader creates a
-    trial's run from its start record only) and the last epoch recorded (a resumed driver does
-    not record an epoch again)."""
+    trial's run from its start record only), the last epoch recorded (a resumed driver does not
+    record an epoch again), how it last ended (None: not since its last start) with its final
+    metrics and tags, its run name and the device tags of its epochs. The driver counts and
+    selects from this, never from the store, so an outage cannot change a sweep's outcome."""
 
     started: bool = False
     last_epoch: int = 0
+    status: str | None = None
+    values: dict[str, float] = field(default_factory=dict)
+    tags: dict[str, str] = field(default_factory=dict)
+    run_name: str = ""
 
 
 @dataclass
@@ -157,17 +188,25 @@ class Journal:
         self._synced_at = time.monotonic()
 
     def _remember(self, record: Record) -> None:
+        if record.trial_id == PARENT:
+            return
         progress = self.trials.setdefault(record.trial_id, TrialProgress())
-        progress.started = progress.started or record.kind == "start"
-        if record.kind == "metrics":
+        if record.kind == Op.START:
+            progress.started, progress.status = True, None
+            progress.run_name = record.data.get("run_name") or record.trial_id
+        elif record.kind == Op.EPOCH:
             progress.last_epoch = max(progress.last_epoch, int(record.data["step"]))
+            progress.tags.update(record.data.get("tags", {}))
+        elif record.kind == Op.FINISH:
+            progress.status = record.data["status"]
+            progress.values, progress.tags = dict(record.data["values"]), {**progress.tags, **record.data["tags"]}
 
-    def append(self, kind: str, trial_id: str, data: dict[str, Any]) -> None:
-        """Record one event, whole, before anyone may act on it."""
+    def append(self, kind: Op, trial_id: str, data: dict[str, Any]) -> None:
+        """Record one operation, whole, before anyone may act on it."""
         with self._lock:
             record = {
                 "seq": self.appended + 1, "experiment_id": self.experiment_id,
-                "parent_run_id": self.parent_run_id, "kind": kind, "trial_id": trial_id,
+                "parent_run_id": self.parent_run_id, "kind": Op(kind).value, "trial_id": trial_id,
                 "data": data, "time_ms": int(time.time() * 1000),
             }
             os.write(self._fd, (json.dumps(record, default=str) + "\n").encode())
@@ -176,7 +215,7 @@ class Journal:
                 self._synced_at = time.monotonic()
             self.appended += 1
             self._remember(
-                Record(kind, trial_id, data, record["time_ms"], self.experiment_id, self.parent_run_id)
+                Record(record["kind"], trial_id, data, record["time_ms"], self.experiment_id, self.parent_run_id)
             )
             for event in self._listeners:
                 event.set()

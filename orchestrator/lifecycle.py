@@ -42,7 +42,7 @@ TRANSITIONS: dict[str | None, set[str]] = {
     rs.SWEEP_FAILED: {rs.SWEEP_RUNNING},
     rs.SWEEP_COMPLETED: {rs.SWEEP_RUNNING},  # --extend (orchestrator/extend.py)
 }
-# MLflow status of the parent run in each final state.
+# MLflow status of the parent run in each final state (RUNNING in the others).
 RUN_STATUS = {
     rs.SWEEP_COMPLETED: "FINISHED",
     rs.SWEEP_INTERRUPTED: "KILLED",
@@ -57,16 +57,17 @@ class SweepInterrupted(BaseException):
 
 
 class SweepState:
-    """The parent run's state, moved only along TRANSITIONS (`set_tags` writes the tag)."""
+    """The parent run's state, moved only along TRANSITIONS (`record` journals each move:
+    recorder.SweepLog.state)."""
 
-    def __init__(self, set_tags: Callable[[dict[str, str]], None], current: str | None = None):
-        self._set_tags = set_tags
+    def __init__(self, record: Callable[[str], None], current: str | None = None):
+        self._record = record
         self.current = current
 
     def move(self, target: str) -> None:
         if target not in TRANSITIONS[self.current]:
             raise RuntimeError(f"sweep state cannot go from {self.current} to {target}")
-        self._set_tags({rs.TAG_SWEEP_STATE: target})
+        self._record(target)
         self.current = target
 
 
@@ -75,8 +76,8 @@ def lease_tags() -> dict[str, str]:
 
 
 class Heartbeat:
-    """Renews the driver's lease on the parent run from a daemon thread. A failed write (tracking
-    server away) is retried at the next beat; a missed beat only makes readers doubt sooner."""
+    """Renews the driver's lease on the parent run from a daemon thread (`set_tags` journals it:
+    a tracking server away delays the beats in the store; readers then doubt the driver sooner)."""
 
     def __init__(self, set_tags: Callable[[dict[str, str]], None], interval_s: float = HEARTBEAT_INTERVAL_S):
         self._set_tags = set_tags
@@ -228,7 +229,7 @@ class TrialLedger:
 
     def trial_completed(self, trial_id: str, last: dict[str, Any], checkpoint_dir: str | None) -> None:
         stopped_by_scheduler = not (self.interruption.requested or self.budget_spent())
-        if last and (last.get("trial_finished") or stopped_by_scheduler):
+        if last and (last.get(rs.RESULT_TRIAL_FINISHED) or stopped_by_scheduler):
             self.ended.add(trial_id)
             for listener in self.listeners:
                 listener.trial_completed(trial_id, last, checkpoint_dir)

@@ -61,7 +61,10 @@ def describe_plan(spec: SweepSpec, data: PreparedData | None = None) -> str:
         + (f"/{spec.model.variant}" if spec.model.variant else "")
         + f", corpus {spec.data.corpus}",
         f"  sampler {search.sampler}, scheduler {search.scheduler.type}, "
-        f"metric {search.metric} ({search.mode})",
+        + (
+            "objectives " + ", ".join(f"{name} ({d})" for name, d in search.objective_directions)
+            if search.objectives else f"metric {search.metric} ({search.mode})"
+        ),
     ]
     if search.sampler == "grid":
         sizes = " x ".join(f"{k}[{len(d.values)}]" for k, d in search.space.items()) or "1"

@@ -24,7 +24,7 @@ def _clock(seconds: float) -> str:
 class ProgressPrinter:
     """A TrialListener: trials done / running / pending / failed, best dev accuracy, elapsed, ETA."""
 
-    def __init__(self, total: int, metric: str = "dev_accuracy", mode: str = "max",
+    def __init__(self, total: int, metric: str = rs.METRIC_DEV_ACCURACY, mode: str = "max",
                  stream: TextIO | None = None, min_interval_s: float = 10.0,
                  already_done: int = 0, epochs_per_trial: int | None = None,
                  best_so_far: float | None = None):
@@ -115,8 +115,9 @@ class ProgressPrinter:
         value = metrics.get(self.metric)
         if value is not None and (self.best is None or self.sign * value > self.sign * self.best):
             self.best = float(value)
-        if "epoch" in metrics:
-            self.epochs[trial_id] = max(self.epochs.get(trial_id, 0), int(metrics["epoch"]))
+        if rs.METRIC_EPOCHS_TRAINED in metrics:
+            epoch = int(metrics[rs.METRIC_EPOCHS_TRAINED])
+            self.epochs[trial_id] = max(self.epochs.get(trial_id, 0), epoch)
         self._print()
 
     def trial_completed(self, trial_id: str, last: dict[str, Any], checkpoint_dir: str | None) -> None:

@@ -1,7 +1,7 @@
 """What a reviewer needs to trust a sweep, recorded once on its parent run: the data it read
 (files with SHA-256 and size, split sizes, vocabulary, vector coverage) and the environment
 (package versions, hardware, device). `orchestrate report` renders both; nothing here talks to
-MLflow (orchestrator.tracking logs the records)."""
+MLflow (the sweep journals the records; orchestrator.uploader logs them)."""
 
 from __future__ import annotations
 

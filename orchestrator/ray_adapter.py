@@ -14,7 +14,7 @@ import signal
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -23,10 +23,13 @@ import ray
 import torch
 import yaml
 from ray import tune
-from ray.tune.schedulers import ASHAScheduler, FIFOScheduler, MedianStoppingRule
-from ray.tune.search import Repeater, Searcher
+from ray.tune.experiment import Trial
+from ray.tune.result import TRAINING_ITERATION, TRIAL_ID
+from ray.tune.schedulers import ASHAScheduler, FIFOScheduler, MedianStoppingRule, TrialScheduler
+from ray.tune.search import ConcurrencyLimiter, Repeater, Searcher
 from ray.tune.search.optuna import OptunaSearch
 from ray.tune.search.repeater import TRIAL_INDEX
+from ray.tune.search.variant_generator import generate_variants
 
 from nli_models.config import RunConfig
 from nli_models.cpus import usable_cpus
@@ -44,10 +47,10 @@ from orchestrator.environment import WAIT_POLICY, trial_threads
 from orchestrator.reaper import start_reaper
 from orchestrator.spec import SweepSpec, apply_hyperparameters
 from results import run_schema as rs
+from results.trial_result import TrialResult
 
 CONFIGURATION_KEY = "configuration"
 POINT_KEY = "point"  # a grid --extend: Tune's grid runs over the points still to run, whole
-DIVERGED_LOSS = "diverged_loss"  # with rs.METRIC_DIVERGED_*: the last result of a diverged trial
 FAIL_ONCE_ENV = "NLI_FAIL_ONCE_AT_EPOCH"  # fault injection for recovery tests: "EPOCH:MARKER_DIR"
 EPOCH_DELAY_ENV = "NLI_EPOCH_DELAY_S"  # lifecycle tests: every epoch lasts this much longer
 
@@ -78,23 +81,30 @@ def _maybe_inject_failure(epoch: int) -> None:
         raise RuntimeError(f"injected failure at epoch {epoch} ({FAIL_ONCE_ENV})")
 
 
-def epoch_metrics(trainer: Trainer, result: EpochResult, finished: bool) -> dict[str, Any]:
+def trial_result(trainer: Trainer, epochs_trained: int) -> TrialResult:
+    """What the trial has achieved after `epochs_trained` epochs."""
     state = trainer.state
+    return TrialResult(
+        best_dev_accuracy=state.best_dev_accuracy,
+        best_train_accuracy=state.best_train_accuracy,
+        best_epoch=state.best_epoch,
+        epochs_trained=epochs_trained,
+        theta_m=trainer.theta_m,
+        theta_wm=trainer.theta_wm,
+    )
+
+
+def epoch_metrics(trainer: Trainer, result: EpochResult, finished: bool) -> dict[str, Any]:
+    """The Tune result of an epoch: its metrics and the trial's TrialResult, named as MLflow
+    records them (results/run_schema.py)."""
     return {
-        "epoch": result.epoch,
-        "train_loss": result.train_loss,
+        rs.METRIC_TRAIN_LOSS: result.train_loss,
         rs.METRIC_TRAIN_ACCURACY: result.train_accuracy,
-        "dev_loss": result.dev_loss,
-        "dev_accuracy": result.dev_accuracy,
-        "epoch_time_s": result.epoch_time_s,
-        "best_dev_accuracy": state.best_dev_accuracy,
-        "best_train_accuracy": state.best_train_accuracy,
-        "best_epoch": state.best_epoch,
-        "theta_m": trainer.theta_m,
-        "theta_wm": trainer.theta_wm,
-        # 1 when the trial ended by itself (all epochs or patience), so a trial without it at
-        # the end was stopped by the scheduler.
-        "trial_finished": int(finished),
+        rs.METRIC_DEV_LOSS: result.dev_loss,
+        rs.METRIC_DEV_ACCURACY: result.dev_accuracy,
+        rs.METRIC_EPOCH_TIME: result.epoch_time_s,
+        **trial_result(trainer, result.epoch).metrics(),
+        rs.RESULT_TRIAL_FINISHED: int(finished),
     }
 
 
@@ -157,16 +167,13 @@ def run_trial(tune_config: dict[str, Any], *, base: dict, search: dict, data: Pr
 
 def diverged_result(trainer: Trainer, exc: TrainingDiverged) -> dict[str, Any]:
     return {
-        "epoch": exc.epoch,
-        "dev_accuracy": 0.0,
-        "dev_loss": float("inf"),
-        "best_dev_accuracy": trainer.state.best_dev_accuracy,
-        "theta_m": trainer.theta_m,
-        "theta_wm": trainer.theta_wm,
-        "trial_finished": 1,
+        **trial_result(trainer, exc.epoch).metrics(),
+        rs.METRIC_DEV_ACCURACY: 0.0,
+        rs.METRIC_DEV_LOSS: float("inf"),
+        rs.RESULT_TRIAL_FINISHED: 1,
         rs.METRIC_DIVERGED_EPOCH: exc.epoch,
         rs.METRIC_DIVERGED_STEP: exc.step,
-        DIVERGED_LOSS: str(exc.loss),
+        rs.RESULT_DIVERGED_LOSS: str(exc.loss),
     }
 
 
@@ -337,24 +344,39 @@ def param_space(spec: SweepSpec, prior: PriorTrials | None = None) -> dict[str, 
     return space
 
 
-def optuna_search(sampler: str, seed: int, prior: PriorTrials | None = None) -> OptunaSearch:
-    """Tune's OptunaSearch over the named, seeded Optuna sampler (random | tpe | cmaes), told
-    the configurations of `prior` as evaluated trials. OptunaSearch adds them with
-    add_evaluated_point (Optuna's study.add_trial) once Tune gives it the space
-    (set_search_properties); they are not this sweep's trials. Tune's space is a dict of
-    distributions, not a define-by-run function, whose points_to_evaluate are ignored
-    (ray-project/ray#35319)."""
+def optuna_search(sampler: str, seed: int, objectives: Sequence[tuple[str, str]] = (),
+                  prior: PriorTrials | None = None) -> OptunaSearch:
+    """Tune's OptunaSearch over the named, seeded Optuna sampler (random | tpe | cmaes | nsga2);
+    with `objectives` ((name, max|min) pairs) a multi-objective study, which Tune wants given
+    here, not in TuneConfig. The configurations of `prior` are told as evaluated trials:
+    OptunaSearch adds them with add_evaluated_point (Optuna's study.add_trial) once Tune gives it
+    the space (set_search_properties); they are not this sweep's trials. Tune's space is a dict
+    of distributions, not a define-by-run function, whose points_to_evaluate are ignored
+    (ray-project/ray#35319). add_evaluated_point takes one value per trial: a prior goes with a
+    single objective only (warm_start.check_single_objective refuses the rest)."""
     import optuna
 
     samplers = {
         "random": optuna.samplers.RandomSampler,
         "tpe": optuna.samplers.TPESampler,
         "cmaes": optuna.samplers.CmaEsSampler,
+        "nsga2": optuna.samplers.NSGAIISampler,
     }
-    if prior is None or not prior.points:
-        return OptunaSearch(sampler=samplers[sampler](seed=seed))
-    return OptunaSearch(sampler=samplers[sampler](seed=seed), points_to_evaluate=prior.points,
-                        evaluated_rewards=prior.values)
+    options: dict[str, Any] = {}
+    if objectives:
+        options["metric"] = [objective_result_key(name) for name, _ in objectives]
+        options["mode"] = [direction for _, direction in objectives]
+    if prior is not None and prior.points:
+        options["points_to_evaluate"], options["evaluated_rewards"] = prior.points, prior.values
+    return OptunaSearch(sampler=samplers[sampler](seed=seed), **options)
+
+
+def objective_result_key(objective: str) -> str:
+    """The key of a trial's Tune result that holds an objective: every epoch reports it, and the
+    last one is what the searcher is told (the value the recorder stores under
+    rs.OBJECTIVE_METRICS[objective]; Tune's own time_total_s becomes trial_time_s)."""
+    metric = rs.OBJECTIVE_METRICS[objective]
+    return "time_total_s" if metric == rs.METRIC_TRIAL_TIME else metric
 
 
 def make_searcher(spec: SweepSpec, prior: PriorTrials | None = None):
@@ -363,7 +385,9 @@ def make_searcher(spec: SweepSpec, prior: PriorTrials | None = None):
         return None
     # No ConcurrencyLimiter here: TuneConfig(max_concurrent_trials=...) wraps the searcher in one
     # (and warns when it already is one).
-    searcher = DistinctProposals(optuna_search(search.sampler, search.sampler_seed, prior), prior=prior)
+    searcher = DistinctProposals(
+        optuna_search(search.sampler, search.sampler_seed, search.objective_directions, prior), prior=prior
+    )
     if len(search.seeds) == 1:
         return searcher
     # Each sampled configuration runs once per seed; Optuna sees the mean over seeds.
@@ -472,7 +496,8 @@ class DistinctProposals(Searcher):
         square of its trials (benchmarks/README.md, section 9)."""
         if not result:
             return result
-        return {self.metric: result[self.metric]} if self.metric in result else {}
+        names = self.metric if isinstance(self.metric, list) else [self.metric]  # objectives
+        return {name: result[name] for name in names if name in result}
 
     # Tune checkpoints a wrapper's state apart from the searcher it wraps (as for Ray's own
     # ConcurrencyLimiter and Repeater): get_state/set_state hold only the wrapper's bookkeeping.
@@ -495,21 +520,65 @@ def _config_key(config: dict) -> str:
     return json.dumps(config, sort_keys=True, default=str)
 
 
+TIME_ATTR = TRAINING_ITERATION  # what ASHA and the median rule count in: Tune's count of reports (epochs)
+
+
 def make_scheduler(spec: SweepSpec):
     scheduler = spec.search.scheduler
     max_t = spec.training.epochs
     if scheduler.type == "asha":
         return ASHAScheduler(
-            time_attr="training_iteration",
+            time_attr=TIME_ATTR,
             max_t=max_t,
             grace_period=min(scheduler.grace_period, max_t),
             reduction_factor=scheduler.reduction_factor,
         )
     if scheduler.type == "median":
         return MedianStoppingRule(
-            time_attr="training_iteration", grace_period=scheduler.grace_period, min_samples_required=3
+            time_attr=TIME_ATTR, grace_period=scheduler.grace_period, min_samples_required=3
         )
     return FIFOScheduler()
+
+
+# -- what orchestrator/replay.py drives as Tune's controller would ----------------------------
+SCHEDULER_STOP = TrialScheduler.STOP
+SEARCH_FINISHED = Searcher.FINISHED
+TRIAL_RUNNING, TRIAL_TERMINATED, TRIAL_ERROR = Trial.RUNNING, Trial.TERMINATED, Trial.ERROR
+
+
+class GridProposals:
+    """Tune's grid as a searcher: the variants BasicVariantGenerator makes of the param space
+    (generate_variants), in its order."""
+
+    def __init__(self, space: dict[str, Any]):
+        self._variants = generate_variants({"config": space})
+
+    def suggest(self, trial_id: str) -> dict | str:
+        variant = next(self._variants, None)
+        return SEARCH_FINISHED if variant is None else variant[1]["config"]
+
+    def on_trial_result(self, trial_id: str, result: dict) -> None:
+        pass  # a grid does not learn
+
+    def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False) -> None:
+        pass
+
+
+def proposals(spec: SweepSpec, slots: int, distinct: bool = True) -> GridProposals | Searcher:
+    """What proposes a sweep's trials, as Tuner.fit makes it with max_concurrent_trials=slots:
+    the grid's variants, or the searcher in a ConcurrencyLimiter (tune.py), its metric, mode and
+    space set. distinct=False unwraps the sampler from DistinctProposals (every proposal is
+    trained; one-seed sweeps of an Optuna sampler only)."""
+    if spec.search.sampler == "grid":
+        return GridProposals(param_space(spec))
+    searcher = make_searcher(spec)
+    if not distinct:
+        if not isinstance(searcher, DistinctProposals):  # e.g. Repeater(DistinctProposals) for seeds
+            raise ValueError("distinct=False replays one-seed sweeps of an Optuna sampler only")
+        searcher = searcher.searcher
+    searcher = ConcurrencyLimiter(searcher, max_concurrent=slots)
+    searcher.set_search_properties(spec.search.metric, spec.search.mode, param_space(spec))
+    return searcher
 
 
 class TrialListener(Protocol):
@@ -569,7 +638,7 @@ class _Events(tune.Callback):
     def on_trial_recover(self, iteration, trials, trial, **info):
         # Tune restarts the trial from its latest checkpoint (or from scratch without one).
         saved = trial.latest_checkpoint_result
-        epoch = int(saved.metrics.get("epoch", 0)) if saved is not None else 0
+        epoch = int(saved.metrics.get(rs.METRIC_EPOCHS_TRAINED, 0)) if saved is not None else 0
         cause = _trial_error_text(trial)
         for listener in self.listeners:
             listener.trial_retried(trial.trial_id, trial.num_failures, cause, epoch)
@@ -599,6 +668,11 @@ class TrialOutcome:
     metrics: dict[str, Any]
     checkpoint: tune.Checkpoint | None  # on local disk, a shared folder or s3://
     error: str | None
+
+    @property
+    def result(self) -> TrialResult:
+        """The trial's TrialResult as its last Tune result reported it."""
+        return TrialResult.from_metrics(self.metrics)
 
     def local_checkpoint(self):
         """Context manager: the checkpoint as a local folder (downloaded if remote)."""
@@ -643,8 +717,9 @@ def run_tuner(
             trainable,
             param_space=param_space(spec, prior),
             tune_config=tune.TuneConfig(
-                metric=search.metric,
-                mode=search.mode,
+                # With objectives the searcher holds them (optuna_search) and FIFO needs none.
+                metric=None if search.objectives else search.metric,
+                mode=None if search.objectives else search.mode,
                 search_alg=make_searcher(spec, prior),
                 scheduler=make_scheduler(spec),
                 num_samples=num_samples,
@@ -698,7 +773,7 @@ def _outcomes(grid, params_of: Callable[[str, dict], dict[str, Any]]) -> list[Tr
         error = None
         if result.error is not None:
             error = str(result.error)
-        trial_id = result.metrics.get("trial_id") if result.metrics else None
+        trial_id = result.metrics.get(TRIAL_ID) if result.metrics else None
         trial_id = trial_id or Path(result.path).name
         outcomes.append(
             TrialOutcome(

@@ -147,8 +147,8 @@ def _latest_sweep(experiment: str):
     from orchestrator.tracking import Tracker
 
     tracker = Tracker(os.environ["MLFLOW_TRACKING_URI"])
-    found = tracker.client.get_experiment_by_name(experiment)
-    sweeps = tracker.sweeps(found.experiment_id) if found is not None else []
+    experiment_id = tracker.find_experiment(experiment)
+    sweeps = tracker.sweeps(experiment_id) if experiment_id is not None else []
     return sweeps[0] if sweeps else None
 
 

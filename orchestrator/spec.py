@@ -30,6 +30,8 @@ from nli_models.config import (
 from nli_models.models.arguments import ModelArgumentError
 from nli_models.registry import model_arguments
 from nli_models.strict import StrictModel, check_finite
+from results import run_schema as rs
+from results.run_schema import OBJECTIVE_METRICS
 from results.tracking_uri import resolve_tracking_uri
 
 TRAINING_KEYS = frozenset(TrainingConfig.model_fields) - {"seed", "device", "num_threads"}
@@ -99,7 +101,7 @@ class ProtocolConfig(StrictModel):
 
 class SearchConfig(StrictModel):
 
-    sampler: Literal["grid", "random", "tpe", "cmaes"] = "grid"
+    sampler: Literal["grid", "random", "tpe", "cmaes", "nsga2"] = "grid"
     space: dict[str, Domain] = Field(default_factory=dict)
     configurations: list[dict[str, Any]] = Field(
         default_factory=list,
@@ -109,8 +111,15 @@ class SearchConfig(StrictModel):
     num_samples: int = Field(1, ge=1, description="configurations drawn by random/tpe/cmaes")
     sampler_seed: int = 0
     scheduler: SchedulerConfig = Field(default_factory=SchedulerConfig)
-    metric: Literal["dev_accuracy", "dev_loss"] = "dev_accuracy"
+    # The Tune result key the search optimises and its schedulers compare (ray_adapter.epoch_metrics).
+    metric: Literal[rs.METRIC_DEV_ACCURACY, rs.METRIC_DEV_LOSS] = rs.METRIC_DEV_ACCURACY
     mode: Literal["max", "min"] = "max"
+    objectives: list[Any] = Field(
+        default_factory=list,
+        description="two or more NAME: max|min searched together (a Pareto front), e.g. "
+        "[dev_accuracy: max, theta_m: min]; the test evaluation still follows the one dev rule "
+        "(results.selection.SELECTION_RULE)",
+    )
     max_concurrent_trials: int | None = Field(None, ge=1)
     time_budget_s: float | None = Field(None, gt=0)
     resources: Resources = Field(default_factory=Resources)
@@ -134,7 +143,52 @@ class SearchConfig(StrictModel):
                     f"space.{name}: grid values need sampler: grid (Tune's grid_search cannot be "
                     f"combined with Optuna); use choice: [...] with sampler {self.sampler!r}"
                 )
+        if self.objectives:
+            self._check_objectives()
         return self
+
+    @property
+    def objective_directions(self) -> list[tuple[str, str]]:
+        """search.objectives as (name, max|min) pairs, in the spec's order (empty: one metric)."""
+        return [next(iter(item.items())) for item in self.objectives]
+
+    def _check_objectives(self) -> None:
+        allowed = ", ".join(OBJECTIVE_METRICS)
+        for i, item in enumerate(self.objectives):
+            if not isinstance(item, dict) or len(item) != 1:
+                raise ValueError(
+                    f"objectives[{i}]: write one NAME: max|min per entry, e.g. "
+                    f"[dev_accuracy: max, theta_m: min] (got {item!r})"
+                )
+            name, direction = next(iter(item.items()))
+            if name not in OBJECTIVE_METRICS:
+                raise ValueError(f"objectives[{i}]: unknown objective {name!r}; allowed: {allowed}")
+            if direction not in ("max", "min"):
+                raise ValueError(f"objectives[{i}].{name}: direction {direction!r}; allowed: max, min")
+        names = [name for name, _ in self.objective_directions]
+        if len(names) < 2 or len(set(names)) != len(names):
+            raise ValueError(
+                f"objectives: give two or more distinct objectives (got {names}); one objective "
+                "is search.metric and search.mode"
+            )
+        if {"metric", "mode"} & self.model_fields_set:
+            raise ValueError("metric/mode: give either search.metric and search.mode or search.objectives")
+        if self.sampler == "cmaes":
+            raise ValueError(
+                "sampler: 'cmaes' (Optuna's CMA-ES) optimises one objective; with objectives use "
+                "grid, random, tpe or nsga2"
+            )
+        if self.scheduler.type != "fifo":
+            raise ValueError(
+                f"scheduler.type: {self.scheduler.type!r} stops trials on one metric; with "
+                "objectives use fifo (every trial runs to its end, so each objective is its final value)"
+            )
+        if self.sampler != "grid" and len(self.seeds) > 1:
+            raise ValueError(
+                f"seeds: with objectives, sampler {self.sampler!r} takes one seed (Ray Tune's "
+                "Repeater, which runs a sampled configuration once per seed, averages one metric); "
+                f"give one seed, or use sampler grid (got {self.seeds})"
+            )
 
 
 class SweepSpec(RunConfig):

@@ -3,11 +3,10 @@ configuration of a completed sweep as a training config that `orchestrate train`
 
 from __future__ import annotations
 
-import os
 import sys
 import tempfile
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -19,7 +18,7 @@ from results.errors import ResultsError
 from results.tracking_uri import resolve_tracking_uri
 
 if TYPE_CHECKING:  # MLflow is imported when a command runs: `--help` stays light
-    from results.sweeps import SweepRecord
+    from results.sweep_records import SweepRecord
 
 
 def _duration(record: SweepRecord) -> str:
@@ -43,7 +42,7 @@ def render_sweeps(records: list[SweepRecord]) -> str:
               "selected configuration", "test", "started (UTC)", "duration")
     rows = [header]
     for r in records:
-        started = datetime.fromtimestamp(r.start_time_ms / 1000, timezone.utc).strftime("%Y-%m-%d %H:%M")
+        started = datetime.fromtimestamp(r.start_time_ms / 1000, UTC).strftime("%Y-%m-%d %H:%M")
         selected = " ".join(f"{k}={v}" for k, v in r.selected.items()) or "-"
         planned = "?" if r.planned is None else str(r.planned)
         rows.append((r.experiment, r.run_id, r.state, f"{r.done}/{r.failed}/{planned}",
@@ -64,7 +63,7 @@ def sweeps_command(experiments: tuple[str, ...], tracking_uri: str | None) -> No
     accuracy (completed sweeps only), start time and duration."""
     from mlflow.exceptions import MlflowException
 
-    from results.sweeps import load_sweeps
+    from results.sweep_records import load_sweeps
     from results.tracking import open_client, resolve_experiments
 
     try:
@@ -91,10 +90,9 @@ def best_command(experiment: str, out: Path | None, tracking_uri: str | None) ->
     from mlflow.exceptions import MlflowException
 
     from nli_models.training import TRIAL_CONFIG_FILE
-    from results.sweeps import load_sweeps
+    from results.sweep_records import load_sweeps
     from results.tracking import open_client, resolve_experiments
 
-    os.environ["MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"] = "false"  # one small file: no progress bar
     try:
         client = open_client(resolve_tracking_uri(tracking_uri))
         (found,) = resolve_experiments(client, [experiment])

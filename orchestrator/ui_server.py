@@ -38,7 +38,7 @@ def home_page(index_html: str) -> str:
 
 def sweeps_page(views: dict[str, str]) -> str:
     """The sweeps of the store (experiment name -> id), each with its trials table and chart."""
-    from orchestrator.tracking import runs_view_path
+    from orchestrator.run_view import runs_view_path
 
     rows = "".join(
         f'<li><b>{html.escape(name)}</b>: <a href="./{html.escape(runs_view_path(eid))}">'

@@ -134,6 +134,17 @@ def finite_space(spec: SweepSpec, limit: int | None = FINITE_SPACE_LIMIT) -> lis
     return [dict(zip(axes, combo, strict=True)) for combo in itertools.product(*axes.values())]
 
 
+def check_single_objective(spec: SweepSpec, option: str) -> None:
+    """InputError for a spec with search.objectives: an earlier trial is told to the sampler as
+    one value (Tune's add_evaluated_point), and a multi-objective study needs one per objective."""
+    if spec.search.objectives:
+        raise InputError(
+            f"{option}: search.objectives {[name for name, _ in spec.search.objective_directions]} make a multi-objective "
+            f"study, which {option} cannot tell earlier trials to (one value each, "
+            f"search.metric {spec.search.metric!r}); drop search.objectives or {option}"
+        )
+
+
 def check_room(spec: SweepSpec, prior: PriorTrials, configurations: int, option: str) -> None:
     """InputError when a finite space has fewer unfinished configurations than the sweep draws."""
     if prior.finite_space is not None and len(prior.finite_space) - len(prior.points) < configurations:
@@ -154,6 +165,7 @@ def warm_start(tracker, spec: SweepSpec, experiment: str) -> tuple[PriorTrials, 
             "cmaes); sampler grid runs every grid point whatever ran before. To run only the new "
             "points of a completed grid sweep, change its grid and pass --extend"
         )
+    check_single_objective(spec, option)
     experiment_id = tracker.find_experiment(experiment)
     if experiment_id is None:
         raise InputError(f"{option}: the tracking store {tracker.tracking_uri} holds no experiment {experiment!r}")

@@ -13,7 +13,6 @@ convolution columns are not words (n + w - 1 of them for n words).
 
 from __future__ import annotations
 
-import os
 import re
 import tempfile
 from collections.abc import Sequence
@@ -154,7 +153,6 @@ def draw_pair(maps: Sequence[AttentionMap], title: str) -> Figure:
 def load_trial(run_id: str, client) -> tuple[RunConfig, dict]:
     """The run's training config and checkpoint payload (tensors and plain values only: a
     checkpoint holding anything else is refused unread, see read_checkpoint)."""
-    os.environ["MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"] = "false"  # two small files: no progress bar
     with tempfile.TemporaryDirectory(prefix="nli-attention-") as local:
         try:
             folder = Path(client.download_artifacts(run_id, ARTIFACT_CHECKPOINT_DIR, local))

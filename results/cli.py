@@ -46,6 +46,9 @@ class _FileWithSuffix(click.Path):
         return path
 
 
+_FOLDER = click.Path(file_okay=False, path_type=Path)  # an output folder option
+
+
 @dataclass
 class _Outputs:
     """Everything a run produces, computed before anything is written."""
@@ -108,11 +111,18 @@ class _Outputs:
 )
 @click.option(
     "--analysis",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=None,
+    type=_FOLDER,
     help="Write each experiment's hyperparameter importance (Optuna fANOVA, PED-ANOVA), "
     "parallel coordinates and top-5 learning curves to ANALYSIS/EXPERIMENT/, and log them to "
     "the sweep's parent run under analysis/.",
+)
+@click.option(
+    "--pareto",
+    type=_FOLDER,
+    help="Write each experiment's Pareto front over its sweep's search.objectives (dev_accuracy "
+    "max, theta_m min for a sweep with one metric) to PARETO/EXPERIMENT/pareto.png (.pdf, .svg) "
+    "and pareto.parquet, print the trials on it, and log them to the sweep's parent run under "
+    "pareto/. The figure marks the configuration selected on dev and the paper's own.",
 )
 @click.option("--caption", default=None, help="LaTeX caption (--format latex); default: describes the table.")
 @click.option("--label", default=None, help="LaTeX label (--format latex); default: tab:OUT's stem.")
@@ -137,6 +147,8 @@ def results_command(experiments: tuple[str, ...], tracking_uri: str | None, **op
             check_output_path(request.out, "--out")  # before the store is read: fails in a second
             if request.evp is not None:
                 check_output_path(request.evp, "--evp")
+            if request.pareto is not None:
+                check_output_path(request.pareto, "--pareto", folder=True)
             outputs = _compute(experiments, tracking_uri, request)
             for path, _ in outputs.files:  # every file checked before the first is written
                 check_output_path(path, _option_of(path, request.evp))
@@ -174,6 +186,7 @@ class _Request:
     caption: str | None
     label: str | None
     analysis: Path | None
+    pareto: Path | None
 
 
 def _compute(experiments: tuple[str, ...], tracking_uri: str, request: _Request) -> _Outputs:
@@ -231,7 +244,28 @@ def _compute(experiments: tuple[str, ...], tracking_uri: str, request: _Request)
         outputs.stdout.append(describe_comparison(_mcnemar(client, table, *request.mcnemar_rows)))
     if request.analysis:
         _add_analysis(outputs, client, trials, request.analysis)
+    if request.pareto:
+        _add_pareto(outputs, client, trials, request.pareto)
     return outputs
+
+
+def _add_pareto(outputs: _Outputs, client: MlflowClient, trials: list, folder: Path) -> None:
+    """Per experiment: its front's figure and table under FOLDER/EXPERIMENT/, printed, and logged
+    to each parent run of its trials under pareto/."""
+    from results.figures import figure_files
+    from results.files import file_stem
+    from results.pareto import describe_front, pareto_front, plot_front, sweep_objectives
+    from results.run_schema import ARTIFACT_PARETO_DIR
+
+    for experiment in sorted({t.experiment for t in trials}):
+        parents = sorted({t.parent_run_id for t in trials if t.experiment == experiment and t.parent_run_id})
+        objectives = sweep_objectives([client.get_run(p).data.tags for p in parents], experiment)
+        front = pareto_front(trials, experiment, objectives)
+        target = folder / file_stem(experiment)
+        outputs.files += figure_files(plot_front(front), target / "pareto.png")
+        outputs.files.append((target / "pareto.parquet", front.table))
+        outputs.stdout.append(describe_front(front))
+        outputs.artifacts += [(parent, target, ARTIFACT_PARETO_DIR) for parent in parents]
 
 
 def _add_analysis(
@@ -324,7 +358,7 @@ def _option_of(path: Path, evp: Path | None) -> str:
 def _incomplete_sweeps(client: MlflowClient, experiments: list[Experiment]) -> dict[str, str]:
     """Experiment -> its sweeps that have not completed, described; each sweep's state and
     progress is shown on stderr (a warning for an incomplete one)."""
-    from results.sweeps import load_sweeps
+    from results.sweep_records import load_sweeps
 
     incomplete: dict[str, str] = {}
     for experiment in experiments:

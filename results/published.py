@@ -528,3 +528,25 @@ def our_value(row: pd.Series, metric: str) -> float | None:
         else:
             return None
     return None if pd.isna(value) else float(value)
+
+
+def model_rows(params: Mapping[str, object]) -> list[tuple[str, PublishedRow]]:
+    """(paper, row) of every runnable published row of the model and variant ``params`` name,
+    whatever its other settings (the rows a Pareto front of that model is drawn beside)."""
+    return [
+        (paper, published)
+        for paper, rows in PAPERS.items()
+        for published in rows
+        if published.runnable
+        and matches_row({k: published.match[k] for k in ("model", "variant") if k in published.match}, params)
+    ]
+
+
+def runs_paper_configuration(paper: str, published: PublishedRow, params: Mapping[str, object]) -> bool:
+    """Whether a trial with ``params`` trains ``published``'s own configuration: the row's
+    architecture (its match) and every setting the paper states for it that the trial logged as
+    a param (lr, dropout, batch size, ...; the data protocol is compared by `results --paper`)."""
+    setup = paper_setup(paper, published)
+    return matches_row(published.match, params) and all(
+        _same_setting(name, params[name], theirs) for name, theirs in setup.items() if name in params
+    )

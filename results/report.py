@@ -14,7 +14,6 @@ from __future__ import annotations
 import base64
 import html
 import json
-import os
 import re
 import tempfile
 from collections.abc import Sequence
@@ -43,6 +42,7 @@ from results.errors import ResultsError
 from results.evp import evp_table, plot_evp
 from results.figures import figure_bytes, new_figure
 from results.files import file_stem
+from results.pareto import describe_front, pareto_front, plot_front, sweep_objectives
 from results.predictions import majority_class, read_predictions
 from results.render import format_count, format_hyperparameters, render, results_view
 from results.sweeps import observed_state
@@ -208,7 +208,6 @@ class Record:
 
 
 def _artifact(client: MlflowClient, run_id: str, path: str, scratch: Path):
-    os.environ["MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"] = "false"  # small files: no progress bars
     try:
         local = Path(client.download_artifacts(run_id, path, str(scratch / run_id)))
     except Exception:  # absent artifact: MLflow raises several types; the page says so
@@ -503,6 +502,31 @@ def results_section(record: Record) -> Section:
     return section
 
 
+def pareto_section(record: Record) -> Section:
+    """The front of the experiment's trials over its sweeps' objectives (results.pareto)."""
+    section = Section("Pareto front")
+    name = record.experiment.name
+    try:
+        objectives = sweep_objectives([sweep.data.tags for sweep in record.sweeps], name)
+        front = pareto_front(record.trials, name, objectives)
+    except ResultsError as exc:
+        return section.text(f"No front: {exc}.")
+    searched = any(rs.TAG_OBJECTIVES in sweep.data.tags for sweep in record.sweeps)
+    rules = sorted({sweep.data.tags[rs.TAG_SELECTION_RULE] for sweep in record.sweeps
+                    if rs.TAG_SELECTION_RULE in sweep.data.tags})
+    section.text(
+        ("The sweep searched these objectives together (search.objectives). " if searched else
+         "The sweep searched one metric; the front is drawn over dev accuracy and |θ|M. ")
+        + "A trial is on the front when no other is at least as good in every objective and "
+        "better in one. The tested configuration was chosen on dev alone, by the rule the sweep "
+        f"recorded: {'; '.join(rules) or NOT_RECORDED}."
+    )
+    # As text and bullets, which are escaped: names in it come from the store (a code block is not).
+    header, *lines = describe_front(front).splitlines()
+    section.text(header).bullets([line.strip() for line in lines])
+    return section.figure(plot_front(front), "pareto", f"Pareto front of {name}")
+
+
 FEW_TRIALS_FOR_IMPORTANCE = 30  # below this, the importance figure gets a caveat
 
 
@@ -694,6 +718,7 @@ def build_report(client: MlflowClient, experiment: Experiment) -> tuple[str, str
         search_section(record),
         selection_section(record),
         results_section(record),
+        pareto_section(record),
         analysis_section(record),
         per_class_section(record),
         mcnemar_section(record),

@@ -27,6 +27,10 @@ TAG_PLANNED_TRIALS = "nli.planned_trials"  # trials the spec plans (grid points 
 TAG_DRIVER = "nli.driver"  # "HOST PID" of the process driving the sweep (its lease)
 TAG_HEARTBEAT = "nli.heartbeat"  # unix seconds, renewed by the live driver (results/sweeps.py)
 TAG_TIME_BUDGET = "nli.time_budget_s"  # search.time_budget_s when set: its end completes a sweep
+# search.objectives of a multi-objective sweep, as JSON [[name, "max"|"min"], ...] (absent: one
+# objective, search.metric); `results --pareto` draws the front of these.
+TAG_OBJECTIVES = "nli.objectives"
+TAG_SELECTION_RULE = "nli.selection_rule"  # the rule that chose the tested configuration, in words
 # The devices the sweep's trials trained on, counted from their nli.device / nli.device_name
 # tags once the trials ended: e.g. "cuda:0 (NVIDIA A10G) x6; cpu (AMD EPYC 7B13) x2".
 TAG_TRIAL_DEVICES = "nli.trial_devices"
@@ -149,6 +153,12 @@ METRIC_TRAIN_ACCURACY = "train_accuracy_running"
 METRIC_DEV_LOSS = "dev_loss"
 METRIC_DEV_ACCURACY = "dev_accuracy"
 METRIC_EPOCH_TIME = "epoch_time_s"
+# A trial's Tune results (orchestrator/ray_adapter.py reports one per epoch) carry these per-epoch
+# metrics and its results.trial_result.TrialResult under the names of this module, the epoch
+# number as METRIC_EPOCHS_TRAINED (the step of the per-epoch metrics), and these keys, which are
+# Tune's alone (MLflow records what they mean as tags):
+RESULT_TRIAL_FINISHED = "trial_finished"  # 1: ended by itself (all epochs, patience); else stopped
+RESULT_DIVERGED_LOSS = "diverged_loss"  # with METRIC_DIVERGED_*: the last result of a diverged trial
 
 # Final trial metrics.
 METRIC_BEST_DEV_ACCURACY = "best_dev_accuracy"
@@ -158,6 +168,15 @@ METRIC_EPOCHS_TRAINED = "epochs_trained"
 METRIC_THETA_M = "theta_m"
 METRIC_THETA_WM = "theta_wm"
 METRIC_TRIAL_TIME = "trial_time_s"
+# The objectives search.objectives may name -> the metric holding a trial's final value of each:
+# dev accuracy is the best epoch's (whose weights are kept and tested), parameter counts are
+# fixed, the wall time is Tune's time_total_s at the trial's end.
+OBJECTIVE_METRICS = {
+    "dev_accuracy": METRIC_BEST_DEV_ACCURACY,
+    "theta_m": METRIC_THETA_M,
+    "theta_wm": METRIC_THETA_WM,
+    "trial_time_s": METRIC_TRIAL_TIME,
+}
 
 # Only on the selected configuration's runs (and the parent): the paper protocol evaluates test
 # data for that configuration alone.
@@ -234,3 +253,4 @@ ARTIFACT_DATA_RECORD = "provenance/data.json"
 ARTIFACT_ENVIRONMENT = "provenance/environment.json"
 DATASET_CONTEXT = "train"  # mlflow.data.context of the dataset input on every run
 ARTIFACT_ANALYSIS_DIR = "analysis"  # on a parent run: importance, parallel coordinates, curves
+ARTIFACT_PARETO_DIR = "pareto"  # on a parent run: the front's figure and table (results --pareto)

@@ -26,6 +26,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 FINISHED = "FINISHED"
+# The rule above in one line: what the sweep prints and records (tag nli.selection_rule) when it
+# tests the chosen configuration. A multi-objective sweep (search.objectives) keeps it: its front
+# shows the trade-offs, and test data is still read for one configuration chosen on dev alone.
+SELECTION_RULE = (
+    "best mean best_dev_accuracy over seeds within each model configuration (ties: higher "
+    "minimum over seeds, fewer parameters theta_m, smallest config_key)"
+)
 
 
 @dataclass(frozen=True)
@@ -89,3 +96,22 @@ def _rank(config_key: str, seeds: list[TrialRecord]) -> tuple:
     mean = math.fsum(accuracies) / len(accuracies)
     theta_m = seeds[0].theta_m
     return (-mean, -min(accuracies), theta_m is None, theta_m or 0, config_key)
+
+
+def best_configuration(trials: list[TrialRecord]) -> list[TrialRecord]:
+    """The seed runs of the best configuration over every model configuration, as a sweep picks
+    the one it reports: each model configuration's selection (select_configuration), the highest
+    mean best_dev_accuracy over its seeds winning (ties: the first model configuration by name).
+    Empty when no trial is eligible."""
+    groups: dict[str, list[TrialRecord]] = defaultdict(list)
+    for trial in seed_runs(trials):
+        groups[trial.model_config].append(trial)
+    best: list[TrialRecord] = []
+    best_mean = -math.inf
+    for _, members in sorted(groups.items()):
+        chosen = select_configuration(members)
+        seeds = [t for t in members if t.config_key == chosen]
+        mean = math.fsum(t.best_dev_accuracy for t in seeds) / len(seeds)
+        if mean > best_mean:
+            best, best_mean = seeds, mean
+    return best

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -22,17 +21,12 @@ from mlflow.exceptions import MlflowException
 
 from nli_models.errors import mask_secrets
 from results.errors import ResultsError, ResultsWarning
-from results.params import as_int
 from results.run_schema import (
     ARTIFACT_TEST_PREDICTIONS,
     CLASS_ACCURACY_PREFIX,
     CONSTANT_PARAM_PREFIX,
     LEGACY_SWEEP_METRICS,
-    METRIC_BEST_DEV_ACCURACY,
-    METRIC_EPOCHS_TRAINED,
     METRIC_TEST_ACCURACY,
-    METRIC_THETA_M,
-    PARAM_SEED,
     ROLE_TRIAL,
     TAG_CONFIG_KEY,
     TAG_CORPUS,
@@ -46,6 +40,7 @@ from results.run_schema import (
 )
 from results.selection import TrialRecord
 from results.tracking_uri import check_tracking_uri, client_uri, unreachable_store
+from results.trial_result import TrialResult
 
 TRIAL_FILTER = f"tags.`{TAG_ROLE}` = '{ROLE_TRIAL}'"
 
@@ -166,16 +161,12 @@ def _trial(run: Run, experiment: str) -> TrialRun | None:
         )
         return None
     metrics = {k: v for k, v in run.data.metrics.items() if not is_test_metric(k)}
-    record = TrialRecord(
+    record = TrialResult.from_metrics(metrics).record(
         run_id=run.info.run_id,
         config_key=tags[TAG_CONFIG_KEY],
         model_config=tags[TAG_MODEL_CONFIG],
-        params=dict(params),
-        best_dev_accuracy=metrics.get(METRIC_BEST_DEV_ACCURACY),
-        seed=as_int(params.get(PARAM_SEED)),
+        params=params,
         status=run.info.status,
-        theta_m=as_int(metrics.get(METRIC_THETA_M)),
-        epochs_trained=metrics.get(METRIC_EPOCHS_TRAINED),
     )
     return TrialRun(
         record=record,
@@ -206,9 +197,6 @@ def fetch_test_metrics(client: MlflowClient, run_id: str) -> dict[str, float]:
 
 
 def download_predictions(client: MlflowClient, run_id: str, directory: Path) -> Path:
-    # One small file per row: MLflow's progress bars would only clutter stderr (MLflow reads the
-    # variable on every download; a reading process has no use for them).
-    os.environ["MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"] = "false"
     try:
         return Path(client.download_artifacts(run_id, ARTIFACT_TEST_PREDICTIONS, str(directory)))
     except (MlflowException, OSError) as exc:

@@ -1,5 +1,6 @@
 """Shared fixtures: environment for Ray/MLflow, the shared-data location, a local Ray instance,
-the prepared toy corpus and torch on one thread."""
+the prepared toy corpus and torch on one thread. Nothing heavy is imported here (collecting the
+suite loads what the test modules themselves import); the helpers are in the testkit package."""
 
 from __future__ import annotations
 
@@ -10,9 +11,10 @@ import pytest
 
 # The cluster tests' PostgreSQL database and MLflow server (module-scoped), and the one-node SLURM
 # cluster (session-scoped).
-from cluster_support import fresh_postgres, logs_dir, postgres_uri, tracking  # noqa: F401
-from slurm_support import slurm_cluster  # noqa: F401
-from toy_configs import TOY
+from testkit.postgres import fresh_postgres, postgres_uri  # noqa: F401
+from testkit.slurm import slurm_cluster  # noqa: F401
+from testkit.toy import TOY
+from testkit.tracking_server import logs_dir, tracking  # noqa: F401
 
 from orchestrator.environment import configure_environment
 
@@ -43,7 +45,7 @@ def ray_session():
 
 @pytest.fixture(scope="module")
 def toy(tmp_path_factory):
-    """The toy corpus of toy_configs.TOY, prepared once per module."""
+    """The toy corpus of testkit.toy.TOY, prepared once per module."""
     from nli_models.data import prepare_data
 
     return prepare_data(TOY, cache_dir=tmp_path_factory.mktemp("prepared"))

@@ -10,10 +10,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from testkit.batches import padded
 
 from nli_models import build_model, model_names, model_variants
 from nli_models.data.batch import Batch
-from nli_models.embeddings import PAD_INDEX
 from nli_models.registry import model_arguments
 from results.attention import NULL_TOKEN, draw_pair, pair_maps, parse_pair_ids
 from results.errors import ResultsError
@@ -24,15 +24,8 @@ PREMISES = [[2, 3, 4, 5, 6, 7, 8], [9, 10, 11, 12, 13, 14], [15, 16]]
 HYPOTHESES = [[20, 21, 22], [23, 24, 25, 26, 27, 28], [29]]
 
 
-def _padded(sentences):
-    ids = torch.full((len(sentences), max(map(len, sentences))), PAD_INDEX, dtype=torch.long)
-    for row, sentence in enumerate(sentences):
-        ids[row, : len(sentence)] = torch.tensor(sentence)
-    return ids, ids != PAD_INDEX
-
-
 def _batch() -> Batch:
-    return Batch(*_padded(PREMISES), *_padded(HYPOTHESES), torch.tensor([0, 1, 2]))
+    return Batch(*padded(PREMISES), *padded(HYPOTHESES), torch.tensor([0, 1, 2]))
 
 
 def _cases():

@@ -28,8 +28,8 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from sweep_helpers import ORCHESTRATE
-from toy_configs import tiny_config
+from testkit.cli import run_orchestrate
+from testkit.toy import tiny_config
 
 TESTS = Path(__file__).resolve().parent
 REPO_ROOT = TESTS.parent
@@ -94,6 +94,7 @@ def build_workspace(ws: Path) -> None:
     """Inputs under ws/inputs; a store with an experiment and a sweep in ws/mlruns.db; an output
     folder with a file in it; a plain file `afile` to put outputs under."""
     from orchestrator.tracking import Tracker
+    from orchestrator.uploader import create_parent
     from results import run_schema as rs
 
     inputs = ws / "inputs"
@@ -142,8 +143,7 @@ def build_workspace(ws: Path) -> None:
     (ws / "afile").write_text("a file, not a folder\n")
     tracker = Tracker(f"sqlite:///{ws / 'mlruns.db'}")
     tracker.check_reachable()
-    experiment = tracker.experiment_id("existing")
-    tracker.start_sweep(experiment, "sweep-existing", {rs.TAG_SWEEP_STATE: "completed"})
+    create_parent(tracker, "existing", "sweep-existing", {rs.TAG_SWEEP_STATE: "completed"})
 
 
 def tree_digest(root: Path) -> str:
@@ -217,6 +217,21 @@ SPECS = {
     "metric_unknown": _with(TOY, ("search.metric", "f1")),
     "mode_unknown": _with(TOY, ("search.mode", "maximum")),
     "failures_negative": _with(TOY, ("search.max_failures", -1)),
+    **{f"objectives_{case}": _with(
+        TOY, ("search.sampler", "tpe"), ("search.space.lr", {"choice": [0.01, 0.1]}),
+        ("search.objectives", [{"dev_accuracy": "max"}, {"theta_m": "min"}]), *edits,
+    ) for case, edits in (
+        ("unknown", [("search.objectives", [{"accuracy": "max"}, {"theta_m": "min"}])]),
+        ("direction", [("search.objectives", [{"dev_accuracy": "max"}, {"theta_m": "minimize"}])]),
+        ("not_mapping", [("search.objectives", ["dev_accuracy", {"theta_m": "min"}])]),
+        ("single", [("search.objectives", [{"dev_accuracy": "max"}])]),
+        ("repeated", [("search.objectives", [{"theta_m": "min"}, {"theta_m": "min"}])]),
+        ("cmaes", [("search.sampler", "cmaes"), ("search.space.lr", {"loguniform": [0.001, 0.1]})]),
+        ("asha", [("search.scheduler", {"type": "asha"})]),
+        ("median", [("search.scheduler", {"type": "median"})]),
+        ("seeds", [("search.seeds", [1, 2])]),
+        ("metric", [("search.metric", "dev_loss")]),
+    )},
     "toy_size_small": _with(TOY, ("data.toy.size", 5)),
     "splits_no_train": _with(TOY, ("data.splits", ["dev", "test"])),
     "max_examples_zero": _with(TOY, ("data.max_examples", {"train": 0})),
@@ -298,7 +313,7 @@ CASES: list[tuple[str, list[str], str]] = [
     ("model_missing", ["validate", S, "--no-data"], "model: Field required"),
     ("data_missing", ["validate", S, "--no-data"], "data: Field required"),
     ("corpus_unknown", ["validate", S, "--no-data"], "data.corpus: Input should be 'toy'"),
-    ("sampler_unknown", ["validate", S, "--no-data"], "search.sampler: Input should be 'grid', 'random', 'tpe' or 'cmaes'"),
+    ("sampler_unknown", ["validate", S, "--no-data"], "search.sampler: Input should be 'grid', 'random', 'tpe', 'cmaes' or 'nsga2'"),
     ("grid_with_tpe", ["validate", S, "--no-data"], "space.lr: grid values need sampler: grid"),
     ("uniform_with_grid", ["validate", S, "--no-data"], "space.lr: sampler 'grid' takes only grid values"),
     ("seeds_duplicate", ["validate", S, "--no-data"], "seeds must be distinct"),
@@ -395,6 +410,21 @@ CASES: list[tuple[str, list[str], str]] = [
      "inputs/poisoned/checkpoint.pt: refused to load"),
     (None, ["train", "inputs/hidden_grid_zero.yaml", "--checkpoint-dir", "inputs/truncated", "--resume"],
      "inputs/truncated/checkpoint.pt: refused to load"),
+    # search.objectives (a Pareto front): refused by `sweep` before anything is written
+    ("objectives_unknown", ["sweep", S], "search: objectives[0]: unknown objective 'accuracy'; allowed: "
+     "dev_accuracy, theta_m, theta_wm, trial_time_s"),
+    ("objectives_unknown", ["validate", S, "--no-data"], "search: objectives[0]: unknown objective 'accuracy'"),
+    ("objectives_direction", ["sweep", S], "search: objectives[1].theta_m: direction 'minimize'; allowed: max, min"),
+    ("objectives_not_mapping", ["sweep", S], "search: objectives[0]: write one NAME: max|min per entry"),
+    ("objectives_single", ["sweep", S], "search: objectives: give two or more distinct objectives"),
+    ("objectives_repeated", ["sweep", S], "search: objectives: give two or more distinct objectives"),
+    ("objectives_cmaes", ["sweep", S], "search: sampler: 'cmaes' (Optuna's CMA-ES) optimises one objective; "
+     "with objectives use grid, random, tpe or nsga2"),
+    ("objectives_asha", ["sweep", S], "search: scheduler.type: 'asha' stops trials on one metric; with objectives use fifo"),
+    ("objectives_median", ["sweep", S], "search: scheduler.type: 'median' stops trials on one metric"),
+    ("objectives_seeds", ["sweep", S], "search: seeds: with objectives, sampler 'tpe' takes one seed"),
+    ("objectives_metric", ["sweep", S], "search: metric/mode: give either search.metric and search.mode or "
+     "search.objectives"),
     # needs a running Ray to see the cluster's size: last, as it is the slowest
     ("cpu_too_many", ["sweep", S], "search.resources: a trial asks for 64 CPU and 0 GPU, but no node"),
 ]
@@ -481,10 +511,8 @@ def test_real_process_agrees(workspace, tmp_path, index):
     spec, argv, expected = CASES[index]
     ws = workspace
     before = tree_digest(ws)
-    result = subprocess.run(
-        [ORCHESTRATE, *ARGVS[index]], cwd=ws, capture_output=True, text=True, timeout=300,
-        env={**os.environ, "NLI_DATA_DIR": str(tmp_path / "data-cache")},
-    )
+    result = run_orchestrate(ARGVS[index], cwd=ws, env={"NLI_DATA_DIR": str(tmp_path / "data-cache")},
+                             timeout=300)
     assert result.returncode == 2, result.stderr
     assert "Traceback" not in result.stderr and expected in result.stderr
     assert tree_digest(ws) == before

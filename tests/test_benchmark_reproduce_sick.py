@@ -10,7 +10,7 @@ import sys
 
 import pandas as pd
 import pytest
-from sweep_helpers import REPO_ROOT
+from testkit import REPO
 
 NAME = "reproduce_sick"
 SICK_FILE = "sick/SICK.txt"
@@ -22,7 +22,7 @@ def test_quick_mode_writes_the_paper_table(shared_data, tmp_path):
         pytest.skip(f"SICK not found at {shared_data / SICK_FILE} (only on the project's dev machines)")
     done = subprocess.run(
         [sys.executable, "-m", "benchmarks.run", NAME, "--quick", "--out", str(tmp_path)],
-        cwd=REPO_ROOT, capture_output=True, text=True, timeout=900,
+        cwd=REPO, capture_output=True, text=True, timeout=900,
     )
     result = json.loads((tmp_path / f"{NAME}.json").read_text())
     if result["status"] == "skipped":

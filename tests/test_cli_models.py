@@ -4,22 +4,17 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import time
-from pathlib import Path
 
-from click.testing import CliRunner
+from testkit.cli import ORCHESTRATE, orchestrate
 
 from nli_models import model_names, paper_configs
-from orchestrator.cli import main
 from orchestrator.model_catalog import compute_catalog, shipped_catalog
-
-ORCHESTRATE = str(Path(sys.executable).with_name("orchestrate"))
 
 
 def test_models_lists_every_registered_model_and_variant():
-    result = CliRunner().invoke(main, ["models"])
-    assert result.exit_code == 0, result.output
+    result = orchestrate("models")
+    assert result.returncode == 0, result.output
     for name in model_names():
         assert name in result.output
     assert "word_by_word" in result.output and "abcnn3" in result.output
@@ -47,8 +42,8 @@ def test_models_answers_within_3_seconds(tmp_path):
 
 
 def test_models_json_reports_each_paper_configuration():
-    result = CliRunner().invoke(main, ["models", "--json"])
-    assert result.exit_code == 0, result.output
+    result = orchestrate("models", "--json")
+    assert result.returncode == 0, result.output
     rows = json.loads(result.output)
     assert len(rows) == len(paper_configs())
     for row in rows:

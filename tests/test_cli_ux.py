@@ -1,7 +1,8 @@
 """The command line a user meets first: `--set` / `--data-dir` overrides (validated like the
 file, recorded with the sweep), `validate --estimate`, the thread count of `orchestrate train`,
 one tracking-URI rule, `ui` on a busy port, `--version`, and a `--help` that loads no heavy
-library. Commands run as real `orchestrate` processes with this worktree on PYTHONPATH."""
+library. Commands whose claim is about the process run as real `orchestrate` processes with this
+worktree on PYTHONPATH (cli); refusals and messages run in this process (cli_here)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,9 @@ from pathlib import Path
 
 import pytest
 import yaml
-from sweep_helpers import BASE_SPEC, ORCHESTRATE, REPO_ROOT, merge
+from testkit import REPO
+from testkit.cli import orchestrate, run_orchestrate
+from testkit.specs import BASE_SPEC, merge
 
 from nli_models.config import ConfigError, Overrides, load_run_config
 from nli_models.errors import InputError
@@ -42,16 +45,16 @@ PAIRS = [
 ]
 
 
-def orchestrate(*args: str, cwd: Path, env: dict | None = None, prefix: tuple[str, ...] = (),
-                timeout: float = 600) -> subprocess.CompletedProcess:
-    """The real `orchestrate` of this worktree (PYTHONPATH), in `cwd`, no store from outside."""
-    environment = {k: v for k, v in os.environ.items()
-                   if k not in ("MLFLOW_TRACKING_URI", "OMP_WAIT_POLICY", "RAY_ADDRESS")}
-    environment["PYTHONPATH"] = str(REPO_ROOT)
-    environment["NLI_DATA_DIR"] = str(cwd / "data-cache")
-    environment.update(env or {})
-    return subprocess.run([*prefix, ORCHESTRATE, *args], cwd=cwd, env=environment,
-                          capture_output=True, text=True, timeout=timeout)
+def cli(*args: str, cwd: Path, env: dict | None = None, **options) -> subprocess.CompletedProcess:
+    """The real `orchestrate` of this worktree in `cwd`, with its data cache there too: for the
+    claims about the process (threads, start-up, a sweep's workers)."""
+    return run_orchestrate(list(args), cwd, {"NLI_DATA_DIR": str(cwd / "data-cache"), **(env or {})}, **options)
+
+
+def cli_here(*args: str, cwd: Path, env: dict | None = None):
+    """The same command in this process (an exit code and a message need no start-up of their
+    own), in `cwd` with its data cache there."""
+    return orchestrate(*args, cwd=cwd, env={"NLI_DATA_DIR": str(cwd / "data-cache"), **(env or {})})
 
 
 def write_yaml(path: Path, content: dict) -> Path:
@@ -107,18 +110,18 @@ def test_overrides_are_validated_like_the_file(tmp_path):
 
 
 def test_validate_applies_set_and_names_the_bad_key(tmp_path):
-    spec = REPO_ROOT / "search_spaces" / "quickstart.yaml"
-    ok = orchestrate("validate", str(spec), "--no-data", "--set", "search.space.lr.grid=[1e-3,3e-3,1e-2]",
+    spec = REPO / "search_spaces" / "quickstart.yaml"
+    ok = cli_here("validate", str(spec), "--no-data", "--set", "search.space.lr.grid=[1e-3,3e-3,1e-2]",
                      "--set", "training.epochs=2", cwd=tmp_path)
     assert ok.returncode == 0, ok.stderr
     assert "lr[3] x dropout[2] x hidden_size[2] = 12 configurations" in ok.stdout
     assert "epochs per trial: 2" in ok.stdout
     assert "overrides: search.space.lr.grid=[0.001, 0.003, 0.01], training.epochs=2" in ok.stdout
-    bad = orchestrate("validate", str(spec), "--no-data", "--set", "search.space.lr.grid=[1e-3,-1]",
+    bad = cli_here("validate", str(spec), "--no-data", "--set", "search.space.lr.grid=[1e-3,-1]",
                       cwd=tmp_path)
     assert bad.returncode == 2 and "Traceback" not in bad.stderr
     assert "search.space.lr.grid[1]" in bad.stderr and "greater than 0" in bad.stderr
-    malformed = orchestrate("validate", str(spec), "--no-data", "--set", "training.lr", cwd=tmp_path)
+    malformed = cli_here("validate", str(spec), "--no-data", "--set", "training.lr", cwd=tmp_path)
     assert malformed.returncode == 2 and "expected dotted.key=value" in malformed.stderr
 
 
@@ -126,12 +129,12 @@ def test_data_dir_points_validate_and_train_at_the_corpus(tmp_path):
     corpus = tmp_path / "corpus"
     jsonl_corpus(corpus)
     spec = jsonl_spec(tmp_path)
-    missing = orchestrate("validate", str(spec), cwd=tmp_path)
+    missing = cli_here("validate", str(spec), cwd=tmp_path)
     assert missing.returncode == 2 and "--data-dir" in missing.stderr  # the error's own advice
-    found = orchestrate("validate", str(spec), "--data-dir", str(corpus), cwd=tmp_path)
+    found = cli_here("validate", str(spec), "--data-dir", str(corpus), cwd=tmp_path)
     assert found.returncode == 0, found.stderr
     assert "train 24, dev 6, test 6 pairs" in found.stdout
-    trained = orchestrate("train", str(spec), "--data-dir", str(corpus), "--set", "training.epochs=1",
+    trained = cli_here("train", str(spec), "--data-dir", str(corpus), "--set", "training.epochs=1",
                           "--set", "training.num_threads=1", cwd=tmp_path)
     assert trained.returncode == 0, trained.stderr
     assert trained.stdout.startswith(
@@ -150,7 +153,7 @@ def test_sweep_records_the_effective_spec_and_its_overrides(tmp_path):
     store = f"sqlite:///{tmp_path / 'elsewhere.db'}"
     sets = ("search.space.lr.grid=[3e-3]", "training.batch_size=8")
     args = [arg for text in sets for arg in ("--set", text)]
-    result = orchestrate("sweep", str(spec), *args, "--data-dir", str(corpus),
+    result = cli("sweep", str(spec), *args, "--data-dir", str(corpus),
                          "--tracking-uri", store, cwd=tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
     assert not (tmp_path / "mlruns.db").exists()  # the default store was not touched
@@ -173,10 +176,10 @@ def test_sweep_records_the_effective_spec_and_its_overrides(tmp_path):
 def test_bad_override_or_conflicting_tracking_uri_writes_nothing(tmp_path):
     spec = write_yaml(tmp_path / "spec.yaml", merge(BASE_SPEC, {"search": {
         "tracking_uri": f"sqlite:///{tmp_path / 'spec.db'}", "storage_path": str(tmp_path / "rr")}}))
-    bad = orchestrate("sweep", str(spec), "--set", "training.batch_size=0", cwd=tmp_path)
+    bad = cli_here("sweep", str(spec), "--set", "training.batch_size=0", cwd=tmp_path)
     assert bad.returncode == 2 and "training.batch_size" in bad.stderr
     other = f"sqlite:///{tmp_path / 'other.db'}"
-    conflict = orchestrate("sweep", str(spec), "--tracking-uri", other, cwd=tmp_path)
+    conflict = cli_here("sweep", str(spec), "--tracking-uri", other, cwd=tmp_path)
     assert conflict.returncode == 2 and "Traceback" not in conflict.stderr
     assert f"--tracking-uri {other} contradicts search.tracking_uri" in conflict.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["spec.yaml"]  # no store, no results
@@ -193,14 +196,14 @@ def test_submit_checks_overrides_here_and_passes_them_to_the_job(tmp_path):
         "--data-dir /mnt/shared/data")
     with pytest.raises(JobInputError, match="training.lr"):
         build_submission(spec, cwd=tmp_path, overrides=Overrides(("training.lr=-1",)))
-    refused = orchestrate("submit", str(spec), "--set", "search.seeds=[1, 1]",
+    refused = cli_here("submit", str(spec), "--set", "search.seeds=[1, 1]",
                           "--address", "http://127.0.0.1:9", cwd=tmp_path)
     assert refused.returncode == 2 and "seeds must be distinct" in refused.stderr
 
 
 def test_estimate_trains_a_probe_and_states_its_arithmetic(tmp_path):
-    spec = REPO_ROOT / "search_spaces" / "quickstart.yaml"
-    result = orchestrate("validate", str(spec), "--estimate", "--set", "training.epochs=3", cwd=tmp_path)
+    spec = REPO / "search_spaces" / "quickstart.yaml"
+    result = cli("validate", str(spec), "--estimate", "--set", "training.epochs=3", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     found = re.search(r"^estimate: .* = (\d+) trials x (\d+) epochs x ([\d.]+) s per epoch "
                       r"/ (\d+) concurrent trials$", result.stdout, re.M)
@@ -247,7 +250,7 @@ def test_train_threads_spin_only_on_cores_of_their_own(tmp_path):
     config = write_yaml(tmp_path / "run.yaml", TINY_TRAIN)
 
     def train(*args: str, env: dict | None = None, prefix: tuple[str, ...] = ()):
-        done = orchestrate("train", str(config), *args, cwd=tmp_path, prefix=prefix,
+        done = cli("train", str(config), *args, cwd=tmp_path, prefix=prefix,
                            env={"OMP_DISPLAY_ENV": "true", **(env or {})})
         assert done.returncode == 0, done.stderr
         return done.stdout, re.findall(r"OMP_WAIT_POLICY = '(\w+)'", done.stderr)
@@ -277,14 +280,14 @@ def test_ui_on_a_busy_port_fails_clearly(tmp_path):
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        result = orchestrate("ui", "--port", str(port), cwd=tmp_path, timeout=60)
+        result = cli("ui", "--port", str(port), cwd=tmp_path, timeout=60)
     assert result.returncode == 1
     assert f"error: port {port} on 127.0.0.1 is not free" in result.stderr and "--port" in result.stderr
     assert "MLflow UI for" not in result.stdout
 
 
 def test_version_names_the_package_and_its_libraries(tmp_path):
-    result = orchestrate("--version", cwd=tmp_path)
+    result = cli("--version", cwd=tmp_path)
     assert result.returncode == 0
     assert result.stdout.startswith(f"orchestrate (nli-orchestrator) {version('nli-orchestrator')}; ")
     for library in ("torch", "ray", "mlflow", "optuna"):
@@ -307,7 +310,7 @@ def test_tracking_uri_resolution_order(monkeypatch):
 
 def test_results_reads_the_environment_store_through_the_same_rule(tmp_path):
     missing = tmp_path / "nowhere.db"
-    result = orchestrate("results", "--out", str(tmp_path / "t.parquet"), cwd=tmp_path,
+    result = cli_here("results", "--out", str(tmp_path / "t.parquet"), cwd=tmp_path,
                          env={"MLFLOW_TRACKING_URI": f"sqlite:///{missing}"})
     assert result.returncode == 2 and str(missing) in result.stderr
     assert not missing.exists()
@@ -340,7 +343,7 @@ print("SECONDS", time.perf_counter() - started, file=sys.stderr)
 def test_help_of_every_command_loads_no_heavy_library(tmp_path):
     result = subprocess.run(
         [sys.executable, "-c", HELP_WALK.replace("{heavy!r}", repr(HEAVY))], cwd=tmp_path,
-        env={**os.environ, "PYTHONPATH": str(REPO_ROOT)}, capture_output=True, text=True, timeout=300,
+        env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True, timeout=300,
     )
     assert result.returncode == 0, result.stderr
     visited = eval(re.search(r"^VISITED (.*)$", result.stderr, re.M)[1])
@@ -361,7 +364,7 @@ def test_orchestrate_help_costs_a_few_interpreter_starts(tmp_path, record_proper
     help_s, bare_s = [], []
     for attempt in range(8):
         started = time.perf_counter()
-        result = orchestrate("--help", cwd=tmp_path, env=cached)
+        result = cli("--help", cwd=tmp_path, env=cached)
         elapsed = time.perf_counter() - started
         assert result.returncode == 0 and "Commands:" in result.stdout
         started = time.perf_counter()

@@ -11,7 +11,8 @@ import zipfile
 from pathlib import Path
 
 import pytest
-import yaml
+from testkit.cli import orchestrate
+from testkit.specs import quickstart, write_spec
 
 from orchestrator import ray_jobs
 from orchestrator.ports import free_port
@@ -21,32 +22,8 @@ from orchestrator.tracking_server import mask_uri, server_command
 REPO = Path(__file__).resolve().parents[1]
 
 
-class Result:
-    def __init__(self, returncode: int, stdout: str, stderr: str):
-        self.returncode, self.stdout, self.stderr = returncode, stdout, stderr
-
-
-def run(*args: str, env: dict | None = None) -> Result:
-    """`orchestrate ARGS` in this process (click's runner: one import of everything)."""
-    from click.testing import CliRunner
-
-    from orchestrator.cli import main
-
-    environment = {k: None for k in ("RAY_ADDRESS", "RAY_API_SERVER_ADDRESS", "MLFLOW_TRACKING_URI")}
-    environment.update(env or {})
-    result = CliRunner(env=environment).invoke(main, list(args))
-    if result.exception is not None and not isinstance(result.exception, SystemExit):
-        raise result.exception
-    return Result(result.exit_code, result.stdout, result.stderr)
-
-
 def spec_file(folder: Path, **search) -> Path:
-    spec = yaml.safe_load((REPO / "search_spaces" / "quickstart.yaml").read_text())
-    spec["search"].update(search)
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / "sweep.yaml"
-    path.write_text(yaml.safe_dump(spec))
-    return path
+    return write_spec(folder, {"search": search}, base=quickstart(), local_store=False, file_name="sweep.yaml")
 
 
 # -- addresses --------------------------------------------------------------------------------
@@ -68,13 +45,13 @@ def test_unreachable_cluster_exits_1_naming_the_address(tmp_path):
     spec = spec_file(tmp_path / "spec", tracking_uri="http://127.0.0.1:5000")
     for args in (["jobs"], ["logs", "some-job"], ["stop", "some-job"], ["submit", str(spec)]):
         started = time.monotonic()
-        result = run(*args, "--address", address)
+        result = orchestrate(*args, "--address", address)
         assert result.returncode == 1, (args, result.stderr)
         assert f"cannot reach the Ray cluster's dashboard at {address}" in result.stderr
         assert "Traceback" not in result.stderr
         assert time.monotonic() - started < 30
     # RAY_ADDRESS is the default address (and named in the message).
-    result = run("jobs", env={"RAY_ADDRESS": address})
+    result = orchestrate("jobs", env={"RAY_ADDRESS": address})
     assert result.returncode == 1 and address in result.stderr
 
 
@@ -93,10 +70,10 @@ def test_bad_submissions_exit_2_before_contacting_the_cluster(tmp_path):
         (["submit", str(with_server), "--env", "NOT AN ASSIGNMENT"], "NAME=VALUE"),
     ]
     for args, message in cases:
-        result = run(*args, "--address", address)
+        result = orchestrate(*args, "--address", address)
         assert result.returncode == 2, (args, result.stderr)
         assert message in result.stderr, (args, result.stderr)
-    result = run("submit", str(with_server), "--address", "ray://head:10001")
+    result = orchestrate("submit", str(with_server), "--address", "ray://head:10001")
     assert result.returncode == 2 and "not a Ray dashboard address" in result.stderr
 
 
@@ -142,7 +119,8 @@ def test_ray_packs_the_working_dir_without_the_excluded_paths(tmp_path):
     for name in ("sweep.yaml", "pkg/module.py", ".venv/bin/python", "ray_results/exp/state.json",
                  "mlruns.db", "pkg/__pycache__/module.cpython-311.pyc", ".git/HEAD",
                  "nli.egg-info/PKG-INFO", "tracking-spool-abc.jsonl",
-                 "tracking-journal-abc.jsonl", "tracking-journal-abc.jsonl.uploaded"):
+                 "tracking-journal-abc.jsonl", "tracking-journal-abc.jsonl.uploaded",
+                 "tracking-journal-abc.jsonl.files/3/spec.yaml"):
         (root / name).parent.mkdir(parents=True, exist_ok=True)
         (root / name).write_text("x")
     target = tmp_path / "package.zip"
@@ -151,6 +129,7 @@ def test_ray_packs_the_working_dir_without_the_excluded_paths(tmp_path):
     assert {"sweep.yaml", "pkg/module.py"} <= names
     assert not any(n.split("/")[0] in (".venv", "ray_results", ".git", "nli.egg-info") for n in names), names
     assert not any("__pycache__" in n or n.endswith((".db", ".jsonl", ".uploaded")) for n in names), names
+    assert not any(".jsonl.files" in n for n in names), names  # files the journal points to
 
 
 def test_an_oversized_upload_is_refused(tmp_path, monkeypatch):
@@ -191,33 +170,33 @@ def test_server_gives_every_request_thread_a_database_connection(monkeypatch):
 
 
 def test_server_rejects_bad_backends_with_clear_errors(tmp_path):
-    result = run("server", "--backend-store-uri", "http://not-a-database", "--artifacts-destination",
+    result = orchestrate("server", "--backend-store-uri", "http://not-a-database", "--artifacts-destination",
                  str(tmp_path / "art"))
     assert result.returncode == 2 and "expected a database URI" in result.stderr
     uri = f"postgresql://postgres:hunter2@127.0.0.1:{free_port()}/mlflow"
-    result = run("server", "--backend-store-uri", uri, "--artifacts-destination", str(tmp_path / "art"))
+    result = orchestrate("server", "--backend-store-uri", uri, "--artifacts-destination", str(tmp_path / "art"))
     assert result.returncode == 1, result.stderr
     assert "is unreachable" in result.stderr and "hunter2" not in result.stderr
-    result = run("server", "--artifacts-destination", str(tmp_path / "art"))
+    result = orchestrate("server", "--artifacts-destination", str(tmp_path / "art"))
     assert result.returncode == 2 and "--backend-store-uri" in result.stderr
 
 
 def test_sync_input_errors(tmp_path):
-    assert run("sync", str(tmp_path / "none.jsonl"), "--tracking-uri", "http://h:1").returncode == 2
+    assert orchestrate("sync", str(tmp_path / "none.jsonl"), "--tracking-uri", "http://h:1").returncode == 2
     journal = tmp_path / "journal.jsonl"
     journal.write_text("not json\n")
-    result = run("sync", str(journal))
+    result = orchestrate("sync", str(journal))
     assert result.returncode == 2 and "--tracking-uri" in result.stderr
     store = f"sqlite:///{tmp_path / 'mlruns.db'}"
-    result = run("sync", str(journal), "--tracking-uri", store)
+    result = orchestrate("sync", str(journal), "--tracking-uri", store)
     assert result.returncode == 2 and f"{journal}:1: not a JSON line" in result.stderr
     record = {"kind": "metrics", "trial_id": "t", "data": {}, "time_ms": 0,
               "experiment_id": "0", "parent_run_id": "p"}
     journal.write_text(json.dumps({**record, "kind": "delete"}) + "\n")
-    result = run("sync", str(journal), "--tracking-uri", store)
+    result = orchestrate("sync", str(journal), "--tracking-uri", store)
     assert result.returncode == 2 and "kind 'delete'" in result.stderr and "start, metrics" in result.stderr
     journal.write_text(json.dumps(record) + "\n")
     started = time.monotonic()
-    result = run("sync", str(journal), "--tracking-uri", f"http://127.0.0.1:{free_port()}")
+    result = orchestrate("sync", str(journal), "--tracking-uri", f"http://127.0.0.1:{free_port()}")
     assert result.returncode == 1 and "unreachable" in result.stderr
     assert time.monotonic() - started < 30

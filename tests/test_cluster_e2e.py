@@ -20,18 +20,13 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from cluster_support import (
-    BIN,
-    Group,
-    RayHead,
-    RayWorker,
-    base_env,
-    free_port,
-    orchestrate,
-    stop_ray_nodes,
-    wait_for,
-    write_spec,
-)
+from testkit import BIN
+from testkit.cli import orchestrate
+from testkit.processes import Group, base_env, wait_for
+from testkit.ray_nodes import RayHead, RayWorker, stop_ray_nodes
+from testkit.specs import write_quickstart
+
+from orchestrator.ports import free_port
 
 JOB_TIMEOUT_S = 240
 
@@ -161,8 +156,8 @@ def test_quickstart_and_a_second_sweep_at_once_log_every_trial_to_the_shared_ser
     # without testing more of the cluster path).
     quickstart, other = "cluster-quickstart", "cluster-concurrent"
     grid = {"lr": [0.001, 0.003], "dropout": [0.0, 0.2]}
-    quickstart_spec = write_spec(tmp_path / "spec", quickstart, tracking.url, grid=grid)
-    other_spec = write_spec(tmp_path / "other", other, tracking.url, epochs=2, toy_size=1000,
+    quickstart_spec = write_quickstart(tmp_path / "spec", quickstart, tracking.url, grid=grid)
+    other_spec = write_quickstart(tmp_path / "other", other, tracking.url, epochs=2, toy_size=1000,
                             grid=grid, storage_path=f"file://{tmp_path}/other-results")
     loaded = load_spec(quickstart_spec)
     trials, epochs = loaded.num_trials(), loaded.training.epochs
@@ -200,14 +195,14 @@ def test_quickstart_and_a_second_sweep_at_once_log_every_trial_to_the_shared_ser
 def test_server_outage_mid_sweep_loses_nothing(ray_cluster, tracking, tmp_path):
     """The tracking server is stopped while two sweeps train, and restarted (same port, same
     database) once the shorter one has ended. `retry` keeps its metrics queued and resends them
-    until the server is back. `spool` (max wait 1 s) ends while the server is still away and
-    says so; `orchestrate sync` then uploads everything its journal recorded. Both send each
+    until the server is back. `spool` (max wait 1 s) ends while the server is still away, with
+    its own outcome, and says so; `orchestrate sync` then uploads everything its journal recorded. Both send each
     request once (MLFLOW_HTTP_REQUEST_MAX_RETRIES=0), so the retries are the sweep's own."""
     retry, spooler = "cluster-outage-retry", "cluster-outage-spool"
     retry_epochs, spool_epochs = 30, 20
-    retry_spec = write_spec(tmp_path / retry, retry, tracking.url, epochs=retry_epochs,
+    retry_spec = write_quickstart(tmp_path / retry, retry, tracking.url, epochs=retry_epochs,
                             grid={"lr": [0.001, 0.003], "dropout": [0.1]}, toy_size=1000)
-    spool_spec = write_spec(tmp_path / spooler, spooler, tracking.url, epochs=spool_epochs,
+    spool_spec = write_quickstart(tmp_path / spooler, spooler, tracking.url, epochs=spool_epochs,
                             grid={"lr": [0.003], "dropout": [0.1]}, toy_size=1000)
     once = ("--env", "MLFLOW_HTTP_REQUEST_MAX_RETRIES=0")
     retry_job = submit(ray_cluster, retry_spec, *once)
@@ -229,7 +224,7 @@ def test_server_outage_mid_sweep_loses_nothing(ray_cluster, tracking, tmp_path):
     down_ms = int(time.time() * 1000)
     tracking.stop()
     jobs = ray_cluster.jobs()
-    assert jobs.wait(spool_job, timeout_s=JOB_TIMEOUT_S) == "FAILED"  # it ended during the outage
+    assert jobs.wait(spool_job, timeout_s=JOB_TIMEOUT_S) == "SUCCEEDED"  # it ended during the outage
     tracking.start()  # same port, same PostgreSQL database
     up_ms = int(time.time() * 1000)
 
@@ -241,7 +236,7 @@ def test_server_outage_mid_sweep_loses_nothing(ray_cluster, tracking, tmp_path):
     during = [t for t in metric_times(client, children) if down_ms <= t <= up_ms]
     assert during, "no epoch of the sweep ended while the server was down"
 
-    # spool: the job failed with instructions; what its journal holds is missing until `sync`.
+    # spool: the job ended with instructions; what its journal holds is missing until `sync`.
     logs = jobs.logs(spool_job)
     spools = list((tmp_path / spooler / "ray_results").glob("tracking-journal-*.jsonl"))
     assert len(spools) == 1, logs[-4000:]
@@ -263,7 +258,7 @@ def test_server_outage_mid_sweep_loses_nothing(ray_cluster, tracking, tmp_path):
 
 
 def test_stop_ends_a_running_job(ray_cluster, tracking, tmp_path):
-    spec = write_spec(tmp_path / "spec", "cluster-stop", tracking.url, epochs=200, toy_size=1000,
+    spec = write_quickstart(tmp_path / "spec", "cluster-stop", tracking.url, epochs=200, toy_size=1000,
                       grid={"lr": [0.001], "dropout": [0.1]})
     job_id = submit(ray_cluster, spec)
     wait_for(lambda: ray_cluster.jobs().status(job_id) == "RUNNING", 60, f"job {job_id} to run")

@@ -13,18 +13,19 @@ import time
 from pathlib import Path
 
 import pytest
-import yaml
+from testkit.cli import orchestrate
+from testkit.specs import quickstart, write_spec
 
 from orchestrator.journal import Journal, journal_file
 from orchestrator.ports import free_port
+from orchestrator.recorder import SweepRecorder
 from orchestrator.tracking import (
-    JournalUploader,
-    SweepRecorder,
     Tracker,
     TrackingUnavailable,
     default_max_wait_s,
     default_upload_interval_s,
 )
+from orchestrator.uploader import JournalUploader, create_parent
 from results import run_schema as rs
 
 REPO = Path(__file__).resolve().parents[1]
@@ -45,18 +46,12 @@ def test_unreachable_server_is_reported_quickly():
 
 
 def test_sweep_fails_before_launching_while_the_server_is_unreachable(tmp_path, monkeypatch):
-    from click.testing import CliRunner
-
-    from orchestrator.cli import main
-
     monkeypatch.chdir(tmp_path)
-    spec = yaml.safe_load((REPO / "search_spaces" / "quickstart.yaml").read_text())
     url = closed_url()
-    spec["search"].update(tracking_uri=url, storage_path=str(tmp_path / "ray_results"))
-    (tmp_path / "sweep.yaml").write_text(yaml.safe_dump(spec))
+    write_spec(tmp_path, {"search": {"tracking_uri": url}}, base=quickstart(), file_name="sweep.yaml")
     started = time.monotonic()
-    result = CliRunner().invoke(main, ["sweep", "sweep.yaml"])
-    assert result.exit_code == 2, result.output
+    result = orchestrate("sweep", "sweep.yaml")
+    assert result.returncode == 2, result.output
     assert f"MLflow tracking store {url} is unreachable" in result.stderr
     assert time.monotonic() - started < 30
     assert not (tmp_path / "ray_results").exists()  # nothing was launched
@@ -81,8 +76,7 @@ def test_trials_recorded_during_an_outage_are_uploaded_once_the_server_answers(t
     # One HTTP attempt per request: the refused connection fails at once, not after MLflow's retries.
     monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
     store = Tracker(f"sqlite:///{tmp_path / 'mlruns.db'}")  # where the runs end up
-    experiment_id = store.experiment_id("outage")
-    parent = store.start_sweep(experiment_id, "sweep-outage", {})
+    experiment_id, parent = create_parent(store, "outage", "sweep-outage", {})
     journal = Journal(journal_file(str(tmp_path / "results"), parent), experiment_id, parent)
 
     away = JournalUploader(Tracker(closed_url()), journal.path, max_wait_s=0.5)
@@ -93,8 +87,8 @@ def test_trials_recorded_during_an_outage_are_uploaded_once_the_server_answers(t
     )
     recorder.trial_started("t1", {"lr": 0.001, "seed": 1})
     for epoch in (1, 2, 3):
-        recorder.trial_result("t1", {"epoch": epoch, "dev_accuracy": 0.5 + epoch / 10, "train_loss": 1.0})
-    recorder.trial_completed("t1", {"best_dev_accuracy": 0.8, "epoch": 3, "trial_finished": 1}, None)
+        recorder.trial_result("t1", {rs.METRIC_EPOCHS_TRAINED: epoch, "dev_accuracy": 0.5 + epoch / 10, "train_loss": 1.0})
+    recorder.trial_completed("t1", {"best_dev_accuracy": 0.8, rs.METRIC_EPOCHS_TRAINED: 3, rs.RESULT_TRIAL_FINISHED: 1}, None)
     lines = journal.path.read_text().splitlines()
     assert [json.loads(line)["kind"] for line in lines] == ["start", "metrics", "metrics", "metrics", "finish"]
 
@@ -137,8 +131,7 @@ def test_journal_file_is_local_for_every_kind_of_storage_path(monkeypatch):
 
 def test_epochs_a_resumed_trial_repeats_are_logged_once(tmp_path):
     store = Tracker(f"sqlite:///{tmp_path / 'mlruns.db'}")
-    experiment_id = store.experiment_id("resumed")
-    parent = store.start_sweep(experiment_id, "sweep-resumed", {})
+    experiment_id, parent = create_parent(store, "resumed", "sweep-resumed", {})
     path = journal_file(str(tmp_path), parent)
 
     def driver():
@@ -148,7 +141,7 @@ def test_epochs_a_resumed_trial_repeats_are_logged_once(tmp_path):
         return journal, uploader, SweepRecorder(journal, base_params={"model": "decomposable"}, run_tags={})
 
     def result(epoch):
-        return {"epoch": epoch, "dev_accuracy": 0.5 + epoch / 10, "epoch_time_s": 1.0}
+        return {rs.METRIC_EPOCHS_TRAINED: epoch, "dev_accuracy": 0.5 + epoch / 10, "epoch_time_s": 1.0}
 
     journal, uploader, killed = driver()  # logged epochs 1-2, then killed before Tune saved them
     killed.trial_started("t1", {"lr": 0.001})
@@ -163,7 +156,7 @@ def test_epochs_a_resumed_trial_repeats_are_logged_once(tmp_path):
     resumed.trial_started("t1", {"lr": 0.001})
     for epoch in (1, 2, 3):
         resumed.trial_result("t1", result(epoch))
-    resumed.trial_completed("t1", {"best_dev_accuracy": 0.8, "epoch": 3, "trial_finished": 1}, None)
+    resumed.trial_completed("t1", {"best_dev_accuracy": 0.8, rs.METRIC_EPOCHS_TRAINED: 3, rs.RESULT_TRIAL_FINISHED: 1}, None)
     uploader.drain()
     uploader.stop()
     journal.close()

@@ -134,7 +134,7 @@ def test_a_result_without_the_metric_is_told_to_a_repeat_as_such():
 SPACE = {"lr": tune.choice([1, 2, 3]), "dropout": tune.choice([0.0, 0.1, 0.2])}
 
 
-SAMPLERS = ("random", "tpe", "cmaes")  # every Optuna sampler a spec may name
+SAMPLERS = ("random", "tpe", "cmaes", "nsga2")  # every Optuna sampler a spec may name
 
 
 def _run(searcher: Searcher, n: int) -> list[tuple]:
@@ -185,7 +185,7 @@ def test_a_warm_started_study_holds_the_prior_and_never_proposes_it(sampler):
     proposed, even with max_tries 1 (an unvisited point is enqueued in the study)."""
     done = [(lr, d) for lr in (1, 2) for d in (0.0, 0.1, 0.2)]
     prior = _prior(done, finite=True)
-    searcher = DistinctProposals(optuna_search(sampler, 0, prior), max_tries=1, prior=prior)
+    searcher = DistinctProposals(optuna_search(sampler, 0, prior=prior), max_tries=1, prior=prior)
     assert searcher.set_search_properties(METRIC, "max", SPACE)
     study = searcher.searcher._ot_study
     assert [(t.params["lr"], t.params["dropout"]) for t in study.trials] == done
@@ -203,7 +203,26 @@ def test_without_a_finite_space_a_prior_repeat_is_skipped_before_it_counts():
     assert earlier.set_search_properties(METRIC, "max", space)
     first = _run(earlier, 4)
     prior = _prior(first, finite=False)
-    searcher = DistinctProposals(optuna_search("random", 0, prior), max_tries=1, prior=prior)
+    searcher = DistinctProposals(optuna_search("random", 0, prior=prior), max_tries=1, prior=prior)
     assert searcher.set_search_properties(METRIC, "max", space)
     second = _run(searcher, 2)
     assert len(set(second)) == 2 and not set(second) & set(first)
+
+
+@pytest.mark.parametrize("sampler", ["random", "tpe", "nsga2"])  # those search.objectives allows
+def test_a_multi_objective_repeat_is_told_every_objective(sampler):
+    import optuna
+
+    objectives = [("dev_accuracy", "max"), ("trial_time_s", "min")]
+    searcher = DistinctProposals(optuna_search(sampler, 0, objectives), max_tries=50)
+    assert searcher.set_search_properties(None, None, SPACE)  # Tune passes no metric with objectives
+    assert searcher.metric == ["best_dev_accuracy", "time_total_s"]  # the Tune result's keys
+    for i in range(9):
+        config = searcher.suggest(str(i))
+        searcher.on_trial_complete(str(i), {"best_dev_accuracy": config["lr"] / 10,
+                                            "time_total_s": 10 * config["dropout"], "epoch": 2})
+    study = searcher.searcher._ot_study
+    assert len(study.directions) == 2
+    told = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
+    assert len(told) > 9  # the repeats were told, with both values of the point they repeat
+    assert all(t.values == [t.params["lr"] / 10, 10 * t.params["dropout"]] for t in told)

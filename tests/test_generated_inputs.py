@@ -19,7 +19,7 @@ import yaml
 from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from toy_configs import tiny_config
+from testkit.toy import tiny_config
 
 from orchestrator.cli import main
 

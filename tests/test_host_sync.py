@@ -14,7 +14,7 @@ from __future__ import annotations
 import pytest
 import torch
 from test_models_contract import CASES, _batch, _build
-from toy_configs import decomposable, toy_run_config
+from testkit.toy import decomposable, toy_run_config
 
 from nli_models.data import batch_indices, iterate_batches
 from nli_models.models import layers, word_by_word

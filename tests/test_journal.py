@@ -1,4 +1,4 @@
-"""The tracking journal (orchestrator/journal.py) and its one uploader (tracking.JournalUploader):
+"""The tracking journal (orchestrator/journal.py) and its one uploader (uploader.JournalUploader):
 records survive a killed writer whole or not at all; an uploader killed mid-stream and run again
 loses and doubles nothing; trial params reach MLflow typed (tag nli.params) as well as flat."""
 
@@ -18,7 +18,9 @@ import pytest
 from mlflow import MlflowClient
 
 from orchestrator.journal import Journal, JournalError, Record, read_records, trial_groups
-from orchestrator.tracking import JournalUploader, SweepRecorder, Tracker, TrackingUnavailable
+from orchestrator.recorder import SweepLog, SweepRecorder
+from orchestrator.tracking import Tracker, TrackingUnavailable
+from orchestrator.uploader import JournalUploader, create_parent
 from results import run_schema as rs
 from results.tracking import trial_params
 
@@ -33,9 +35,9 @@ def record_sweep(journal: Journal, trials: int = TRIALS, epochs: int = EPOCHS) -
         trial_id = f"t{trial:03d}"
         recorder.trial_started(trial_id, {"lr": 0.001 * (trial + 1), "seed": 1})
         for epoch in range(1, epochs + 1):
-            recorder.trial_result(trial_id, {"epoch": epoch, "dev_accuracy": epoch / 100, "train_loss": 1 / epoch})
-        recorder.trial_completed(trial_id, {"best_dev_accuracy": epochs / 100, "epoch": epochs,
-                                            "trial_finished": 1}, None)
+            recorder.trial_result(trial_id, {rs.METRIC_EPOCHS_TRAINED: epoch, "dev_accuracy": epoch / 100, "train_loss": 1 / epoch})
+        recorder.trial_completed(trial_id, {"best_dev_accuracy": epochs / 100, rs.METRIC_EPOCHS_TRAINED: epochs,
+                                            rs.RESULT_TRIAL_FINISHED: 1}, None)
 
 
 @pytest.fixture
@@ -43,8 +45,7 @@ def sweep(tmp_path):
     """A store with a sweep's parent run, and that sweep's journal (not uploaded)."""
     uri = f"sqlite:///{tmp_path / 'mlruns.db'}"
     store = Tracker(uri)
-    experiment_id = store.experiment_id("journal")
-    parent = store.start_sweep(experiment_id, "sweep-journal", {})
+    experiment_id, parent = create_parent(store, "journal", "sweep-journal", {})
     journal = Journal(tmp_path / "tracking-journal.jsonl", experiment_id, parent)
     yield uri, store, experiment_id, parent, journal
     journal.close()
@@ -88,6 +89,21 @@ def test_params_reach_mlflow_typed_and_flat(sweep):
     legacy = store.client.create_run(experiment_id, tags={rs.TAG_ROLE: rs.ROLE_TRIAL})
     store.client.log_param(legacy.info.run_id, "const.hidden_size", "50")
     assert trial_params(store.client.get_run(legacy.info.run_id)) == {"hidden_size": "50"}
+
+
+def test_parent_metrics_go_up_at_their_step_and_a_record_without_one_at_step_0(sweep):
+    """An extension's second test evaluation (orchestrator/extend.py) is the parent's summary
+    at step 1; a record that names no step (every journal before it) stays at step 0."""
+    _, store, _, parent, journal = sweep
+    log = SweepLog(journal)
+    log.add(metrics={rs.METRIC_SWEEP_TEST_ACCURACY: 0.5})
+    log.add(metrics={rs.METRIC_SWEEP_TEST_ACCURACY: 0.75}, step=1)
+    first, second = (json.loads(line)["data"] for line in journal.path.read_text().splitlines())
+    assert "step" not in first and second["step"] == 1
+    JournalUploader(store, journal.path).upload_available()
+    history = store.client.get_metric_history(parent, rs.METRIC_SWEEP_TEST_ACCURACY)
+    assert sorted((m.step, m.value) for m in history) == [(0, 0.5), (1, 0.75)]
+    assert store.client.get_run(parent).data.metrics[rs.METRIC_SWEEP_TEST_ACCURACY] == 0.75
 
 
 def test_a_run_created_by_an_uploader_that_died_before_its_params_is_repaired(sweep):
@@ -285,11 +301,11 @@ def test_the_sweeps_uploader_sends_what_comes_within_its_interval_together_and_d
         time.sleep(0.02)
     assert uploader.uploaded == 1 and client.calls["create_run"] == 1
     for epoch in range(1, EPOCHS + 1):
-        recorder.trial_result("t000", {"epoch": epoch, "dev_accuracy": epoch / 100, "train_loss": 1 / epoch})
+        recorder.trial_result("t000", {rs.METRIC_EPOCHS_TRAINED: epoch, "dev_accuracy": epoch / 100, "train_loss": 1 / epoch})
     checkpoint = journal.path.parent / "checkpoint_000006"
     checkpoint.mkdir()
     (checkpoint / "weights.pt").write_bytes(b"\0" * 64)
-    recorder.trial_completed("t000", {"best_dev_accuracy": 0.06, "epoch": EPOCHS, "trial_finished": 1},
+    recorder.trial_completed("t000", {"best_dev_accuracy": 0.06, rs.METRIC_EPOCHS_TRAINED: EPOCHS, rs.RESULT_TRIAL_FINISHED: 1},
                              str(checkpoint))
     time.sleep(0.5)  # an uploader woken by every append would have sent them by now
     assert uploader.uploaded == 1 and uploader.behind() == EPOCHS + 2
@@ -320,9 +336,9 @@ def test_a_retry_of_a_trial_that_never_started_rides_on_its_start(sweep):
     recorder.trial_retried("t000", 1, "node removed", 0)
     assert journal.appended == 0
     recorder.trial_started("t000", {"lr": 0.001, "seed": 1})
-    recorder.trial_result("t000", {"epoch": 1, "dev_accuracy": 0.5, "train_loss": 1.0})
+    recorder.trial_result("t000", {rs.METRIC_EPOCHS_TRAINED: 1, "dev_accuracy": 0.5, "train_loss": 1.0})
     recorder.trial_retried("t000", 2, "worker died", 1)  # a started trial: its own record
-    recorder.trial_completed("t000", {"best_dev_accuracy": 0.5, "epoch": 1, "trial_finished": 1}, None)
+    recorder.trial_completed("t000", {"best_dev_accuracy": 0.5, rs.METRIC_EPOCHS_TRAINED: 1, rs.RESULT_TRIAL_FINISHED: 1}, None)
     records = [r for _, r in read_records(journal.path)]
     assert [r.kind for r in records] == ["start", "metrics", "tags", "finish"]
     assert records[0].data["tags"][rs.TAG_RETRY_CAUSE] == "node removed"

@@ -6,27 +6,20 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 from pathlib import Path
 
 import pytest
 import yaml
-from sweep_helpers import (
-    assert_processes_gone,
-    client_for,
-    kill_session,
-    run_orchestrate,
-    runs_of,
-    start_orchestrate,
-    trial_running,
-    trials_finished,
-    wait_while_driving,
-    write_spec,
-)
+from testkit.cli import orchestrate, run_orchestrate, start_orchestrate
+from testkit.processes import assert_processes_gone, kill_session, wait_while_driving
+from testkit.specs import write_spec
+from testkit.store import client_for, runs_of, trial_running, trials_finished
 
 from orchestrator.reaper import descendants
 from results import run_schema as rs
-from results.sweeps import load_sweeps
+from results.sweep_records import load_sweeps
 
 pytestmark = pytest.mark.ray
 EPOCHS = 2
@@ -55,15 +48,6 @@ def _start(folder: Path, spec: Path, env: dict[str, str], *flags: str, log_name:
         for key, value in env.items():
             patch.setenv(key, value)
         return start_orchestrate(["sweep", str(spec), *flags], cwd=folder, log=log), log
-
-
-def _cli(args: list[str]):
-    """A read-only command in this process (no start-up of its own)."""
-    from click.testing import CliRunner
-
-    from orchestrator.cli import main
-
-    return CliRunner().invoke(main, args)
 
 
 def _processes(driver) -> dict[int, int]:
@@ -139,22 +123,22 @@ def test_sigterm_with_pending_trials_then_sweeps_results_and_resume(tmp_path):
     assert f"interrupted: {done}/4 trials done" in log.read_text()
 
     uri = f"sqlite:///{tmp_path / 'mlruns.db'}"
-    shown = _cli(["sweeps", "term", "--tracking-uri", uri])
-    assert shown.exit_code == 0, shown.output
+    shown = orchestrate("sweeps", "term", "--tracking-uri", uri)
+    assert shown.returncode == 0, shown.output
     row = shown.stdout.splitlines()[1].split()
     assert row[:4] == ["term", parent.info.run_id, "interrupted", f"{done}/0/4"]
     if done:  # the results table needs a trial that ended
         out = tmp_path / "table.parquet"
         paper = ["results", "term", "--tracking-uri", uri, "--out", str(out), "--paper", "parikh2016"]
-        refused = _cli(paper)
-        assert refused.exit_code == 2 and "--include-incomplete" in refused.output
+        refused = orchestrate(*paper)
+        assert refused.returncode == 2 and "--include-incomplete" in refused.output
         assert not out.exists()
-        marked = _cli([*paper, "--include-incomplete"])
-        assert marked.exit_code == 0, marked.output
+        marked = orchestrate(*paper, "--include-incomplete")
+        assert marked.returncode == 0, marked.output
         assert f"interrupted, {done}/4 trials done" in marked.output and out.exists()
 
     _assert_resume_completes(tmp_path, spec, "term", planned=4)
-    shown = _cli(["sweeps", "term", "--tracking-uri", uri])
+    shown = orchestrate("sweeps", "term", "--tracking-uri", uri)
     assert shown.stdout.splitlines()[1].split()[2:4] == ["completed", "4/0/4"]
 
 
@@ -228,17 +212,21 @@ def test_sigkill_then_resume_then_ctrl_c_with_trials_pending_then_resume_runs_ea
         assert_processes_gone(started)
     finally:
         kill_session(driver)
-    parents, children = runs_of(tmp_path, name)
+    parents, _ = runs_of(tmp_path, name)
     assert len(parents) == 1 and parents[0].info.status == "RUNNING"  # as the driver left it
-    finished_before = {c.data.tags[rs.TAG_TRIAL_ID]: c.info.run_id for c in children
-                       if c.info.status == "FINISHED"}
-    assert 1 <= len(finished_before) < planned
     # ... but its dead driver's lease shows it as interrupted, at once.
     (record,) = load_sweeps(client_for(tmp_path), parents[0].info.experiment_id, name)
     assert record.state == rs.SWEEP_INTERRUPTED and record.planned == planned
+    printed = int(re.findall(r"trials: (\d+) done", log.read_text())[-1])  # the terminal's last word
 
+    # The next sweep command first uploads what the killed driver journaled: the store then holds
+    # every trial the terminal called done (the uploader's last interval was lost with it).
     refused = run_orchestrate(["sweep", str(spec)], cwd=tmp_path, timeout=120)
     assert refused.returncode == 2 and "(interrupted); pass --resume" in refused.stderr
+    _, children = runs_of(tmp_path, name)
+    finished_before = {c.data.tags[rs.TAG_TRIAL_ID]: c.info.run_id for c in children
+                       if c.info.status == "FINISHED"}
+    assert 1 <= printed <= len(finished_before) < planned
 
     # Resumed, then Ctrl-C once one more trial has finished: the next one runs, the last waits.
     driver, log = _start(tmp_path, spec, SHORT_EPOCH_DELAY, "--resume", log_name="resumed.log")
@@ -300,9 +288,9 @@ def test_failed_data_check_writes_nothing_then_ctrl_c_during_the_test_evaluation
     # The selected configuration as a training config that `orchestrate train` runs as is:
     # training is deterministic, so it reproduces the selected trial's dev accuracy.
     best = tmp_path / "best.yaml"
-    written = _cli(["best", "files", "--tracking-uri", f"sqlite:///{tmp_path / 'mlruns.db'}",
-                    "--out", str(best)])
-    assert written.exit_code == 0, written.output
+    written = orchestrate("best", "files", "--tracking-uri", f"sqlite:///{tmp_path / 'mlruns.db'}",
+                    "--out", str(best))
+    assert written.returncode == 0, written.output
     trained = run_orchestrate(["train", str(best)], cwd=tmp_path)
     assert trained.returncode == 0, trained.stdout + trained.stderr
     dev = children[0].data.metrics[rs.METRIC_BEST_DEV_ACCURACY]

@@ -25,10 +25,12 @@ def test_state_moves_only_along_the_lifecycle():
     for target in (rs.SWEEP_PLANNED, rs.SWEEP_RUNNING, rs.SWEEP_INTERRUPTED, rs.SWEEP_RUNNING,
                    rs.SWEEP_COMPLETED):
         state.move(target)
-    assert [w[rs.TAG_SWEEP_STATE] for w in written][-1] == rs.SWEEP_COMPLETED
+    assert written == [rs.SWEEP_PLANNED, rs.SWEEP_RUNNING, rs.SWEEP_INTERRUPTED, rs.SWEEP_RUNNING,
+                       rs.SWEEP_COMPLETED]
     with pytest.raises(RuntimeError, match="from completed to interrupted"):
         state.move(rs.SWEEP_INTERRUPTED)
     state.move(rs.SWEEP_RUNNING)  # --extend only (--resume refuses a completed sweep)
+    assert written[-1] == rs.SWEEP_RUNNING
     with pytest.raises(RuntimeError, match="from planned to completed"):
         SweepState(written.append, rs.SWEEP_PLANNED).move(rs.SWEEP_COMPLETED)
 
@@ -64,12 +66,12 @@ def test_ledger_counts_a_trial_only_when_the_driver_saw_it_end():
     heard = _Heard()
     interruption = Interruption()
     ledger = TrialLedger([heard], interruption, time_budget_s=None)
-    ledger.trial_completed("all-epochs", {"trial_finished": 1}, None)
-    ledger.trial_completed("asha-stopped", {"trial_finished": 0}, None)
+    ledger.trial_completed("all-epochs", {rs.RESULT_TRIAL_FINISHED: 1}, None)
+    ledger.trial_completed("asha-stopped", {rs.RESULT_TRIAL_FINISHED: 0}, None)
     ledger.trial_completed("never-reported", {}, None)
     interruption.signal_name = "SIGINT"
-    ledger.trial_completed("cut-by-the-stop", {"trial_finished": 0}, None)
-    ledger.trial_completed("last-epoch-done", {"trial_finished": 1}, None)
+    ledger.trial_completed("cut-by-the-stop", {rs.RESULT_TRIAL_FINISHED: 0}, None)
+    ledger.trial_completed("last-epoch-done", {rs.RESULT_TRIAL_FINISHED: 1}, None)
     ledger.trial_errored("killed-by-the-stop", {}, "error")
     assert ledger.ended == {"all-epochs", "asha-stopped", "last-epoch-done"}
     assert ledger.cut == {"never-reported", "cut-by-the-stop", "killed-by-the-stop"}
@@ -81,7 +83,7 @@ def test_ledger_counts_a_trial_only_when_the_driver_saw_it_end():
     stopped = []
     budget.on_tune_stop(lambda: stopped.append("tune"))
     budget.trial_started("cut-by-the-budget", {})
-    budget.trial_completed("cut-by-the-budget", {"trial_finished": 0}, None)
+    budget.trial_completed("cut-by-the-budget", {rs.RESULT_TRIAL_FINISHED: 0}, None)
     assert budget.cut == {"cut-by-the-budget"} and budget.budget_spent()
     budget._budget_timer.join(10)
     assert stopped == ["tune"]  # the ledger stopped Tune when the budget ran out

@@ -14,23 +14,18 @@ import time
 from pathlib import Path
 
 import pytest
-from browser_helpers import Browser, dump_dom, screenshot
-from sweep_helpers import ORCHESTRATE, write_spec
+from testkit.browser import Browser, dump_dom, screenshot
+from testkit.cli import ORCHESTRATE
+from testkit.specs import write_spec
 
 from orchestrator.journal import Journal, journal_file
 from orchestrator.ports import free_port
+from orchestrator.recorder import SweepLog, SweepRecorder
+from orchestrator.run_view import runs_view_state, source_tags, trial_run_name, ui_hint
 from orchestrator.spec import load_spec
-from orchestrator.tracking import (
-    JournalUploader,
-    SweepRecorder,
-    Tracker,
-    describe_sweep,
-    runs_view_state,
-    source_tags,
-    trial_param_entities,
-    trial_run_name,
-    ui_hint,
-)
+from orchestrator.sweep_records import describe_sweep
+from orchestrator.tracking import Tracker
+from orchestrator.uploader import JournalUploader, create_parent, trial_param_entities
 from results import run_schema as rs
 
 GRID = [(lr, dropout) for lr in (0.001, 0.01) for dropout in (0.0, 0.2)]
@@ -52,10 +47,9 @@ def _store(folder: Path) -> tuple[str, str]:
     spec_path = write_spec(folder)
     spec = load_spec(spec_path)
     tracker = Tracker(spec.tracking_uri)
-    experiment_id = tracker.experiment_id(spec.name)
-    parent = tracker.start_sweep(experiment_id, "sweep-tiny", {rs.TAG_CORPUS: "toy"})
-    describe_sweep(tracker, spec, spec_path, experiment_id, parent, resume=False)
+    experiment_id, parent = create_parent(tracker, spec.name, "sweep-tiny", {rs.TAG_CORPUS: "toy"})
     journal = Journal(journal_file(spec.storage_path, parent), experiment_id, parent)
+    describe_sweep(SweepLog(journal), spec, spec_path, experiment_id, resume=False)
     recorder = SweepRecorder(
         journal,
         base_params={"model": "decomposable", "variant": "vanilla", "batch_size": 32},
@@ -64,9 +58,9 @@ def _store(folder: Path) -> tuple[str, str]:
     for number, (lr, dropout) in enumerate(GRID):
         trial = f"trial_{number}"
         recorder.trial_started(trial, {"lr": lr, "dropout": dropout, "seed": 1})
-        recorder.trial_result(trial, {"epoch": 1, "dev_accuracy": 0.4 + number / 20})
+        recorder.trial_result(trial, {rs.METRIC_EPOCHS_TRAINED: 1, "dev_accuracy": 0.4 + number / 20})
         recorder.trial_completed(
-            trial, {"best_dev_accuracy": 0.4 + number / 20, "epoch": 1, "trial_finished": 1}, None
+            trial, {"best_dev_accuracy": 0.4 + number / 20, rs.METRIC_EPOCHS_TRAINED: 1, rs.RESULT_TRIAL_FINISHED: 1}, None
         )
     journal.close()
     JournalUploader(tracker, journal.path).upload_available()

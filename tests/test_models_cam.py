@@ -12,6 +12,7 @@ import math
 
 import pytest
 import torch
+from testkit.batches import random_batch
 from torch import nn
 
 from nli_models.models.cam import CombinedAttentionModel
@@ -28,12 +29,7 @@ def _model(variant="full", intra_output=None, **kwargs):
 
 
 def _batch():
-    g = torch.Generator().manual_seed(3)
-    premise = torch.randint(2, 12, (3, 6), generator=g)
-    hypothesis = torch.randint(2, 12, (3, 4), generator=g)
-    premise_mask = torch.arange(6) < torch.tensor([[6], [2], [4]])
-    hypothesis_mask = torch.arange(4) < torch.tensor([[3], [4], [1]])
-    return premise * premise_mask, premise_mask, hypothesis * hypothesis_mask, hypothesis_mask
+    return random_batch((6, 2, 4), (3, 4, 1), low=2, high=12, seed=3)
 
 
 def _reference_logits(

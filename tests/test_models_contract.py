@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
+from testkit.batches import random_batch
 
 from nli_models import build_model, model_names, model_variants
 from nli_models.embeddings import PAD_INDEX
@@ -62,18 +63,9 @@ def _cases():
 CASES = list(_cases())
 
 
-def _sentences(lengths, generator):
-    ids = torch.zeros(len(lengths), max(lengths), dtype=torch.long)
-    for row, length in enumerate(lengths):
-        ids[row, :length] = torch.randint(1, VOCAB - 1, (length,), generator=generator)
-    return ids, ids != PAD_INDEX
-
-
 def _batch(seed: int = 0):
-    generator = torch.Generator().manual_seed(seed)
-    premise, premise_mask = _sentences(PREMISE_LENGTHS, generator)
-    hypothesis, hypothesis_mask = _sentences(HYPOTHESIS_LENGTHS, generator)
-    return premise, premise_mask, hypothesis, hypothesis_mask
+    # Ids below VOCAB - 1: that one is rocktaschel's delimiter.
+    return random_batch(PREMISE_LENGTHS, HYPOTHESIS_LENGTHS, low=1, high=VOCAB - 1, seed=seed)
 
 
 def _pad(ids, mask, extra: int):

@@ -9,6 +9,7 @@ import math
 
 import pytest
 import torch
+from testkit.batches import random_batch
 
 from nli_models.registry import build_model
 
@@ -22,13 +23,8 @@ def _float64():
     torch.set_default_dtype(previous)
 
 
-def _batch(vocab=12, seed=3):
-    g = torch.Generator().manual_seed(seed)
-    premise_mask = torch.arange(6) < torch.tensor([[6], [2], [4]])
-    hypothesis_mask = torch.arange(4) < torch.tensor([[3], [4], [1]])
-    premise = torch.randint(2, vocab, (3, 6), generator=g) * premise_mask
-    hypothesis = torch.randint(2, vocab, (3, 4), generator=g) * hypothesis_mask
-    return premise, premise_mask, hypothesis, hypothesis_mask
+def _batch():
+    return random_batch((6, 2, 4), (3, 4, 1), low=2, high=12, seed=3)
 
 
 def _small_model(name: str, variant: str, vocab_size: int = 12, embedding_dim: int = 5,

@@ -9,6 +9,7 @@ import pytest
 
 from orchestrator import progress as progress_module
 from orchestrator.progress import ProgressPrinter
+from results import run_schema as rs
 
 
 class Clock:
@@ -33,8 +34,8 @@ def test_eta_from_finished_trial_epochs(clock):
     assert printer.eta() == "?"  # no epoch finished yet: no rate to extrapolate
     clock.now += 100
     for epoch in range(1, 6):
-        printer.trial_result("a", {"epoch": epoch, "dev_accuracy": 0.5})
-        printer.trial_result("b", {"epoch": epoch, "dev_accuracy": 0.52460984})
+        printer.trial_result("a", {rs.METRIC_EPOCHS_TRAINED: epoch, "dev_accuracy": 0.5})
+        printer.trial_result("b", {rs.METRIC_EPOCHS_TRAINED: epoch, "dev_accuracy": 0.52460984})
     # 10 trial-epochs in 100 s; to come: 5 + 5 for the running pair, 10 + 10 for the pending
     assert printer.eta() == "0:05:00"
     assert "best dev_accuracy 52.46% |" in printer.line()  # rounded, in percent
@@ -44,7 +45,7 @@ def test_eta_is_not_zero_while_the_last_trial_trains(clock):
     printer = ProgressPrinter(4, stream=io.StringIO(), epochs_per_trial=10, already_done=3)
     printer.trial_started("d", {})
     clock.now += 20
-    printer.trial_result("d", {"epoch": 2, "dev_accuracy": 0.4})
+    printer.trial_result("d", {rs.METRIC_EPOCHS_TRAINED: 2, "dev_accuracy": 0.4})
     assert printer.eta() == "0:01:20"  # 8 epochs left at 10 s each (the old ETA said 0:00:00)
 
 
@@ -62,7 +63,7 @@ def test_the_last_line_is_printed_once(clock):
     printer = ProgressPrinter(1, stream=stream, epochs_per_trial=1)
     printer.trial_started("a", {})
     clock.now += 30
-    printer.trial_result("a", {"epoch": 1, "dev_accuracy": 0.5})
+    printer.trial_result("a", {rs.METRIC_EPOCHS_TRAINED: 1, "dev_accuracy": 0.5})
     printer.trial_completed("a", {"dev_accuracy": 0.5}, None)
     printer.sweep_ended()
     lines = [line for line in stream.getvalue().splitlines() if "1 done" in line]
@@ -75,6 +76,6 @@ def test_a_resumed_sweep_counts_the_whole_sweep(clock):
                               best_so_far=0.8125)
     printer.trial_started("f", {})
     clock.now += 10
-    printer.trial_result("f", {"epoch": 1, "dev_accuracy": 0.6})
+    printer.trial_result("f", {rs.METRIC_EPOCHS_TRAINED: 1, "dev_accuracy": 0.6})
     line = printer.line()
     assert "5 done, 1 running, 2 pending" in line and "best dev_accuracy 81.25%" in line

@@ -21,19 +21,13 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from cluster_support import RayHead
 from mlflow import MlflowClient
-from sweep_helpers import (
-    ORCHESTRATE,
-    kill_session,
-    run_orchestrate,
-    runs_of,
-    start_orchestrate,
-    trial_running,
-    wait_while_driving,
-    write_spec,
-)
-from toy_configs import tiny_config
+from testkit.cli import ORCHESTRATE, run_orchestrate, start_orchestrate
+from testkit.processes import kill_session, wait_while_driving
+from testkit.ray_nodes import RayHead
+from testkit.specs import write_spec
+from testkit.store import runs_of, trial_running
+from testkit.toy import tiny_config
 
 from nli_models.training import CHECKPOINT_FILE, TRIAL_CONFIG_FILE
 from orchestrator.ports import free_port
@@ -226,8 +220,8 @@ def test_sigkilled_trial_worker_leaves_its_trace_on_the_run(tmp_path):
 
 def _open_together(uri: str, names: list[str], cwd: Path) -> None:
     script = (
-        "import sys\nfrom orchestrator.tracking import Tracker\n"
-        "t = Tracker(sys.argv[1]); t.check_reachable(); print(t.experiment_id(sys.argv[2]))\n"
+        "import sys\nfrom orchestrator.tracking import Tracker\nfrom orchestrator.uploader import create_parent\n"
+        "t = Tracker(sys.argv[1]); t.check_reachable(); print(create_parent(t, sys.argv[2], 'sweep', {})[0])\n"
     )
     processes = [
         subprocess.Popen([sys.executable, "-c", script, uri, name], cwd=cwd,

@@ -8,10 +8,10 @@ import json
 import re
 
 import pytest
-from browser_helpers import screenshot
 from click.testing import CliRunner
 from mlflow import MlflowClient
 from test_results_cli import store  # noqa: F401  (the module's store fixture)
+from testkit.browser import screenshot
 
 from results import run_schema as rs
 from results.cli import report_command
@@ -57,11 +57,12 @@ def test_page_is_self_contained_and_has_every_section(report):
     assert sources and all(s.startswith("data:image/png;base64,") for s in sources)
     assert "<link" not in page and "<script" not in page  # nothing fetched from elsewhere
     for title in ("Provenance", "Data", "Hyperparameter search", "Selection protocol", "Results",
-                  "Analysis of the search", "Per-class accuracy and confusion",
+                  "Pareto front", "Analysis of the search", "Per-class accuracy and confusion",
                   "McNemar test between the top models", "Reproducibility checklist"):
         assert f">{title}" in page, title
-    # evp (trials, hours), importance, parallel coordinates, curves, two confusion matrices
-    assert len(sources) == 7
+    # evp (trials, hours), the Pareto front, importance, parallel coordinates, curves, two
+    # confusion matrices
+    assert len(sources) == 8
 
 
 def test_provenance_and_data_come_from_the_record(report):
@@ -102,7 +103,7 @@ def test_missing_records_are_said_so(report):
 def test_markdown_beside_it_with_its_images(report):
     markdown = (report / "snli-rocktaschel.md").read_text()
     images = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", markdown)
-    assert len(images) == 7
+    assert len(images) == 8
     assert all((report / path).read_bytes().startswith(b"\x89PNG") for path in images)
     assert "| corpus | model |" in markdown
 

@@ -12,8 +12,8 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 from mlflow import MlflowClient
-from sweep_helpers import run_orchestrate
 from test_results_cli import WBW, Seed, log_config, start_sweep
+from testkit.cli import run_orchestrate
 
 from results import run_schema as rs
 from results.files import file_stem

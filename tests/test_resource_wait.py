@@ -6,15 +6,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from cluster_support import RayHead, RayWorker
-from sweep_helpers import (
-    kill_session,
-    run_orchestrate,
-    runs_so_far,
-    start_orchestrate,
-    wait_while_driving,
-    write_spec,
-)
+from testkit.cli import run_orchestrate, start_orchestrate
+from testkit.processes import kill_session, wait_while_driving
+from testkit.ray_nodes import RayHead, RayWorker
+from testkit.specs import write_spec
+from testkit.store import runs_so_far
 
 from results import run_schema as rs
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import json
 
-from sweep_helpers import run_orchestrate
 from test_slurm import spec_file
+from testkit.cli import run_orchestrate
 
 from nli_models.errors import mask_secrets, without_passwords
 from orchestrator import slurm

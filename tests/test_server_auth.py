@@ -15,8 +15,9 @@ import urllib.parse
 import urllib.request
 
 import pytest
-from cluster_support import http_status
-from sweep_helpers import ORCHESTRATE, run_orchestrate, write_spec
+from testkit.cli import ORCHESTRATE, run_orchestrate
+from testkit.processes import http_status
+from testkit.specs import write_spec
 
 from nli_models.training import TRIAL_CONFIG_FILE
 from orchestrator.ports import free_port

@@ -12,10 +12,9 @@ from pathlib import Path
 
 import pytest
 import yaml
-from click.testing import CliRunner
+from testkit.cli import orchestrate
 
 from nli_models.data.toy import make_toy_corpus
-from orchestrator.cli import main
 
 # About 15 s a spec (a sweep of one trial, its selection and analysis): 3 minutes in all.
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
@@ -152,7 +151,7 @@ def data_dir(tmp_path_factory) -> Path:
 
 
 def _cli(args: list[str]):
-    return CliRunner().invoke(main, args, catch_exceptions=False)
+    return orchestrate(*args)
 
 
 @pytest.mark.parametrize("spec_path", [*SPACES, "README"], ids=lambda p: getattr(p, "stem", p))
@@ -160,17 +159,17 @@ def test_spec_validates_as_written_and_sweeps_shrunk(spec_path, data_dir, ray_se
     if spec_path == "README":
         spec_path = readme_spec(tmp_path)
     as_written = _cli(["validate", str(spec_path), "--no-data"])
-    assert as_written.exit_code == 0, as_written.output
+    assert as_written.returncode == 0, as_written.output
 
     name = spec_path.stem
     extra, paper, expected = FALSE_COMPARABLE.get(name, ((), None, []))
     options = shrunk(spec_path, data_dir, (*EXTRA.get(name, ()), *extra))
     planned = _cli(["validate", str(spec_path), *options])
-    assert planned.exit_code == 0, planned.output
+    assert planned.returncode == 0, planned.output
     assert "-> 1 trials" in planned.output and re.search(r"  data: .*train \d+", planned.output)
 
     swept = _cli(["sweep", str(spec_path), *options])
-    assert swept.exit_code == 0, swept.output
+    assert swept.returncode == 0, swept.output
     assert "sweep finished: 1 trials (0 failed)" in swept.output
     if paper is None:
         return
@@ -178,7 +177,7 @@ def test_spec_validates_as_written_and_sweeps_shrunk(spec_path, data_dir, ray_se
     out = tmp_path / "table.parquet"
     compared = _cli(["results", experiment, "--tracking-uri", store_uri(data_dir),
                      "--out", str(out), "--paper", paper])
-    assert compared.exit_code == 0, compared.output
+    assert compared.returncode == 0, compared.output
     assert "NOT COMPARABLE" in compared.output
     assert "| comparable |" not in compared.output
     listed = compared.output.split("Protocol differences from the paper:")[1]

@@ -10,8 +10,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from cluster_support import orchestrate
-from sweep_helpers import run_orchestrate
+from testkit.cli import orchestrate, run_orchestrate
 
 from orchestrator.slurm import Allocation, trials_at_once
 from orchestrator.spec import load_spec

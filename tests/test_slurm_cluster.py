@@ -17,7 +17,10 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from cluster_support import BIN, orchestrate, wait_for, write_spec
+from testkit import BIN
+from testkit.cli import orchestrate
+from testkit.processes import wait_for
+from testkit.specs import write_quickstart
 
 from orchestrator.slurm_node import job_processes
 
@@ -109,7 +112,7 @@ def test_stop_mid_sweep_then_resume_runs_exactly_the_planned_trials(slurm_cluste
     # Trials long enough that the stop lands before the second pair of trials ends: the first
     # FINISHED run shows in MLflow up to the uploader's interval (2 s) plus a 2 s poll after it
     # ends, and a 3,000-pair toy trial took less than that once the models got faster.
-    spec = write_spec(tmp_path / "spec", name, tracking.url, epochs=epochs, toy_size=9000,
+    spec = write_quickstart(tmp_path / "spec", name, tracking.url, epochs=epochs, toy_size=9000,
                       grid={"lr": [0.001, 0.003], "dropout": [0.0, 0.2]})
     client = tracking.client()
     job_id = submit(spec, "--time", "15", "--requeue")  # a stop is not a time limit: no requeue
@@ -188,7 +191,7 @@ def test_time_limit_with_requeue_finishes_the_sweep_across_allocations(slurm_clu
     """
     name, epochs, planned = "slurm-requeue", 2, 8
     # The file says 1 epoch and 2 trials at a time; the job's sweeps run what --set says.
-    spec = write_spec(tmp_path / "spec", name, tracking.url, epochs=1, toy_size=600,
+    spec = write_quickstart(tmp_path / "spec", name, tracking.url, epochs=1, toy_size=600,
                       grid={"lr": [0.001, 0.002, 0.003, 0.004, 0.005, 0.006, 0.008, 0.01], "dropout": [0.1]})
     overrides = ["--set", f"training.epochs={epochs}", "--set", "search.max_concurrent_trials=1"]
     client = tracking.client()
@@ -268,7 +271,7 @@ def test_an_allocation_that_finishes_no_trial_is_not_requeued(slurm_cluster, tra
 
     name = "slurm-no-progress"
     by_name = tracking.url.replace("127.0.0.1", socket.gethostname())
-    spec = write_spec(tmp_path / "spec", name, by_name, epochs=3, toy_size=600,
+    spec = write_quickstart(tmp_path / "spec", name, by_name, epochs=3, toy_size=600,
                       grid={"lr": [0.001, 0.003]})
     client = MlflowClient(tracking_uri=by_name)
     job_id = submit(spec, "--time", "15", "--signal-before", "170", "--requeue",
@@ -297,7 +300,7 @@ def test_a_preempted_sweep_is_requeued_and_resumed_with_nothing_lost(slurm_clust
     the node from the sweep mid-way; SLURM sends the sweep's job SIGTERM and requeues it, and its
     next run resumes the sweep: every planned trial FINISHED exactly once, every epoch once."""
     name, epochs, planned = "slurm-preempt", 2, 4
-    spec = write_spec(tmp_path / "spec", name, tracking.url, epochs=epochs, toy_size=600,
+    spec = write_quickstart(tmp_path / "spec", name, tracking.url, epochs=epochs, toy_size=600,
                       grid={"lr": [0.001, 0.002, 0.003, 0.004]})
     client = tracking.client()
     job_id = submit(spec, "--time", "15", "--requeue", "--cpus-per-task", "2",
@@ -339,7 +342,7 @@ def test_the_requeue_cap_ends_the_chain(slurm_cluster, tracking, tmp_path):
     (here 0, so the first) ends the job instead of requeueing it, though trials finished in the
     allocation; the log and `jobs` say why."""
     name = "slurm-requeue-cap"
-    spec = write_spec(tmp_path / "spec", name, tracking.url, epochs=2, toy_size=600,
+    spec = write_quickstart(tmp_path / "spec", name, tracking.url, epochs=2, toy_size=600,
                       grid={"lr": [0.001, 0.002, 0.003, 0.004, 0.005, 0.006]})
     client = tracking.client()
     # Trials of over 20 s each (2 epochs of a 10 s sleep): the signal, due within 30 s of the

@@ -11,9 +11,8 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
-from cluster_support import orchestrate
-from sweep_helpers import ORCHESTRATE, run_orchestrate
 from test_slurm import spec_file
+from testkit.cli import ORCHESTRATE, orchestrate, run_orchestrate
 
 from orchestrator.slurm import Submitted
 

@@ -14,9 +14,9 @@ import subprocess
 import time
 
 import pytest
-from cluster_support import http_status
-from sweep_helpers import ORCHESTRATE, run_orchestrate
 from test_slurm import spec_file
+from testkit.cli import ORCHESTRATE, run_orchestrate
+from testkit.processes import http_status
 
 from orchestrator.ports import free_port
 from orchestrator.tracking_server import allowed_hosts, host_names

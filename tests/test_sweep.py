@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import pytest
-from sweep_helpers import client_for, run_orchestrate, runs_of, write_spec
+from testkit.cli import run_orchestrate
+from testkit.specs import write_spec
+from testkit.store import client_for, runs_of
 
 from nli_models.training.device_info import cpu_model
-from orchestrator.sweep import SweepExists, run_sweep
+from orchestrator.sweep import run_sweep
+from orchestrator.sweep_records import SweepExists
 from results import run_schema as rs
 
 pytestmark = pytest.mark.ray

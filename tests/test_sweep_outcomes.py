@@ -8,9 +8,11 @@ not Ray's start."""
 from __future__ import annotations
 
 import pytest
-from cluster_support import RayHead
-from sweep_helpers import run_orchestrate, runs_of, write_spec
-from toy_configs import toy_data
+from testkit.cli import run_orchestrate
+from testkit.ray_nodes import RayHead
+from testkit.specs import write_spec
+from testkit.store import runs_of
+from testkit.toy import toy_data
 
 from results import run_schema as rs
 

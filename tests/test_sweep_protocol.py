@@ -5,7 +5,9 @@ search.protocol.refit_on_train_dev tests the selected configuration after a refi
 from __future__ import annotations
 
 import pytest
-from sweep_helpers import run_orchestrate, runs_of, write_spec
+from testkit.cli import run_orchestrate
+from testkit.specs import write_spec
+from testkit.store import runs_of
 
 from nli_models.config import RunConfig
 from nli_models.data import prepare_data

@@ -14,7 +14,7 @@ import threading
 import time
 
 import pytest
-from cluster_support import TrackingServer
+from testkit.tracking_server import TrackingServer
 
 from orchestrator.tracking_server import SERVER_THREADS
 

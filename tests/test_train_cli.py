@@ -9,11 +9,10 @@ import re
 import pytest
 import torch
 import yaml
-from click.testing import CliRunner
-from toy_configs import tiny_config
+from testkit.cli import orchestrate
+from testkit.toy import tiny_config
 
 from nli_models.registry import model_names
-from orchestrator.cli import main
 
 EPOCH_LINE = re.compile(
     r"^epoch\s+(\d+)/(\d+)\s+train loss (\d+\.\d+) running acc (\d+\.\d\d)%\s+"
@@ -56,7 +55,7 @@ def merged(base: dict, **blocks) -> dict:
 
 
 def run_train(*args: str):
-    return CliRunner().invoke(main, ["train", *map(str, args)])
+    return orchestrate("train", *args)
 
 
 def write_jsonl(path, rows, copies: int = 5) -> None:
@@ -85,7 +84,7 @@ def jsonl_config(tmp_path, train: str = "train.jsonl", embedding_dim: int = 8, *
 
 def assert_bad_input(result, *expected: str) -> str:
     output = result.output
-    assert result.exit_code == 2, output
+    assert result.returncode == 2, output
     assert "Traceback" not in output
     assert output.startswith("error: ") or "\nerror: " in output, output
     for text in expected:
@@ -98,7 +97,7 @@ def assert_bad_input(result, *expected: str) -> str:
 
 def test_train_prints_epochs_and_one_test_accuracy(tmp_path):
     result = run_train(write_config(tmp_path, TINY))
-    assert result.exit_code == 0, result.output
+    assert result.returncode == 0, result.output
     lines = result.output.splitlines()
     epochs = [m for m in map(EPOCH_LINE.match, lines) if m]
     assert [(int(m[1]), int(m[2])) for m in epochs] == [(1, 2), (2, 2)]
@@ -127,7 +126,7 @@ def test_train_jsonl_corpus_with_vectors(tmp_path):
         tmp_path, embedding_dim=4, vectors={"source": str(tmp_path / "vectors.txt")}
     )
     result = run_train(write_config(tmp_path, config))
-    assert result.exit_code == 0, result.output
+    assert result.returncode == 0, result.output
     assert result.output.startswith("data: ") and "vectors" in result.output.splitlines()[0]
     assert len(re.findall(r"^test accuracy ", result.output, re.M)) == 1
 
@@ -135,12 +134,12 @@ def test_train_jsonl_corpus_with_vectors(tmp_path):
 def test_checkpoint_and_resume(tmp_path):
     checkpoints = tmp_path / "checkpoints"
     first = run_train(write_config(tmp_path, TINY), "--checkpoint-dir", checkpoints)
-    assert first.exit_code == 0, first.output
+    assert first.returncode == 0, first.output
     assert (checkpoints / "checkpoint.pt").is_file()
 
     longer = write_config(tmp_path, merged(TINY, training={"epochs": 3}), "longer.yaml")
     resumed = run_train(longer, "--checkpoint-dir", checkpoints, "--resume")
-    assert resumed.exit_code == 0, resumed.output
+    assert resumed.returncode == 0, resumed.output
     assert "resumed after epoch 2" in resumed.output
     epochs = [m[1] for m in map(EPOCH_LINE.match, resumed.output.splitlines()) if m]
     assert epochs == ["3"]
@@ -158,7 +157,7 @@ def test_refit_trains_on_train_plus_dev_and_tests_the_final_weights(tmp_path):
     is tested in test_sweep_protocol."""
     config = write_config(tmp_path, TINY)
     result = run_train(config, "--refit", 2)
-    assert result.exit_code == 0, result.output
+    assert result.returncode == 0, result.output
     assert "refit on train + dev (135 pairs): 2 epochs, no early stopping" in result.output
     assert re.search(r"^test accuracy \d+\.\d{2}% \(final weights of the refit; entailment ",
                      result.output, re.M)
@@ -170,7 +169,7 @@ def test_refit_trains_on_train_plus_dev_and_tests_the_final_weights(tmp_path):
     no_dev["data"]["splits"] = ["train", "test"]
     assert_bad_input(run_train(write_config(tmp_path, no_dev, "no_dev.yaml"), "--refit", 1),
                      "refit on train + dev needs dev and test splits")
-    assert run_train(config, "--refit", 0).exit_code == 2
+    assert run_train(config, "--refit", 0).returncode == 2
 
 
 # -- bad input: the config ----------------------------------------------------------------------

@@ -13,7 +13,7 @@ import math
 import numpy as np
 import pytest
 import torch
-from toy_configs import TOY, decomposable, toy_run_config
+from testkit.toy import TOY, decomposable, toy_run_config
 
 from nli_models.config import ConfigError, RunConfig, validate_config
 from nli_models.data import prepare_data

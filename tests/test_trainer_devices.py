@@ -9,9 +9,9 @@ import os
 
 import pytest
 import torch
+from testkit.toy import toy_run_config
 from torch.nn.utils.rnn import PackedSequence
 from torch.utils._python_dispatch import TorchDispatchMode
-from toy_configs import toy_run_config
 
 from nli_models.config import ConfigError, RunConfig, validate_config
 from nli_models.training import make_trainer

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from toy_configs import decomposable, toy_run_config
+from testkit.toy import decomposable, toy_run_config
 
 from nli_models.config import RunConfig
 from nli_models.registry import build_model

@@ -10,7 +10,7 @@ import subprocess
 import sys
 
 import pytest
-from sweep_helpers import REPO_ROOT
+from testkit import REPO
 
 from orchestrator.spec import SweepSpec
 from results import run_schema as rs
@@ -45,7 +45,7 @@ print(json.dumps({
 
 
 def test_a_trial_sees_only_the_gpus_ray_gave_it():
-    env = {"PYTHONPATH": str(REPO_ROOT), "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0",
+    env = {"PYTHONPATH": str(REPO), "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0",
            "PATH": "/usr/bin:/bin"}
     done = subprocess.run([sys.executable, "-c", PROBE], env=env, capture_output=True, text=True,
                           timeout=300)
@@ -72,10 +72,10 @@ def test_a_cuda_device_without_gpu_resources_is_refused():
 def test_the_parent_counts_the_devices_its_trials_recorded():
     from types import SimpleNamespace
 
-    from orchestrator.sweep import trial_devices
+    from orchestrator.sweep_records import trial_devices
 
-    def run(**tags):
-        return SimpleNamespace(data=SimpleNamespace(tags=tags))
+    def run(**tags):  # what the journal holds of a trial (journal.TrialProgress)
+        return SimpleNamespace(tags=tags)
 
     trials = [run(**{rs.TAG_DEVICE: "cuda:0", rs.TAG_DEVICE_NAME: "NVIDIA A10G"})] * 3 + [
         run(**{rs.TAG_DEVICE: "cpu", rs.TAG_DEVICE_NAME: "AMD EPYC"}), run()]

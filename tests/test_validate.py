@@ -4,17 +4,15 @@ from __future__ import annotations
 
 import pytest
 import yaml
-from click.testing import CliRunner
-from sweep_helpers import BASE_SPEC, merge
-
-from orchestrator.cli import main
+from testkit.cli import orchestrate
+from testkit.specs import BASE_SPEC, merge
 
 
 def _validate(tmp_path, spec: dict):
     path = tmp_path / "spec.yaml"
     path.write_text(yaml.safe_dump(spec, sort_keys=False))
     before = set(tmp_path.iterdir())
-    result = CliRunner().invoke(main, ["validate", str(path)], catch_exceptions=False)
+    result = orchestrate("validate", str(path))
     return result, path, set(tmp_path.iterdir()) - before
 
 
@@ -25,7 +23,7 @@ def test_plan_shows_trials_grid_resources_and_splits(tmp_path, monkeypatch):
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)  # a machine with a GPU to share
     spec = merge(BASE_SPEC, {"search": {"seeds": [1, 2], "resources": {"cpu": 2, "gpu": 0.25}}})
     result, _, written = _validate(tmp_path, spec)
-    assert result.exit_code == 0, result.output
+    assert result.returncode == 0, result.output
     out = result.output
     assert "grid: lr[2] x dropout[2] = 4 configurations" in out
     assert "-> 8 trials" in out
@@ -112,7 +110,7 @@ def test_bad_spec_exits_2_naming_the_field(tmp_path, monkeypatch, case):
     monkeypatch.chdir(tmp_path)
     spec, expected = BAD_SPECS[case]
     result, path, written = _validate(tmp_path, spec)
-    assert result.exit_code == 2, result.output
+    assert result.returncode == 2, result.output
     assert str(path) in result.output  # names the file
     for fragment in expected:
         assert fragment in result.output, (fragment, result.output)
@@ -124,18 +122,18 @@ def test_sweep_rejects_a_bad_spec_before_launching(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     path = tmp_path / "spec.yaml"
     path.write_text(yaml.safe_dump(merge(BASE_SPEC, {"training": {"lr": -1}})))
-    result = CliRunner().invoke(main, ["sweep", str(path)], catch_exceptions=False)
-    assert result.exit_code == 2 and "training.lr" in result.output
+    result = orchestrate("sweep", str(path))
+    assert result.returncode == 2 and "training.lr" in result.output
     assert sorted(p.name for p in tmp_path.iterdir()) == ["spec.yaml"]  # no store, no results
 
 
 def test_missing_and_malformed_files(tmp_path):
-    missing = CliRunner().invoke(main, ["validate", str(tmp_path / "nope.yaml")])
-    assert missing.exit_code == 2 and "nope.yaml: no such file" in missing.output
+    missing = orchestrate("validate", str(tmp_path / "nope.yaml"))
+    assert missing.returncode == 2 and "nope.yaml: no such file" in missing.output
     broken = tmp_path / "broken.yaml"
     broken.write_text("name: [unclosed\n")
-    result = CliRunner().invoke(main, ["validate", str(broken)])
-    assert result.exit_code == 2 and "not valid YAML" in result.output
+    result = orchestrate("validate", str(broken))
+    assert result.returncode == 2 and "not valid YAML" in result.output
 
 
 def test_validate_runs_the_sweeps_fit_to_data_checks(tmp_path, monkeypatch):
@@ -146,15 +144,15 @@ def test_validate_runs_the_sweeps_fit_to_data_checks(tmp_path, monkeypatch):
     vectors.write_text("a 0.1 0.2 0.3 0.4\nthe 0.4 0.3 0.2 0.1\n")
     spec = merge(BASE_SPEC, {"data": {"vectors": {"source": str(vectors)}}})  # model: 16-d
     result, path, written = _validate(tmp_path, spec)
-    assert result.exit_code == 2, result.output
+    assert result.returncode == 2, result.output
     assert "model.args.embedding_dim=16 but the word vectors" in result.output
     assert "have dimension 4" in result.output and "Traceback" not in result.output
     assert not written
-    swept = CliRunner().invoke(main, ["sweep", str(path)], catch_exceptions=False)
-    assert swept.exit_code == 2 and "have dimension 4" in swept.output
+    swept = orchestrate("sweep", str(path))
+    assert swept.returncode == 2 and "have dimension 4" in swept.output
     assert sorted(p.name for p in tmp_path.iterdir()) == ["spec.yaml", "vectors.txt"]
     fixed = merge(spec, {"model": {"args": {"embedding_dim": 4}}})
-    assert _validate(tmp_path, fixed)[0].exit_code == 0
+    assert _validate(tmp_path, fixed)[0].returncode == 0
 
 
 def test_validate_probes_the_tracking_store_as_sweep_does(tmp_path, monkeypatch):
@@ -168,12 +166,12 @@ def test_validate_probes_the_tracking_store_as_sweep_does(tmp_path, monkeypatch)
         port = sock.getsockname()[1]
     dead = merge(BASE_SPEC, {"search": {"tracking_uri": f"http://127.0.0.1:{port}"}})
     result, _, written = _validate(tmp_path, dead)
-    assert result.exit_code == 2, result.output
+    assert result.returncode == 2, result.output
     assert f"MLflow tracking store http://127.0.0.1:{port} is unreachable" in result.output
     assert "Traceback" not in result.output and not written
     fresh = merge(BASE_SPEC, {"search": {"tracking_uri": f"sqlite:///{tmp_path / 'new.db'}"}})
     result, _, written = _validate(tmp_path, fresh)
-    assert result.exit_code == 0, result.output
+    assert result.returncode == 0, result.output
     assert not written  # validate never creates the store
 
 
@@ -190,9 +188,9 @@ def test_validate_refuses_a_trial_this_machine_cannot_hold(tmp_path, monkeypatch
                              ({"cpu": 1, "gpu": 1}, "1 CPU and 1 GPU")):
         spec = merge(BASE_SPEC, {"search": {"resources": resources}})
         result, _, written = _validate(tmp_path, spec)
-        assert result.exit_code == 2, result.output
+        assert result.returncode == 2, result.output
         assert result.output.startswith("error: search.resources: a trial asks for " + asked)
         assert "sweep '" not in result.output and not written
-    on_slurm = CliRunner().invoke(main, ["validate", str(tmp_path / "spec.yaml"), "--no-data",
-                                         "--slurm-nodes", "1", "--slurm-gpus-per-node", "1"])
-    assert on_slurm.exit_code == 0, on_slurm.output
+    on_slurm = orchestrate("validate", str(tmp_path / "spec.yaml"), "--no-data",
+                                         "--slurm-nodes", "1", "--slurm-gpus-per-node", "1")
+    assert on_slurm.returncode == 0, on_slurm.output

@@ -8,7 +8,10 @@ import subprocess
 import sys
 
 import pytest
-from sweep_helpers import REPO_ROOT, run_orchestrate, runs_of, write_spec
+from testkit import REPO
+from testkit.cli import run_orchestrate
+from testkit.specs import write_spec
+from testkit.store import runs_of
 
 from orchestrator import environment
 from orchestrator.environment import WAIT_POLICY, trials_own_cores, wait_policy
@@ -63,7 +66,7 @@ print(json.dumps([ray.get(policy_read_by_openmp.remote()),
 
 @pytest.mark.ray
 def test_a_trial_process_loads_torch_with_the_policy_the_driver_chose():
-    env = {"PYTHONPATH": str(REPO_ROOT), "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0",
+    env = {"PYTHONPATH": str(REPO), "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0",
            "PATH": "/usr/bin:/bin"}
     # Under `taskset -c 0` the local Ray counts the one CPU this process may use, not the machine's.
     done = subprocess.run(["taskset", "-c", "0", sys.executable, "-c", PROBE], env=env,

@@ -1,0 +1,190 @@
+"""Issue 30 items 1 and 4: `orchestrate replay` through the real CLI, on a store that real
+`orchestrate sweep` processes recorded (module scope, one Ray instance joined with --address):
+a completed grid sweep whose lr=1e10 configurations diverge (so the record lacks them), and an
+experiment whose only sweep is interrupted (its time budget ran out before any trial ended)."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import get_args
+
+import pyarrow.parquet as pq
+import pytest
+from cluster_support import RayHead
+from sweep_helpers import client_for, run_orchestrate, runs_of, write_spec
+from toy_configs import toy_data
+
+from nli_models.config import validate_config
+from nli_models.strict import load_yaml
+from orchestrator.replay import Budget, Strategy, recorded_trials, replay
+from orchestrator.replay_cli import SAMPLERS, SCHEDULERS
+from orchestrator.spec import SchedulerConfig, SearchConfig, SweepSpec
+from results import run_schema as rs
+from results.replay_record import read_recording
+from results.replay_report import ReplayRun, run_rows, strategy_table, strategy_view
+from results.tracking import open_client
+
+EXPERIMENT = "replayed"
+GRID = {"lr": {"grid": [0.001, 0.01, 1e10]}, "dropout": {"grid": [0.0, 0.2]}}
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory, logs_dir):
+    folder = tmp_path_factory.mktemp("replay")
+    head = RayHead(num_cpus=2, logs=logs_dir)
+    try:
+        env = {"NLI_DATA_DIR": str(folder / "data-cache")}
+        spec = write_spec(folder, {"name": EXPERIMENT, "search": {"space": GRID}})
+        recorded = run_orchestrate(["sweep", str(spec), "--address", head.address], cwd=folder, env=env)
+        # The two lr=1e10 trials diverge (runs FAILED); the sweep completes and selects.
+        assert recorded.returncode == 0 and "2 diverged" in recorded.stdout, recorded.stdout + recorded.stderr
+        unfinished = write_spec(folder, {
+            "name": "unfinished", "data": toy_data(4000), "training": {"epochs": 40},
+            "search": {"time_budget_s": 2, "space": {"lr": {"grid": [0.001]}, "dropout": {"grid": [0.0]}}},
+        })
+        cut = run_orchestrate(["sweep", str(unfinished), "--address", head.address], cwd=folder, env=env)
+        assert cut.returncode == 3, cut.stdout + cut.stderr
+        sampled = write_spec(folder, {"name": "sampled", "training": {"epochs": 1}}, replace_search={
+            "sampler": "random", "num_samples": 2, "space": {"lr": {"loguniform": [0.001, 0.01]}},
+            "max_concurrent_trials": 2, "resources": {"cpu": 1},
+        })
+        done = run_orchestrate(["sweep", str(sampled), "--address", head.address], cwd=folder, env=env)
+        assert done.returncode == 0, done.stdout + done.stderr
+    finally:
+        head.stop()
+    return folder
+
+
+def _replay(store, out: str, *args: str):
+    return run_orchestrate(["replay", *args, "--out", str(store / out),
+                            "--tracking-uri", f"sqlite:///{store / 'mlruns.db'}"], cwd=store)
+
+
+def _recorded(store):
+    [parent], children = runs_of(store, EXPERIMENT)
+    return parent, {c.info.run_id: c for c in children}
+
+
+def test_grid_fifo_replay_selects_the_sweeps_configuration_and_reports_what_the_record_lacks(store):
+    parent, children = _recorded(store)
+    result = _replay(store, "grid/replay.parquet", EXPERIMENT, "--sampler", "grid",
+                     "--scheduler", "fifo", "--repeats", "2", "--format", "md")
+    assert result.returncode == 0, result.stdout + result.stderr
+    runs = pq.read_table(store / "grid/replay.runs.parquet").to_pylist()
+    assert [r["repeat"] for r in runs] == [0, 1]
+    finished = [c for c in children.values() if c.info.status == "FINISHED"]
+    assert len(finished) == 4
+    recorded_epochs = sum(int(c.data.metrics[rs.METRIC_EPOCHS_TRAINED]) for c in finished)
+    for run in runs:
+        # The same selection as the real sweep, and the test number it recorded for it.
+        assert run["selected_run_id"] == parent.data.tags[rs.TAG_BEST_RUN]
+        assert run["same_as_sweep"] is True
+        assert run["test_accuracy"] == pytest.approx(parent.data.metrics[rs.METRIC_SWEEP_TEST_ACCURACY])
+        # The diverged configurations are missing, not invented; every finished one ran fully.
+        assert run["missing"] == 2 and run["trials"] == 4 and run["cut"] == 0
+        assert run["trial_epochs"] == recorded_epochs
+        best = max(c.data.metrics[rs.METRIC_BEST_DEV_ACCURACY] for c in finished)
+        assert run["best_dev_accuracy"] == pytest.approx(best)
+    [row] = pq.read_table(store / "grid/replay.parquet").to_pylist()
+    assert row["strategy"] == "grid+fifo" and row["same_as_sweep"] == 2 and row["missing"] == 2
+    assert (store / "grid/replay.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    markdown = (store / "grid/replay.md").read_text()
+    assert "| grid+fifo | 2 |" in markdown and markdown.splitlines()[2] in result.stdout
+
+
+def test_every_strategy_replays_and_test_accuracy_comes_only_from_the_record(store):
+    _, children = _recorded(store)
+    result = _replay(store, "all/replay.parquet", EXPERIMENT, "--repeats", "3")
+    assert result.returncode == 0, result.stdout + result.stderr
+    table = pq.read_table(store / "all/replay.parquet")
+    assert table.schema.metadata[b"nli.table"] == b"replay"
+    strategies = table.column("strategy").to_pylist()
+    assert strategies == [f"{a}+{b}" for a in ("grid", "random", "tpe", "cmaes")
+                          for b in ("fifo", "asha", "median")]
+    runs = pq.read_table(store / "all/replay.runs.parquet").to_pylist()
+    assert len(runs) == 12 * 3
+    epochs = {(r["strategy"], r["repeat"]): r["trial_epochs"] for r in runs}
+    for repeat in range(3):  # the same grid points: a scheduler only ever stops trials early
+        assert epochs[("grid+asha", repeat)] < epochs[("grid+fifo", repeat)]
+        assert epochs[("grid+median", repeat)] <= epochs[("grid+fifo", repeat)]
+    for run in runs:
+        selected = children[run["selected_run_id"]]
+        recorded_test = selected.data.metrics.get(rs.METRIC_TEST_ACCURACY)
+        if recorded_test is None:
+            assert run["test_accuracy"] is None
+        else:
+            assert run["test_accuracy"] == pytest.approx(recorded_test)
+    assert "note: CMA-ES samples only numeric ranges" in result.stdout
+
+
+def test_a_point_the_record_lacks_is_counted_missing_never_invented(store):
+    """A random sweep's record holds its two sampled points: the same sampler with the recorded
+    seed (0) proposes exactly them; seed 1 proposes points the record lacks, which are counted
+    missing, so nothing is selected and no test accuracy is claimed."""
+    parent, children = runs_of(store, "sampled")
+    result = _replay(store, "sampled/replay.parquet", "sampled", "--scheduler", "fifo", "--repeats", "2")
+    assert result.returncode == 0, result.stdout + result.stderr
+    table = pq.read_table(store / "sampled/replay.parquet").to_pylist()
+    # By default every sampler the space takes: a loguniform range is no grid.
+    assert [r["strategy"] for r in table] == ["random+fifo", "tpe+fifo", "cmaes+fifo"]
+    runs = pq.read_table(store / "sampled/replay.runs.parquet").to_pylist()
+    seed0, seed1 = [r for r in runs if r["strategy"] == "random+fifo"]
+    assert seed0["missing"] == 0 and seed0["trials"] == 2
+    assert seed0["selected_run_id"] == parent[0].data.tags[rs.TAG_BEST_RUN]
+    assert seed1["missing"] == 2 and seed1["trials"] == 0 and seed1["trial_epochs"] == 0
+    assert seed1["selection"] is None and seed1["test_accuracy"] is None
+    row = table[0]
+    assert row["missing"] == 1.0 and row["test_recorded_repeats"] == 1
+    assert "| random+fifo | 2 |" in result.stdout and "(1/2 repeats)" in result.stdout
+    assert len(children) == 2
+    # A strategy none of whose repeats selected anything says so in the Markdown table.
+    empty = run_rows([ReplayRun("random+fifo", 1)], ["lr"], None, lambda ids: 0.5)
+    assert strategy_view(strategy_table(empty))["test of selection"].tolist() == ["not recorded"]
+
+
+def test_a_cut_curve_and_the_budgets_end_replays_where_the_record_and_budget_say(store):
+    """In process, on the recorded store: a trial whose recorded curve a scheduler had cut ends
+    there when the replay would go on (counted past_record); a budget of trial-epochs or
+    simulated seconds cuts the trials still running, which are not selected."""
+    record = read_recording(open_client(f"sqlite:///{store / 'mlruns.db'}"), EXPERIMENT)
+    spec = validate_config(SweepSpec, load_yaml(record.spec_text), "spec.yaml")
+    assert record.concurrency == 2  # trial runs overlapping in the record: max_concurrent_trials
+    first, *others = record.trials
+    cut = dataclasses.replace(first, cut_by_scheduler=True,
+                              curves={name: values[:1] for name, values in first.curves.items()})
+    grid_fifo = Strategy("grid", "fifo")
+    run = replay(spec, recorded_trials(spec, [cut, *others]), grid_fifo, 0, Budget(trials=6), 2)
+    assert [(t.record.run_id, t.record.epochs_trained) for t in run.trials if t.past_record] == [
+        (first.run_id, 1)]
+    keyed = recorded_trials(spec, list(record.trials))
+    by_epochs = replay(spec, keyed, grid_fifo, 0, Budget(trials=6, epochs=2), 2)
+    assert len(by_epochs.epochs) == 2 and by_epochs.cut == 2 and by_epochs.selection() == []
+    before_first_epoch = min(t.epoch_time_s[0] for t in record.trials) / 2
+    by_seconds = replay(spec, keyed, grid_fifo, 0, Budget(trials=6, seconds=before_first_epoch), 2)
+    assert by_seconds.epochs == [] and by_seconds.cut == 2 and by_seconds.trials == []
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["no-such-experiment"], "error: unknown experiment(s): no-such-experiment; experiments in "
+                             "this tracking store:"),
+    (["unfinished"], "error: experiment 'unfinished' has no completed sweep to replay"),
+    ([EXPERIMENT, "--sampler", "hyperband"], "error: orchestrate replay: invalid value for "
+                                             "'--sampler': 'hyperband' is not one of"),
+    ([EXPERIMENT, "--budget", "hours=2"], "error: --budget 'hours=2': give each of trials=N"),
+    ([EXPERIMENT, "--budget", "trials=0"], "error: --budget 'trials=0'"),
+    (["sampled", "--sampler", "grid"], "error: --sampler grid: the recorded sweep's space is not a "
+                                       "grid (lr: loguniform); allowed: random, tpe, cmaes"),
+])
+def test_bad_input_exits_2_with_one_line_and_writes_nothing(store, args, message):
+    result = _replay(store, "bad/replay.parquet", *args)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert result.stderr.startswith(message), result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1 and result.stdout == ""
+    assert not (store / "bad").exists()
+    assert client_for(store).get_experiment_by_name("no-such-experiment") is None
+
+
+def test_the_cli_offers_every_sampler_and_scheduler_a_spec_takes():
+    """replay_cli lists them without importing the spec (`--help` stays light): kept equal here."""
+    assert SAMPLERS == get_args(SearchConfig.model_fields["sampler"].annotation)
+    assert SCHEDULERS == get_args(SchedulerConfig.model_fields["type"].annotation)

@@ -1,0 +1,20 @@
+"""Test support, one module per job; importing any of them loads no heavy library (torch, MLflow,
+Ray, pandas load inside the functions that need them), so collecting the suite stays fast.
+
+- cli: `orchestrate` in this process (`orchestrate`) or as a real process (`run_orchestrate`,
+  `start_orchestrate`), with one rule for the environment either gets.
+- specs: the one sweep-spec writer (`write_spec`, on the toy BASE_SPEC or search_spaces/quickstart.yaml).
+- toy: small model/data/training configs on the generated toy corpus.
+- batches: the one model-input batch builder.
+- store: a sweep's runs as MLflow holds them, and conditions on them to wait for.
+- processes: process groups, waits, kills.
+- ray_nodes, postgres, tracking_server, slurm, browser: the real components some tests drive.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+BIN = Path(sys.executable).parent
