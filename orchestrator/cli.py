@@ -186,8 +186,8 @@ def _configured_threads(config_path: str, assignments: tuple[str, ...]) -> int |
 @click.argument("spec_path", type=click.Path(dir_okay=False))
 @click.option("--no-data", is_flag=True, help="skip reading the data (split sizes not shown)")
 @click.option("--estimate", is_flag=True,
-              help="train a few batches of the first configuration on the data and print the "
-                   "expected wall time of the whole sweep on this machine")
+              help="time a probe of the first configuration and a pilot sweep (a minute or "
+                   "more) and print the expected wall time of the whole sweep on this machine")
 @override_options
 @tracking_uri_option
 @slurm_allocation_options
@@ -218,19 +218,23 @@ def validate(spec_path: str, no_data: bool, estimate: bool, assignments: tuple[s
         if report:
             click.echo(report)
         if estimate:
-            click.echo(_estimate(spec, data))
+            click.echo(_estimate(spec, spec_path, overrides, data))
     except (ConfigError, FileNotFoundError, ValueError) as exc:
         _fail(str(exc))
 
 
-def _estimate(spec, data) -> str:
+def _estimate(spec, spec_path, overrides, data) -> str:
     import torch
 
     from nli_models.cpus import usable_cpus
-    from orchestrator.estimate import estimate_sweep
+    from orchestrator.estimate import PilotFailed, estimate_sweep, record_estimate
 
-    gpus = torch.cuda.device_count()
-    return estimate_sweep(spec, data, usable_cpus(), gpus).describe(spec)
+    try:
+        found = estimate_sweep(spec, spec_path, overrides, data, usable_cpus(), torch.cuda.device_count())
+    except PilotFailed as exc:
+        _fail(str(exc), 1)
+    record_estimate(spec, found)
+    return found.describe(spec)
 
 
 @main.command()

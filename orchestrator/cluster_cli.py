@@ -261,20 +261,26 @@ def _clock(seconds: float) -> str:
 
 
 class _Progress:
-    """Trials done per (tracking URI, experiment), asked once per listing."""
+    """Trials done per (tracking URI, experiment, since), asked once per listing."""
 
     def __init__(self):
-        self.known: dict[tuple[str, str], tuple[int, str] | None] = {}
+        self.known: dict[tuple[str, str, int], tuple[int, str] | None] = {}
 
-    def done(self, uri: str, experiment: str) -> int | None:
+    def done(self, uri: str, experiment: str, since_ms: int = 0) -> int | None:
+        """Trials of the experiment's latest sweep finished at or after `since_ms`."""
         from orchestrator.tracking import sweep_progress
 
         if not uri or not experiment:
             return None
-        if (uri, experiment) not in self.known:
-            self.known[(uri, experiment)] = sweep_progress(uri, experiment)
-        found = self.known[(uri, experiment)]
+        if (uri, experiment, since_ms) not in self.known:
+            self.known[(uri, experiment, since_ms)] = sweep_progress(uri, experiment, since_ms)
+        found = self.known[(uri, experiment, since_ms)]
         return None if found is None else found[0]
+
+    def done_by(self, entry) -> int | None:
+        """Trials the SLURM job `entry` finished: those after it started the sweep."""
+        since = entry.sweep_started_ms()
+        return 0 if since is None else self.done(entry.tracking_uri, entry.spec_name, since)
 
 
 def _ray_rows(address: str | None, progress: _Progress) -> list[dict]:
@@ -320,7 +326,7 @@ def _slurm_rows(progress: _Progress) -> list[dict]:
             shown, elapsed, done = entry.final_state, entry.final_elapsed, entry.trials_done
         else:
             shown = state.state + (f" ({state.reason})" if state.reason else "")
-            elapsed, done = state.elapsed, progress.done(entry.tracking_uri, entry.spec_name)
+            elapsed, done = state.elapsed, progress.done_by(entry)
         rows.append({
             "job_id": entry.job_id,
             "backend": "slurm",
@@ -337,12 +343,12 @@ def _slurm_rows(progress: _Progress) -> list[dict]:
 
 
 def _ended(entry, state) -> tuple[str, str, int | None]:
-    """A job that just left SLURM's queue: its end state, elapsed time and trials done then."""
+    """A job that just left SLURM's queue: its end state, elapsed time and the trials it finished."""
     from orchestrator import slurm
 
     final, done = slurm.job_end(entry, state)
     if done is None:  # no end file (killed before it wrote one): the store now
-        done = _Progress().done(entry.tracking_uri, entry.spec_name)
+        done = _Progress().done_by(entry)
     return final, state.elapsed, done
 
 
@@ -354,8 +360,8 @@ def _ended(entry, state) -> tuple[str, str, int | None]:
 def jobs_command(address, slurm_only, as_json):
     """List sweep jobs, oldest first: the Ray cluster's, and the SLURM jobs submitted from this
     account (the Ray cluster is asked when --address or RAY_ADDRESS names it, or when there are
-    no SLURM jobs). TRIALS: trials finished / planned, from the tracking store (for an ended
-    SLURM job: when it ended, as recorded then)."""
+    no SLURM jobs). TRIALS: trials finished / planned, from the tracking store; for a SLURM job
+    the trials that job finished (once it ended: as recorded then)."""
     from orchestrator import slurm
     from orchestrator.ray_jobs import ADDRESS_ENVS
 

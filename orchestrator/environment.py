@@ -22,6 +22,7 @@ once, when torch loads, hence here and in the trials' runtime environment (ray_a
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 WAIT_POLICY = "OMP_WAIT_POLICY"
 DEFAULTS = {
@@ -87,3 +88,9 @@ def trials_own_cores(cpu: float, max_concurrent: int | None, node_cpus: int | No
     if max_concurrent is not None:
         at_once = min(at_once, max_concurrent)
     return threads * at_once <= node_cpus
+
+
+def cache_dir() -> Path:
+    """$XDG_CACHE_HOME/nli-orchestrator (default ~/.cache/...): this account's records of SLURM
+    submissions and estimates."""
+    return Path(os.environ.get("XDG_CACHE_HOME") or "~/.cache").expanduser() / "nli-orchestrator"

@@ -40,7 +40,7 @@ from urllib.parse import urlsplit
 
 from nli_models.errors import InputError, mask_secrets, without_passwords
 from orchestrator.cli_options import DEFAULT_SIGNAL_BEFORE_S
-from orchestrator.environment import DEFAULTS
+from orchestrator.environment import DEFAULTS, cache_dir
 from orchestrator.ray_jobs import (
     ClusterError,
     JobInputError,
@@ -214,19 +214,29 @@ def check_path(option: str, path: str | Path) -> None:
         )
 
 
-def short_allocation_warning(options: SlurmOptions) -> str | None:
-    """A --time that leaves less than MIN_TRAINING_S to train once the sweep's stop signal and
-    the start-up are taken off: its allocations may end with no trial done."""
+def short_allocation_warning(options: SlurmOptions, measured=None) -> str | None:
+    """A --time that leaves less than one epoch to train once the sweep's stop signal and the
+    start-up are taken off: its allocations may end with no trial done. `measured`: the spec's
+    latest `validate --estimate` (estimate.Measured: an epoch's and the start-up's time); without
+    one, STARTUP_ALLOWANCE_S and MIN_TRAINING_S stand in."""
     if options.time_limit is None:
         return None
     limit = time_limit_seconds(options.time_limit)
-    left = limit - options.signal_before_s - STARTUP_ALLOWANCE_S
-    if not limit or left >= MIN_TRAINING_S:
+    startup = measured.startup_s if measured else STARTUP_ALLOWANCE_S
+    needed = measured.epoch_s if measured else MIN_TRAINING_S
+    left = limit - options.signal_before_s - startup
+    if not limit or left >= needed:
         return None
-    return (f"--time {options.time_limit} leaves {max(left, 0)}s to train per allocation after "
-            f"--signal-before {options.signal_before_s}s and ~{STARTUP_ALLOWANCE_S}s to start Ray "
-            f"and the sweep (less than {MIN_TRAINING_S}s); an allocation that finishes no trial "
-            "is not requeued. Check an epoch's time with `orchestrate validate SPEC --estimate`")
+    before = (f"--time {options.time_limit} leaves {max(left, 0):.0f}s to train per allocation after "
+              f"--signal-before {options.signal_before_s}s and ")
+    after = "; an allocation that finishes no trial is not requeued"
+    if measured:
+        return (f"{before}{startup:.0f}s to start Ray and the sweep, less than one epoch "
+                f"({needed:.0f}s; both measured by `orchestrate validate SPEC --estimate` on "
+                f"{measured.host} at {measured.when}){after}")
+    return (f"{before}~{startup}s to start Ray and the sweep (less than {needed}s){after}. "
+            "Measure an epoch and the start-up with `orchestrate validate SPEC --estimate`: "
+            "submit then checks against them")
 
 
 def check_options(options: SlurmOptions) -> None:
@@ -404,7 +414,9 @@ for _ in $(seq 240); do
   [ -e "$RAY_TMP/ray_current_cluster" ] || [ -n "$reason" ] || ! kill -0 "$head" 2>/dev/null && break
   sleep 0.5
 done
-if [ ! -e "$RAY_TMP/ray_current_cluster" ]; then
+if [ -n "$reason" ]; then
+  :  # a signal while Ray started: the sweep is stopped before it started (rc 3, below)
+elif [ ! -e "$RAY_TMP/ray_current_cluster" ]; then
   say "the Ray head did not start (see $RAY_LOG)"
   rc=1
 elif [ "${SLURM_JOB_NUM_NODES:-1}" -gt 1 ]; then
@@ -413,7 +425,7 @@ elif [ "${SLURM_JOB_NUM_NODES:-1}" -gt 1 ]; then
     "$HEAD_IP:$GCS_PORT" "$RAY_TMP" "$SLURM_CPUS_PER_TASK" "$NUM_GPUS" >>"$RAY_LOG" 2>&1 &
   workers=$!
 fi
-[ -z "$rc" ] && say "Ray at $HEAD_IP:$GCS_PORT (temp dir $RAY_TMP, log $RAY_LOG)"
+[ -z "$rc" ] && [ -z "$reason" ] && say "Ray at $HEAD_IP:$GCS_PORT (temp dir $RAY_TMP, log $RAY_LOG)"
 # Trials finished before this run: a requeue needs this run to add one.
 done_at_start="?"
 [ "$REQUEUE" = 1 ] && { done_at_start=$(node trials-done "$EXPERIMENT") || done_at_start="?"; }
@@ -463,6 +475,7 @@ if [ "$reason" = cancelled ]; then
   # whose next run needs the marker. `orchestrate jobs` removes it once the job has ended.
   exit "$rc"
 fi
+started_ms=$(cat "$STARTED" 2>/dev/null) || started_ms=""  # the trials after it are this job's
 rm -f "$STARTED"
 # The job's end, for `orchestrate jobs` and `logs` (SLURM forgets finished jobs). A user's stop
 # that the sweep obeyed (exit 3, interrupted and resumable) is no failure: the job exits 0, so
@@ -476,7 +489,7 @@ if [ "$reason" = stop ] && [ "$rc" = 3 ]; then
   say "stopped by orchestrate stop"
 fi
 [ "$end_state" != COMPLETED ] && say "resume with: $RESUME_COMMAND"
-node job-end "$END_FILE" "$end_state" "$rc" "$EXPERIMENT" || true
+node job-end "$END_FILE" "$end_state" "$rc" "$EXPERIMENT" "$started_ms" || true
 exit "$rc"
 """
 
@@ -557,7 +570,10 @@ def build_batch_job(spec_path: str | Path, options: SlurmOptions, *, tracking_ur
     check_path("the working directory (--chdir)", Path(cwd or os.getcwd()).resolve())
     uri = slurm_tracking_uri(spec.tracking_uri)
     at_once, why = trials_at_once(spec, options.allocation, "the requested allocation")
-    warnings = [w for w in (loopback_warning(uri), short_allocation_warning(options)) if w]
+    from orchestrator.estimate import recorded_estimate
+
+    warnings = [w for w in (loopback_warning(uri),
+                            short_allocation_warning(options, recorded_estimate(spec))) if w]
     if not spec.search.storage_path:
         warnings.append(
             f"search.storage_path is not set: Tune's results and checkpoints go to ray_results in "
@@ -712,17 +728,29 @@ class Submitted:
     # Once the job has ended (cached by `orchestrate jobs`, so a finished job needs no query):
     final_state: str | None = None  # SLURM's state, or STOPPED for a user's stop
     final_elapsed: str | None = None
-    trials_done: int | None = None  # trials finished in the sweep when the job ended
+    trials_done: int | None = None  # trials this job finished (in all its runs)
 
     @property
     def end_file(self) -> Path:
         """What the batch script writes as the job ends (slurm_node.job_end)."""
         return Path(self.output).with_suffix(".end")
 
+    @property
+    def started_file(self) -> Path:
+        """The batch script's marker of when a run of the job first started the sweep (ms)."""
+        return Path(self.output).with_suffix(".started")
+
+    def sweep_started_ms(self) -> int | None:
+        """When the job first started the sweep (None: not yet, or its marker is gone): the
+        sweep's trials that finished after it are this job's."""
+        try:
+            return int(self.started_file.read_text().strip())
+        except (OSError, ValueError):
+            return None
+
 
 def record_path() -> Path:
-    cache = os.environ.get("XDG_CACHE_HOME") or "~/.cache"
-    return Path(cache).expanduser() / "nli-orchestrator" / "slurm-jobs.jsonl"
+    return cache_dir() / "slurm-jobs.jsonl"
 
 
 def record(job: BatchJob, job_id: str) -> Submitted:
@@ -757,7 +785,7 @@ def submissions() -> list[Submitted]:
 
 def job_end(entry: Submitted, state: JobState) -> tuple[str, int | None]:
     """A finished job's state (STOPPED for a user's stop, from the job's end file; else SLURM's)
-    and the trials finished when it ended (None: unknown)."""
+    and the trials it finished (None: unknown)."""
     try:
         written = json.loads(entry.end_file.read_text())
         return written["state"], written.get("trials_done")
@@ -770,7 +798,7 @@ def record_end(entry: Submitted, state: str, elapsed: str, trials_done: int | No
     An ended job is requeued no more: its marker of when it started the sweep goes (a job
     cancelled or killed mid-run could not remove it; a preempted job that SLURM requeues needs
     it, and is not ended)."""
-    Path(entry.output).with_suffix(".started").unlink(missing_ok=True)
+    entry.started_file.unlink(missing_ok=True)
     ended = Submitted(**{**asdict(entry), "final_state": state, "final_elapsed": elapsed,
                          "trials_done": trials_done})
     with record_path().open("a") as handle:

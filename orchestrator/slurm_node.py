@@ -7,7 +7,7 @@
     python -m orchestrator.slurm_node resume-flag EXPERIMENT SINCE_MS   -> "--resume" or nothing
     python -m orchestrator.slurm_node sweep-state EXPERIMENT   -> the latest sweep's nli.sweep_state
     python -m orchestrator.slurm_node trials-done EXPERIMENT   -> trials finished, or "?"
-    python -m orchestrator.slurm_node job-end FILE STATE EXIT_CODE EXPERIMENT   (writes FILE, JSON)
+    python -m orchestrator.slurm_node job-end FILE STATE EXIT_CODE EXPERIMENT SINCE_MS   (writes FILE)
 
 Every port is picked free on the node, so jobs that share a node never meet on Ray's default
 ports (6379, 10001, 52365), and every Ray process of the job runs with the job's own temp dir,
@@ -178,12 +178,14 @@ def trials_done(experiment: str) -> str:
     return "?" if progress is None else str(progress[0])
 
 
-def job_end(path: str, state: str, exit_code: str, experiment: str) -> None:
+def job_end(path: str, state: str, exit_code: str, experiment: str, since_ms: str) -> None:
     """Write the job's end (read by `orchestrate jobs` / `logs`): its state, exit code, and the
-    trials finished in the experiment's latest sweep when it ended (null: the store was away)."""
+    trials of the experiment's latest sweep that this job finished, since it started the sweep at
+    `since_ms` (empty: it never did, none; null: the store was away)."""
     from orchestrator.tracking import sweep_progress
 
-    progress = sweep_progress(os.environ["MLFLOW_TRACKING_URI"], experiment)
+    progress = (0, "") if not since_ms else sweep_progress(
+        os.environ["MLFLOW_TRACKING_URI"], experiment, int(since_ms))
     Path(path).write_text(json.dumps({
         "state": state, "exit_code": int(exit_code), "experiment": experiment,
         "trials_done": None if progress is None else progress[0],
@@ -216,7 +218,7 @@ def main(argv: list[str]) -> int:
     if argv[:1] == ["trials-done"] and len(argv) == 2:
         print(trials_done(argv[1]))
         return 0
-    if argv[:1] == ["job-end"] and len(argv) == 5:
+    if argv[:1] == ["job-end"] and len(argv) == 6:
         job_end(*argv[1:])
         return 0
     print(__doc__, file=sys.stderr)

@@ -111,9 +111,9 @@ def default_upload_interval_s() -> float:
     return _seconds_from_env(UPLOAD_INTERVAL_ENV, DEFAULT_UPLOAD_INTERVAL_S)
 
 
-def sweep_progress(tracking_uri: str, experiment_name: str) -> tuple[int, str] | None:
-    """(trial runs FINISHED, sweep state) of the experiment's latest sweep, for `orchestrate
-    jobs`; (0, "") before it has one; None when the store cannot be asked."""
+def sweep_progress(tracking_uri: str, experiment_name: str, since_ms: int = 0) -> tuple[int, str] | None:
+    """(trial runs FINISHED at or after `since_ms`, sweep state) of the experiment's latest sweep,
+    for `orchestrate jobs`; (0, "") before it has one; None when the store cannot be asked."""
     if unreachable_store(tracking_uri) is not None:
         return None  # the client would retry a dead server for minutes
     try:
@@ -124,7 +124,8 @@ def sweep_progress(tracking_uri: str, experiment_name: str) -> tuple[int, str] |
             return 0, ""
         parent = sweeps[0]
         runs = tracker.trial_runs(experiment_id, parent.info.run_id)
-        return sum(r.info.status == "FINISHED" for r in runs), observed_state(parent.data.tags)
+        done = sum(r.info.status == "FINISHED" and (r.info.end_time or 0) >= since_ms for r in runs)
+        return done, observed_state(parent.data.tags)
     except Exception:  # any store or transport error: the table shows "?"
         return None
 

@@ -1,5 +1,5 @@
 """The command line a user meets first: `--set` / `--data-dir` overrides (validated like the
-file, recorded with the sweep), `validate --estimate`, the thread count of `orchestrate train`,
+file, recorded with the sweep), the thread count of `orchestrate train`,
 one tracking-URI rule, `ui` on a busy port, `--version`, and a `--help` that loads no heavy
 library. Commands whose claim is about the process run as real `orchestrate` processes with this
 worktree on PYTHONPATH (cli); refusals and messages run in this process (cli_here)."""
@@ -199,23 +199,6 @@ def test_submit_checks_overrides_here_and_passes_them_to_the_job(tmp_path):
     refused = cli_here("submit", str(spec), "--set", "search.seeds=[1, 1]",
                           "--address", "http://127.0.0.1:9", cwd=tmp_path)
     assert refused.returncode == 2 and "seeds must be distinct" in refused.stderr
-
-
-def test_estimate_trains_a_probe_and_states_its_arithmetic(tmp_path):
-    spec = REPO / "search_spaces" / "quickstart.yaml"
-    result = cli("validate", str(spec), "--estimate", "--set", "training.epochs=3", cwd=tmp_path)
-    assert result.returncode == 0, result.stderr
-    found = re.search(r"^estimate: .* = (\d+) trials x (\d+) epochs x ([\d.]+) s per epoch "
-                      r"/ (\d+) concurrent trials$", result.stdout, re.M)
-    assert found, result.stdout
-    trials, epochs, epoch_s, slots = int(found[1]), int(found[2]), float(found[3]), int(found[4])
-    loaded = load_spec(spec)
-    assert (trials, epochs) == (loaded.num_trials(), 3)
-    cpus = len(os.sched_getaffinity(0))
-    assert slots == concurrent_trials(loaded, cpus, 0) and 0 < epoch_s < 600
-    probe = re.search(r"probe: first configuration (\{.*\}), 1 torch thread", result.stdout)
-    assert probe and "'lr': 0.001, 'dropout': 0.0, 'hidden_size': 50, 'seed': 1" in probe[1]
-    assert "assumes: every trial runs all its epochs" in result.stdout
 
 
 def test_concurrent_trials_follow_resources_and_limits():

@@ -150,7 +150,9 @@ def test_stop_mid_sweep_then_resume_runs_exactly_the_planned_trials(slurm_cluste
     # `jobs` describes each job as it ended (the record keeps it), not the experiment now.
     listed = [json.loads(line) for line in orchestrate("jobs", "--json").stdout.splitlines()]
     ends = {row["job_id"]: (row["state"], row["trials_done"], row["experiment"]) for row in listed}
-    assert ends == {job_id: ("STOPPED", len(done_before), name), resumed: ("COMPLETED", 4, name)}
+    # Each job's own trials: the resumed job ran the rest.
+    assert ends == {job_id: ("STOPPED", len(done_before), name),
+                    resumed: ("COMPLETED", 4 - len(done_before), name)}
 
 
 def cluster_state(cluster, job_id: str) -> str:
@@ -170,6 +172,31 @@ def minutes(clock: str) -> int:
 def requeued_seconds_ago(job: dict) -> float:
     """Seconds since a requeued job was requeued (its SubmitTime, local time, whole seconds)."""
     return (datetime.now() - datetime.fromisoformat(job["SubmitTime"])).total_seconds()
+
+
+def wait_through_requeue(cluster, client, spec: Path, name: str, job_id: str,
+                         next_limit: int) -> tuple[str, list[int]]:
+    """Wait for a job that its time limit requeues to end: (its final state, [trials finished
+    when it was requeued]). The requeued job starts with the time limit `next_limit` (minutes)."""
+    done_at_requeue = []
+
+    def ended():
+        job = cluster.job(job_id)
+        if int(job.get("Restarts", 0)) >= 1 and not done_at_requeue:
+            done_at_requeue.append(finished_trials(client, name))
+        if (job.get("JobState") == "PENDING" and job.get("Reason") == "BeginTime"
+                and cluster.idle() and requeued_seconds_ago(job) >= 2):
+            # SLURM holds a requeued batch job for 2 minutes; this cluster is the test's own, so
+            # it starts the job as soon as the node has cleaned up after the first run
+            # (launched onto a node still completing it, the job may fail) and the second of
+            # the requeue is over: slurmd revokes the job's credential when a run ends and
+            # refuses one issued in that same second ("Job N already killed, do not launch
+            # batch job"; seen when the start came 0.7 s after the requeue).
+            cluster.run("scontrol", "update", f"JobId={job_id}", "StartTime=now",
+                        f"TimeLimit={next_limit}", check=False)
+        return job["JobState"] if job.get("JobState") not in ACTIVE else None
+
+    return wait_ended(cluster, spec, job_id, 480, ended=ended), done_at_requeue
 
 
 def test_time_limit_with_requeue_finishes_the_sweep_across_allocations(slurm_cluster, tracking, tmp_path):
@@ -205,25 +232,7 @@ def test_time_limit_with_requeue_finishes_the_sweep_across_allocations(slurm_clu
     wait_for(lambda: finished_trials(client, name) >= 1, 300, "a first trial to finish", poll_s=1)
     elapsed = minutes(slurm_cluster.job(job_id)["RunTime"])
     slurm_cluster.run("scontrol", "update", f"JobId={job_id}", f"TimeLimit={elapsed + 1}")
-    done_at_requeue = []
-
-    def ended():
-        job = slurm_cluster.job(job_id)
-        if int(job.get("Restarts", 0)) >= 1 and not done_at_requeue:
-            done_at_requeue.append(finished_trials(client, name))
-        if (job.get("JobState") == "PENDING" and job.get("Reason") == "BeginTime"
-                and slurm_cluster.idle() and requeued_seconds_ago(job) >= 2):
-            # SLURM holds a requeued batch job for 2 minutes; this cluster is the test's own, so
-            # it starts the job with the time to finish as soon as the node has cleaned up after
-            # the first run (launched onto a node still completing it, the job may fail) and the
-            # second of the requeue is over: slurmd revokes the job's credential when a run ends
-            # and refuses one issued in that same second ("Job N already killed, do not launch
-            # batch job"; seen when the start came 0.7 s after the requeue).
-            slurm_cluster.run("scontrol", "update", f"JobId={job_id}", "StartTime=now",
-                              "TimeLimit=15", check=False)
-        return job["JobState"] if job.get("JobState") not in ACTIVE else None
-
-    state = wait_ended(slurm_cluster, spec, job_id, 480, ended=ended)
+    state, done_at_requeue = wait_through_requeue(slurm_cluster, client, spec, name, job_id, 15)
     output = output_of(spec, job_id)
     assert state == "COMPLETED", f"{output}\n{slurm_cluster.log_of(job_id)}"
     assert_ray_gone(job_id)
@@ -338,29 +347,37 @@ def test_a_preempted_sweep_is_requeued_and_resumed_with_nothing_lost(slurm_clust
 
 
 def test_the_requeue_cap_ends_the_chain(slurm_cluster, tracking, tmp_path):
-    """--max-requeues: a time limit that comes when the job has been requeued that many times
-    (here 0, so the first) ends the job instead of requeueing it, though trials finished in the
-    allocation; the log and `jobs` say why."""
-    name = "slurm-requeue-cap"
+    """--max-requeues 1: the first allocation's time limit requeues the job (a trial finished in
+    it); the second allocation's ends it, though it is not done, and the log and `jobs` say why.
+    The second allocation's limit is due as it starts (no trial needs to finish in it: the cap
+    is checked first), so it costs only Ray's start and stop."""
+    name, planned = "slurm-requeue-cap", 6
     spec = write_quickstart(tmp_path / "spec", name, tracking.url, epochs=2, toy_size=600,
                       grid={"lr": [0.001, 0.002, 0.003, 0.004, 0.005, 0.006]})
     client = tracking.client()
     # Trials of over 20 s each (2 epochs of a 10 s sleep): the signal, due within 30 s of the
     # limit's move, lands before the sixth trial ends (with 3 s epochs the sweep once got there).
-    job_id = submit(spec, "--time", "15", "--signal-before", "170", "--requeue", "--max-requeues", "0",
+    job_id = submit(spec, "--time", "15", "--signal-before", "170", "--requeue", "--max-requeues", "1",
                     "--env", "NLI_EPOCH_DELAY_S=10", "--set", "search.max_concurrent_trials=1")
     wait_for(lambda: finished_trials(client, name) >= 1, 300, "a first trial to finish", poll_s=1)
     elapsed = minutes(slurm_cluster.job(job_id)["RunTime"])
     slurm_cluster.run("scontrol", "update", f"JobId={job_id}", f"TimeLimit={elapsed + 2}")
-    wait_ended(slurm_cluster, spec, job_id)
+    # The second run's limit (2 minutes) is inside the signal's window (170 s) as it starts.
+    state, done_at_requeue = wait_through_requeue(slurm_cluster, client, spec, name, job_id, 2)
     output = output_of(spec, job_id)
-    assert "got SIGUSR1 (time_limit)" in output, output
-    assert "not requeueing: requeued 0 times, --max-requeues 0" in output, output
-    assert f"requeueing job {job_id}" not in output and slurm_cluster.job(job_id)["Restarts"] == "0"
-    assert "--requeue --max-requeues 0 --signal-before 170" in output  # the resume command
+    first, later = output.split(f"job {job_id} (run 2)")
+    assert f"requeueing job {job_id}" in first, output
+    # Each run got the warning (the second's may come before its first line).
+    assert output.count("got SIGUSR1 (time_limit)") == 2, output
+    assert "not requeueing: requeued 1 times, --max-requeues 1" in later, output
+    assert f"requeueing job {job_id}" not in later
+    job = slurm_cluster.job(job_id)
+    # An interrupted sweep's exit code (3): SLURM's FAILED, the record's INTERRUPTED (below).
+    assert (state, job["Restarts"], job["ExitCode"]) == ("FAILED", "1", "3:0"), (job, later)
+    assert "--requeue --max-requeues 1 --signal-before 170" in later  # the resume command
     done = finished_trials(client, name)
+    assert done_at_requeue and 1 <= done_at_requeue[0] and done < planned, (done_at_requeue, done)
     listed = [json.loads(line) for line in orchestrate("jobs", "--json").stdout.splitlines()]
     [row] = [row for row in listed if row["job_id"] == job_id]
-    assert (row["state"], row["trials_done"]) == ("INTERRUPTED (requeued 0 times, --max-requeues 0)", done)
-    assert 1 <= done < 6
+    assert (row["state"], row["trials_done"]) == ("INTERRUPTED (requeued 1 times, --max-requeues 1)", done)
     assert_ray_gone(job_id)

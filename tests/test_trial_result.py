@@ -11,8 +11,10 @@ from toy_configs import decomposable, toy_run_config
 from nli_models.training import make_trainer
 from orchestrator.journal import Journal
 from orchestrator.ray_adapter import TrialOutcome, epoch_metrics, trial_result
+from orchestrator.recorder import EPOCH_METRICS, SweepRecorder
 from orchestrator.spec import config_key
-from orchestrator.tracking import EPOCH_METRICS, JournalUploader, SweepRecorder, Tracker
+from orchestrator.tracking import Tracker
+from orchestrator.uploader import JournalUploader, create_parent
 from results import run_schema as rs
 from results.tracking import load_trials, metric_histories
 
@@ -42,8 +44,7 @@ def test_every_key_the_trainable_reports_is_a_contract_name(reported):
 def test_mlflow_and_the_last_tune_result_give_the_same_trial_result_and_record(reported, tmp_path):
     results, _ = reported
     store = Tracker(f"sqlite:///{tmp_path / 'mlruns.db'}")
-    experiment_id = store.experiment_id("contract")
-    parent = store.start_sweep(experiment_id, "sweep-contract", {})
+    experiment_id, parent = create_parent(store, "contract", "sweep-contract", {})
     journal = Journal(tmp_path / "tracking-journal.jsonl", experiment_id, parent)
     params = {"model": "decomposable", "variant": "vanilla", "hidden_size": 8, "lr": 0.01, "seed": 1}
     recorder = SweepRecorder(journal, base_params={}, run_tags={})
