@@ -241,6 +241,12 @@ def _estimate(spec, spec_path, overrides, data) -> str:
 @click.argument("spec_path", type=click.Path(dir_okay=False))
 @click.option("--resume", is_flag=True, help="continue the experiment's latest sweep")
 @click.option("--new", is_flag=True, help="start another sweep in an experiment that has one")
+@click.option("--warm-start", "warm_start", metavar="EXPERIMENT", default=None,
+              help="seed the Optuna sampler with the finished trials of EXPERIMENT's latest sweep "
+                   "(told to it, never run again, not counted in num_samples); a new sweep")
+@click.option("--extend", is_flag=True,
+              help="add the spec's new grid points or samples to the experiment's completed sweep "
+                   "without running its finished configurations again")
 @click.option("--address", default=None, help="Ray cluster address (default: RAY_ADDRESS or local)")
 @click.option("-v", "--verbose", count=True, help="show Ray's own output and trial tables")
 @click.option("--wait-for-resources", "wait_s", type=click.FloatRange(min=0), default=None,
@@ -249,9 +255,9 @@ def _estimate(spec, spec_path, overrides, data) -> str:
                    "long before giving up (default: 600 on an autoscaling cluster, else 0)")
 @override_options
 @tracking_uri_option
-def sweep(spec_path: str, resume: bool, new: bool, address: str | None, verbose: int,
-          wait_s: float | None, assignments: tuple[str, ...], data_dir: str | None,
-          tracking_uri: str | None) -> None:
+def sweep(spec_path: str, resume: bool, new: bool, warm_start: str | None, extend: bool,
+          address: str | None, verbose: int, wait_s: float | None, assignments: tuple[str, ...],
+          data_dir: str | None, tracking_uri: str | None) -> None:
     """Run a hyperparameter sweep on Ray Tune, tracked in MLflow.
 
     Exit status: 0 completed; 1 completed with failed trials or with no trial finished
@@ -265,14 +271,17 @@ def sweep(spec_path: str, resume: bool, new: bool, address: str | None, verbose:
     from orchestrator.sweep_records import SweepExists
     from orchestrator.tracking import TrackingUnavailable
 
-    if resume and new:
-        _fail("--resume and --new exclude each other")
+    chosen = [name for name, given in (("--resume", resume), ("--new", new), ("--extend", extend),
+                                       ("--warm-start", warm_start is not None)) if given]
+    if len(chosen) > 1:
+        _fail(f"{' and '.join(chosen)} exclude each other")
     if verbose:
         os.environ["MLFLOW_LOGGING_LEVEL"] = "INFO"  # before MLflow loads (environment.py: WARNING)
     try:
         summary = run_sweep(spec_path, resume=resume, new=new, verbose=verbose, address=address,
                             overrides=make_overrides(assignments, data_dir),
-                            tracking_uri=tracking_uri, wait_for_resources_s=wait_s)
+                            tracking_uri=tracking_uri, wait_for_resources_s=wait_s,
+                            warm_start=warm_start, extend=extend)
     except (InputError, SweepExists, TrackingUnavailable, FileNotFoundError) as exc:
         _fail(str(exc))
     except SweepInterrupted as exc:  # before the parent run existed
@@ -288,7 +297,8 @@ def sweep(spec_path: str, resume: bool, new: bool, address: str | None, verbose:
         + "; "
         + ("no trial finished: nothing selected, no test evaluation" if nothing_selected else
            f"best dev accuracy {_percent(summary.best_dev_accuracy)}; test accuracy of the "
-           f"selected configuration {_percent(summary.test_accuracy)}")
+           f"selected configuration {_percent(summary.test_accuracy)}"
+           + (f" (test evaluation {summary.test_evaluation})" if extend and summary.test_evaluation else ""))
         + f"; MLflow parent run {summary.parent_run_id}"
     )
     if summary.failed or nothing_selected:

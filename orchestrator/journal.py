@@ -45,7 +45,7 @@ class Op(StrEnum):
     FINISH = "finish"  # trial: final metrics and tags, status FINISHED | FAILED | KILLED
     TAGS = "tags"  # trial or parent: tags (lease, heartbeat, description, selection marks)
     ARTIFACTS = "artifacts"  # trial or parent: a file or folder ("path") under "dest"
-    METRICS = "values"  # trial or parent: metrics at step 0 (test metrics, the sweep's summary)
+    METRICS = "values"  # trial or parent: metrics at "step" (0 if absent): test metrics, the summary
     PARAMS = "params"  # parent: the sweep's summary params
     INPUTS = "inputs"  # parent: the dataset input
     EXPERIMENT_TAGS = "experiment_tags"  # the experiment: its runs view

@@ -2,6 +2,7 @@
 
     planned -> running -> completed | interrupted | failed
     interrupted | failed -> running            (orchestrate sweep SPEC --resume)
+    completed -> running                       (orchestrate sweep SPEC --extend: more trials)
 
 `planned`: the parent exists, no trial has been asked for. `completed`: every planned trial ended
 (all epochs, early stopping, stopped by the scheduler, or failed after its retries; or the
@@ -39,7 +40,7 @@ TRANSITIONS: dict[str | None, set[str]] = {
     rs.SWEEP_RUNNING: {rs.SWEEP_COMPLETED, rs.SWEEP_INTERRUPTED, rs.SWEEP_FAILED},
     rs.SWEEP_INTERRUPTED: {rs.SWEEP_RUNNING},
     rs.SWEEP_FAILED: {rs.SWEEP_RUNNING},
-    rs.SWEEP_COMPLETED: set(),
+    rs.SWEEP_COMPLETED: {rs.SWEEP_RUNNING},  # --extend (orchestrator/extend.py)
 }
 # MLflow status of the parent run in each final state (RUNNING in the others).
 RUN_STATUS = {

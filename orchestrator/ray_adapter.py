@@ -50,6 +50,7 @@ from results import run_schema as rs
 from results.trial_result import TrialResult
 
 CONFIGURATION_KEY = "configuration"
+POINT_KEY = "point"  # a grid --extend: Tune's grid runs over the points still to run, whole
 FAIL_ONCE_ENV = "NLI_FAIL_ONCE_AT_EPOCH"  # fault injection for recovery tests: "EPOCH:MARKER_DIR"
 EPOCH_DELAY_ENV = "NLI_EPOCH_DELAY_S"  # lifecycle tests: every epoch lasts this much longer
 
@@ -57,6 +58,7 @@ EPOCH_DELAY_ENV = "NLI_EPOCH_DELAY_S"  # lifecycle tests: every epoch lasts this
 # -- inside a trial ---------------------------------------------------------------------------
 def trial_params(tune_config: dict[str, Any], spec_search: dict[str, Any]) -> dict[str, Any]:
     """Flat hyperparameters of a trial (the names logged to MLflow) from Tune's config."""
+    tune_config = tune_config.get(POINT_KEY, tune_config)
     params = {k: v for k, v in tune_config.items() if k not in (CONFIGURATION_KEY, TRIAL_INDEX)}
     if CONFIGURATION_KEY in tune_config:
         params.update(spec_search["configurations"][tune_config[CONFIGURATION_KEY]])
@@ -310,8 +312,28 @@ def _domain(kind: str, values: list[Any]):
     }[kind](values)
 
 
-def param_space(spec: SweepSpec) -> dict[str, Any]:
+@dataclass(frozen=True)
+class PriorTrials:
+    """Configurations an earlier sweep finished (orchestrator/warm_start.py), as Tune configs.
+
+    `points` and `values`: each configuration (searched names, CONFIGURATION_KEY) and what its
+    sampler was told of it; an Optuna sampler gets them as evaluated trials, never as trials of
+    this sweep. `grid`: a grid --extend's points still to run (seed included). `num_trials`:
+    a sampler --extend's trials to run now. `finite_space`: every configuration of a space with
+    no continuous domain (None with one), from which an unvisited one is enqueued when the
+    sampler keeps proposing finished ones."""
+
+    points: list[dict[str, Any]]
+    values: list[float]
+    grid: list[dict[str, Any]] | None = None
+    num_trials: int | None = None
+    finite_space: list[dict[str, Any]] | None = None
+
+
+def param_space(spec: SweepSpec, prior: PriorTrials | None = None) -> dict[str, Any]:
     search = spec.search
+    if prior is not None and prior.grid is not None:
+        return {POINT_KEY: tune.grid_search(prior.grid)}
     space = {name: _domain(d.kind, d.values) for name, d in search.space.items()}
     grid = search.sampler == "grid"
     if search.configurations:
@@ -322,10 +344,16 @@ def param_space(spec: SweepSpec) -> dict[str, Any]:
     return space
 
 
-def optuna_search(sampler: str, seed: int, objectives: Sequence[tuple[str, str]] = ()) -> OptunaSearch:
+def optuna_search(sampler: str, seed: int, objectives: Sequence[tuple[str, str]] = (),
+                  prior: PriorTrials | None = None) -> OptunaSearch:
     """Tune's OptunaSearch over the named, seeded Optuna sampler (random | tpe | cmaes | nsga2);
     with `objectives` ((name, max|min) pairs) a multi-objective study, which Tune wants given
-    here, not in TuneConfig."""
+    here, not in TuneConfig. The configurations of `prior` are told as evaluated trials:
+    OptunaSearch adds them with add_evaluated_point (Optuna's study.add_trial) once Tune gives it
+    the space (set_search_properties); they are not this sweep's trials. Tune's space is a dict
+    of distributions, not a define-by-run function, whose points_to_evaluate are ignored
+    (ray-project/ray#35319). add_evaluated_point takes one value per trial: a prior goes with a
+    single objective only (warm_start.check_single_objective refuses the rest)."""
     import optuna
 
     samplers = {
@@ -334,13 +362,13 @@ def optuna_search(sampler: str, seed: int, objectives: Sequence[tuple[str, str]]
         "cmaes": optuna.samplers.CmaEsSampler,
         "nsga2": optuna.samplers.NSGAIISampler,
     }
-    if not objectives:
-        return OptunaSearch(sampler=samplers[sampler](seed=seed))
-    return OptunaSearch(
-        sampler=samplers[sampler](seed=seed),
-        metric=[objective_result_key(name) for name, _ in objectives],
-        mode=[direction for _, direction in objectives],
-    )
+    options: dict[str, Any] = {}
+    if objectives:
+        options["metric"] = [objective_result_key(name) for name, _ in objectives]
+        options["mode"] = [direction for _, direction in objectives]
+    if prior is not None and prior.points:
+        options["points_to_evaluate"], options["evaluated_rewards"] = prior.points, prior.values
+    return OptunaSearch(sampler=samplers[sampler](seed=seed), **options)
 
 
 def objective_result_key(objective: str) -> str:
@@ -351,14 +379,14 @@ def objective_result_key(objective: str) -> str:
     return "time_total_s" if metric == rs.METRIC_TRIAL_TIME else metric
 
 
-def make_searcher(spec: SweepSpec):
+def make_searcher(spec: SweepSpec, prior: PriorTrials | None = None):
     search = spec.search
     if search.sampler == "grid":
         return None
     # No ConcurrencyLimiter here: TuneConfig(max_concurrent_trials=...) wraps the searcher in one
     # (and warns when it already is one).
     searcher = DistinctProposals(
-        optuna_search(search.sampler, search.sampler_seed, search.objective_directions)
+        optuna_search(search.sampler, search.sampler_seed, search.objective_directions, prior), prior=prior
     )
     if len(search.seeds) == 1:
         return searcher
@@ -376,9 +404,16 @@ class DistinctProposals(Searcher):
     in optuna/optuna#2021) and asks again; a repeat of a trial still running is told the trial's
     result when it arrives. If `max_tries` proposals in a row are all repeats (a converged sampler
     or an exhausted space), the last one runs, so a sweep still runs `num_samples` trials.
+
+    A configuration an earlier sweep finished (`prior`: --warm-start, --extend) is told its
+    recorded value like any repeat. In a finite space, when the tries run out on one, an
+    unvisited configuration is enqueued in the Optuna study (enqueue_trial) and asked for, so it
+    never runs. With a continuous domain its repeats do not count toward `max_tries` (up to one
+    per recorded configuration: the earlier sweep's sampler seed draws each of them again); past
+    that the last repeat would run.
     """
 
-    def __init__(self, searcher: Searcher, max_tries: int = 10):
+    def __init__(self, searcher: Searcher, max_tries: int = 10, prior: PriorTrials | None = None):
         super().__init__(metric=searcher.metric, mode=searcher.mode)
         self.searcher = searcher
         self.max_tries = max_tries
@@ -386,23 +421,40 @@ class DistinctProposals(Searcher):
         self._trials: dict[str, tuple[str, str]] = {}  # Tune's trial id -> (inner searcher's id, key)
         self._outcome: dict[str, dict | None] = {}  # configuration key -> final result (None: running)
         self._waiting: dict[str, list[str]] = {}  # key of a running trial -> inner ids of its repeats
+        # Configurations an earlier sweep finished -> the value the sampler is told of them.
+        points, values = (prior.points, prior.values) if prior else ([], [])
+        self._recorded = {_config_key(p): v for p, v in zip(points, values, strict=True)}
+        self._finite_space = (prior.finite_space or []) if prior else []
 
     def set_search_properties(self, metric: str | None, mode: str | None, config: dict, **spec) -> bool:
         if not self.searcher.set_search_properties(metric, mode, config, **spec):
             return False
         self._metric, self._mode = self.searcher.metric, self.searcher.mode
+        for key, value in self._recorded.items():  # the metric is known from here on
+            self._outcome.setdefault(key, {self.metric: value})
         return True
 
     def suggest(self, trial_id: str) -> dict | None:
-        for attempt in range(self.max_tries):
+        # Recorded repeats a call skips before they count toward max_tries: a continuous space's
+        # sampler with the earlier sweep's seed first draws each recorded point again. A finite
+        # space has an unvisited point to enqueue instead.
+        repeats, free = 0, 0 if self._finite_space else len(self._recorded)
+        while True:
             inner_id = f"{trial_id}/{self._proposals}"
             self._proposals += 1
             config = self.searcher.suggest(inner_id)
             if not isinstance(config, dict):  # None (wait) or Searcher.FINISHED
                 return config
-            key = json.dumps(config, sort_keys=True, default=str)
-            if key not in self._outcome or attempt == self.max_tries - 1:
+            key = _config_key(config)
+            if key not in self._outcome:
                 break
+            recorded = key in self._recorded
+            if recorded and free:
+                free -= 1
+            elif repeats < self.max_tries - 1 or (recorded and self._enqueue_unvisited()):
+                repeats += 1
+            else:
+                break  # the last repeat runs
             if self._outcome[key] is None:
                 self._waiting.setdefault(key, []).append(inner_id)
             else:
@@ -410,6 +462,17 @@ class DistinctProposals(Searcher):
         self._trials[trial_id] = (inner_id, key)
         self._outcome.setdefault(key, None)
         return config
+
+    def _enqueue_unvisited(self) -> bool:
+        """Enqueue a configuration of the finite space that was neither recorded nor proposed
+        (the first in the space's order); False when there is none (a continuous space)."""
+        point = next((p for p in self._finite_space if _config_key(p) not in self._outcome), None)
+        if point is None:
+            return False
+        # OptunaSearch keeps its study private; enqueue_trial is Optuna's way to fix the
+        # parameters of the next ask().
+        self.searcher._ot_study.enqueue_trial(point)
+        return True
 
     def on_trial_result(self, trial_id: str, result: dict) -> None:
         self.searcher.on_trial_result(self._trials[trial_id][0], result)
@@ -451,6 +514,10 @@ class DistinctProposals(Searcher):
 
     def set_state(self, state: dict) -> None:
         self.__dict__.update(state)
+
+
+def _config_key(config: dict) -> str:
+    return json.dumps(config, sort_keys=True, default=str)
 
 
 TIME_ATTR = TRAINING_ITERATION  # what ASHA and the median rule count in: Tune's count of reports (epochs)
@@ -620,25 +687,19 @@ def run_tuner(
     resume: bool,
     verbose: int = 0,
     on_stop: StopHook | None = None,
+    prior: PriorTrials | None = None,
 ) -> list[TrialOutcome]:
     """Run (or resume) the sweep; returns every trial's outcome as Tune last knew it (after a
     stop Tune calls unfinished trials TERMINATED: the listeners, not these statuses, tell which
     trials ended). `on_stop` is given a function that stops the running fit() as Ctrl-C would.
-    Never raises for a failed trial."""
+    `prior`: an earlier sweep's finished configurations (--warm-start, --extend). Never raises
+    for a failed trial."""
     os.environ["TUNE_DISABLE_SIGINT_HANDLER"] = "1"  # the driver handles SIGINT (lifecycle.py)
     if not verbose:  # a stop makes Tune log how to restore by hand; the driver says it its way
         logging.getLogger("ray.tune").setLevel(logging.ERROR)
     search_dump = spec.search.model_dump()
-    trainable = tune.with_parameters(
-        run_trial,
-        base=spec.base_config().model_dump(exclude_unset=True),
-        search=search_dump,
-        data=data,  # put in the object store once; every trial reads the same copy
-    )
-    resources = {"cpu": spec.search.resources.cpu, "gpu": spec.search.resources.gpu}
-    trainable = tune.with_resources(trainable, resources)
-    # Not Path(): it would fold "s3://bucket" into "s3:/bucket".
-    experiment_path = f"{spec.storage_path.rstrip('/')}/{experiment_name}"
+    trainable = _trainable(spec, data)
+    experiment_path = _experiment_path(spec, experiment_name)
     if resume and tune.Tuner.can_restore(experiment_path):
         tuner = tune.Tuner.restore(
             experiment_path, trainable=trainable, resume_unfinished=True, resume_errored=True
@@ -650,14 +711,16 @@ def run_tuner(
     else:
         search = spec.search
         num_samples = 1 if search.sampler == "grid" else search.num_samples * len(search.seeds)
+        if prior is not None and prior.num_trials is not None:
+            num_samples = prior.num_trials
         tuner = tune.Tuner(
             trainable,
-            param_space=param_space(spec),
+            param_space=param_space(spec, prior),
             tune_config=tune.TuneConfig(
                 # With objectives the searcher holds them (optuna_search) and FIFO needs none.
                 metric=None if search.objectives else search.metric,
                 mode=None if search.objectives else search.mode,
-                search_alg=make_searcher(spec),
+                search_alg=make_searcher(spec, prior),
                 scheduler=make_scheduler(spec),
                 num_samples=num_samples,
                 max_concurrent_trials=search.max_concurrent_trials,
@@ -673,7 +736,38 @@ def run_tuner(
                 failure_config=tune.FailureConfig(max_failures=search.max_failures),
             ),
         )
-    grid = tuner.fit()
+    return _outcomes(tuner.fit(), lambda _, config: trial_params(config, search_dump))
+
+
+def recorded_outcomes(
+    spec: SweepSpec, data: PreparedData, experiment_name: str, params: dict[str, dict[str, Any]]
+) -> list[TrialOutcome]:
+    """The outcomes of an earlier Tune run of the sweep (an extended sweep's earlier trials),
+    read from its experiment folder without running anything: those of the trials in `params`
+    (trial id -> its hyperparameters as recorded; an earlier spec's configuration and seed
+    indices need not be this spec's)."""
+    tuner = tune.Tuner.restore(_experiment_path(spec, experiment_name), trainable=_trainable(spec, data))
+    outcomes = _outcomes(tuner.get_results(), lambda trial_id, _: params.get(trial_id, {}))
+    return [outcome for outcome in outcomes if outcome.trial_id in params]
+
+
+def _experiment_path(spec: SweepSpec, experiment_name: str) -> str:
+    return f"{spec.storage_path.rstrip('/')}/{experiment_name}"  # Path() folds s3:// into s3:/
+
+
+def _trainable(spec: SweepSpec, data: PreparedData):
+    trainable = tune.with_parameters(
+        run_trial,
+        base=spec.base_config().model_dump(exclude_unset=True),
+        search=spec.search.model_dump(),
+        data=data,  # put in the object store once; every trial reads the same copy
+    )
+    resources = {"cpu": spec.search.resources.cpu, "gpu": spec.search.resources.gpu}
+    return tune.with_resources(trainable, resources)
+
+
+def _outcomes(grid, params_of: Callable[[str, dict], dict[str, Any]]) -> list[TrialOutcome]:
+    """TrialOutcomes of a ResultGrid; `params_of(trial id, Tune's config)`: its hyperparameters."""
     outcomes = []
     for result in grid:
         error = None
@@ -684,7 +778,7 @@ def run_tuner(
         outcomes.append(
             TrialOutcome(
                 trial_id=trial_id,
-                params=trial_params(result.config or {}, search_dump),
+                params=params_of(trial_id, result.config or {}),
                 metrics=dict(result.metrics or {}),
                 checkpoint=result.checkpoint,
                 error=error,

@@ -170,12 +170,15 @@ class SweepLog:
         metrics: dict[str, float] | None = None,
         files: dict[str, str | bytes] | None = None,
         trial_id: str = PARENT,
+        step: int = 0,
     ) -> None:
-        """Tags, metrics (step 0) and files (artifact path -> content) on the parent run."""
+        """Tags, metrics (at `step`) and files (artifact path -> content) on the parent run."""
         if tags:
             self.journal.append(Op.TAGS, trial_id, {"tags": {k: str(v) for k, v in tags.items()}})
         if metrics:
-            self.journal.append(Op.METRICS, trial_id, {"values": {k: float(v) for k, v in metrics.items()}})
+            values = {"values": {k: float(v) for k, v in metrics.items()}}
+            # A record without "step" (every journal before --extend) is at step 0.
+            self.journal.append(Op.METRICS, trial_id, {**values, **({"step": step} if step else {})})
         for artifact_file, content in (files or {}).items():
             artifact = PurePosixPath(artifact_file)
             path = self.folder() / artifact.name

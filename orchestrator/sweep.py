@@ -22,6 +22,7 @@ from nli_models.cpus import usable_cpus
 from nli_models.data import PreparedData
 from nli_models.errors import mask_secrets
 from nli_models.training import make_trainer, refit_and_test
+from orchestrator import extend as extension_of
 from orchestrator.environment import trials_own_cores, users_wait_policy, wait_policy
 from orchestrator.journal import Journal, journal_file
 from orchestrator.lifecycle import (
@@ -35,6 +36,7 @@ from orchestrator.lifecycle import (
 from orchestrator.plan import check_input
 from orchestrator.progress import ProgressPrinter
 from orchestrator.ray_adapter import (
+    PriorTrials,
     TrialOutcome,
     check_resources,
     init_ray,
@@ -67,6 +69,7 @@ from orchestrator.sweep_records import (
 )
 from orchestrator.tracking import Tracker
 from orchestrator.uploader import JournalUploader
+from orchestrator.warm_start import warm_start as warm_start_prior
 from results import run_schema as rs
 from results.selection import FINISHED, SELECTION_RULE, seed_runs, select_configuration
 
@@ -91,6 +94,7 @@ class Selection:
     of it is recorded (record_selection writes it in one go)."""
 
     tested: dict[str, dict[str, float]] = field(default_factory=dict)  # run id -> test metrics
+    selected: set[str] = field(default_factory=set)  # the selected configurations' seeds (ids as in tested)
     predictions: dict[str, bytes] = field(default_factory=dict)  # run id -> test predictions
     best_dev: float | None = None
     best_test: float | None = None
@@ -134,9 +138,12 @@ def apply_paper_protocol(
     run_ids: dict[str, str],
     full_params: dict[str, dict],
     interruption: Interruption,
+    tested_before: dict[str, float] | None = None,
 ) -> Selection:
     """Select on dev per model configuration among the trials that ended; evaluate test data for
-    the selected configurations only. Stops with SweepInterrupted if a signal comes meanwhile."""
+    the selected configurations only (a trial in `tested_before`, trial id -> test accuracy, is
+    not evaluated again: --extend). Stops with SweepInterrupted if a signal comes meanwhile."""
+    tested_before = tested_before or {}
     finished = [
         o for o in ended
         if o.error is None and o.result.best_dev_accuracy is not None
@@ -170,6 +177,10 @@ def apply_paper_protocol(
                     if interruption.requested:
                         raise SweepInterrupted("interrupted during the test evaluation")
                     run_id = run_ids[outcome.trial_id]
+                    selection.selected.add(run_id)
+                    if run_id in tested_before:
+                        tests.append(tested_before[run_id])
+                        continue
                     metrics, predictions = _evaluate_selected(spec, data, outcome)
                     selection.tested[run_id], selection.predictions[run_id] = metrics, predictions
                     tests.append(metrics[rs.METRIC_TEST_ACCURACY])
@@ -203,16 +214,20 @@ def run_sweep(
     overrides: Overrides | None = None,
     tracking_uri: str | None = None,
     wait_for_resources_s: float | None = None,
+    warm_start: str | None = None,
+    extend: bool = False,
 ) -> SweepSummary:
     """Run a sweep through its lifecycle (orchestrator/lifecycle.py). Everything that can be
     checked is checked before the parent run exists; SIGINT/SIGTERM end it `interrupted`.
     `wait_for_resources_s`: how long a cluster may take to add a node that holds a trial
-    (ray_adapter.check_resources; None: its default)."""
+    (ray_adapter.check_resources; None: its default). `warm_start`: an experiment whose finished
+    trials seed the sampler of this new sweep (orchestrator/warm_start.py); `extend`: add the
+    spec's new trials to the experiment's completed sweep (orchestrator/extend.py)."""
     with Interruption() as interruption:
         try:
             return _run_sweep(
                 Path(spec_path), resume, new, verbose, address, interruption, overrides, tracking_uri,
-                wait_for_resources_s,
+                wait_for_resources_s, warm_start, extend,
             )
         except SweepInterrupted:
             if interruption.armed:
@@ -232,26 +247,43 @@ def trials_wait_policy(spec: SweepSpec, address: str | None) -> str | None:
 
 def _run_sweep(spec_path: Path, resume: bool, new: bool, verbose: int, address: str | None,
                interruption: Interruption, overrides: Overrides | None,
-               tracking_uri: str | None, wait_for_resources_s: float | None) -> SweepSummary:
+               tracking_uri: str | None, wait_for_resources_s: float | None,
+               warm_start: str | None, extend: bool) -> SweepSummary:
     # Every check of the input runs before the first write: addresses and stores answer within
     # seconds, data and vectors are read, and the cluster can hold a trial.
     spec = load_spec(spec_path, overrides, tracking_uri)
     data = check_input(spec, address)  # what `validate` checks too
     tracker = Tracker(spec.tracking_uri)  # creates a new store: only once the input is known good
     tracker.check_reachable()
-    previous = previous_sweep(tracker, spec, resume, new)
+    prior, warm_tags, extension = None, {}, None
+    if warm_start is not None:  # a new sweep beside any other, as with --new
+        prior, source = warm_start_prior(tracker, spec, warm_start)
+        warm_tags = {rs.TAG_WARM_START: source, rs.TAG_WARM_START_CONFIGURATIONS: str(len(prior.points))}
+    previous = (extension_of.completed_sweep(tracker, spec) if extend
+                else previous_sweep(tracker, spec, resume, new or warm_start is not None))
+    if extend or (previous is not None and rs.TAG_EXTENSIONS in previous.data.tags):
+        extension = extension_of.plan_extension(tracker, spec, previous, resuming=not extend)
+        prior = extension.prior
     policy = trials_wait_policy(spec, address)
     connected_here = init_ray(address, verbose=verbose > 0, wait_policy=policy)
     try:
         check_resources(spec.search.resources.cpu, spec.search.resources.gpu, wait_for_resources_s)
-        experiment_id, parent_run_id, current = open_parent(tracker, spec, spec_path, previous, overrides)
+        if extend:  # the completed parent run, reopened by the move to `running` (_drive)
+            experiment_id, parent_run_id = previous.info.experiment_id, previous.info.run_id
+            current = rs.SWEEP_COMPLETED
+        else:
+            experiment_id, parent_run_id, current = open_parent(
+                tracker, spec, spec_path, previous, overrides, warm_tags
+            )
         # From here every write is a journal append (recorder.SweepLog); one uploader applies them.
         journal = Journal(journal_file(spec.storage_path, parent_run_id), experiment_id, parent_run_id)
         log = SweepLog(journal)
         uploader = JournalUploader(tracker, journal.path)
         uploader.start(journal)
         try:
-            if previous is None:
+            if extend:
+                extension_of.open_extension(log, spec, spec_path, overrides, extension)
+            elif previous is None:
                 record_spec(log, spec_path, overrides)
             interruption.arm()
             print(
@@ -262,7 +294,8 @@ def _run_sweep(spec_path: Path, resume: bool, new: bool, verbose: int, address: 
             print(f"data: {data.describe()}", file=sys.stderr)
             with Heartbeat(log.add):
                 outcome = _drive(spec, spec_path, data, tracker, journal, SweepState(log.state, current),
-                                 resumed=previous is not None, verbose=verbose, interruption=interruption)
+                                 resumed=previous is not None, verbose=verbose, interruption=interruption,
+                                 prior=prior, extension=extension)
             # The store may be away until the end: the outcome stands, the journal keeps the rest.
             if upload_finished(uploader) and outcome.state == rs.SWEEP_COMPLETED:
                 _log_analysis(tracker, log, experiment_id)
@@ -284,17 +317,19 @@ _log_analysis = log_analysis  # a module attribute: benchmarks/scale_cluster.py 
 
 
 def _drive(spec: SweepSpec, spec_path: Path, data: PreparedData, tracker: Tracker, journal: Journal,
-           state: SweepState, resumed: bool, verbose: int, interruption: Interruption) -> SweepSummary:
+           state: SweepState, resumed: bool, verbose: int, interruption: Interruption,
+           prior: PriorTrials | None = None, extension: extension_of.Extension | None = None) -> SweepSummary:
     """From `running` to a final state, counting and selecting from the journal (what the driver
     recorded), never from the store; every way out leaves no run RUNNING (lifecycle.SweepState:
-    a final state closes the trial runs still RUNNING)."""
+    a final state closes the trial runs still RUNNING). `prior`: what the sampler is told of
+    earlier trials (--warm-start, --extend); `extension`: the extension this run is (--extend)."""
     log = SweepLog(journal)
     experiment_id, parent_run_id = journal.experiment_id, journal.parent_run_id
     planned = spec.num_trials()
     log.add(tags={rs.TAG_PLANNED_TRIALS: str(planned), **lease_tags()})
     base_params = logged_params(spec.base_config())
 
-    def summary(final: str, selection: Selection | None = None) -> SweepSummary:
+    def summary(final: str, selection: Selection | None = None, evaluation: int | None = None) -> SweepSummary:
         done, failed, diverged = count_trials(journal)
         return SweepSummary(
             experiment_id=experiment_id,
@@ -306,6 +341,7 @@ def _drive(spec: SweepSpec, spec_path: Path, data: PreparedData, tracker: Tracke
             diverged=diverged,
             best_dev_accuracy=selection.best_dev if selection else None,
             test_accuracy=selection.best_test if selection else None,
+            test_evaluation=evaluation,
         )
 
     def end_interrupted() -> SweepSummary:
@@ -336,8 +372,9 @@ def _drive(spec: SweepSpec, spec_path: Path, data: PreparedData, tracker: Tracke
             interruption.on_tune_stop(stop)
 
         state.move(rs.SWEEP_RUNNING)
-        outcomes = run_tuner(spec, data, f"{spec.name}-{parent_run_id[:8]}", [ledger],
-                             resume=resumed, verbose=min(verbose, 3), on_stop=on_tune_stop)
+        tune_name = extension_of.tune_experiment(spec.name, parent_run_id, extension.index if extension else 0)
+        outcomes = run_tuner(spec, data, tune_name, [ledger], resume=resumed, verbose=min(verbose, 3),
+                             on_stop=on_tune_stop, prior=prior)
         log.add(tags={rs.TAG_TRIAL_DEVICES: trial_devices(journal.trials.values())})
         ended = trials_with_status(journal, "FINISHED", "FAILED")
         # A budget that ran out before any trial ended leaves nothing to complete: resumable.
@@ -354,17 +391,25 @@ def _drive(spec: SweepSpec, spec_path: Path, data: PreparedData, tracker: Tracke
             f"{len(ended)} trials ended, none finished (failed or diverged): nothing to select"
         )
         _test_evaluation_delay(interruption)
+        if extension is not None:
+            outcomes += extension_of.earlier_outcomes(spec, data, parent_run_id, extension)
         full_params = {o.trial_id: {**base_params, **o.params} for o in outcomes}
         # Trials are named by their trial ids: the uploader knows their runs.
         run_ids = {trial_id: trial_id for trial_id in journal.trials}
         # Test data is touched once, for the final selection, computed before anything is recorded.
         selection = apply_paper_protocol(
-            spec, data, [o for o in outcomes if o.trial_id in finished], run_ids, full_params, interruption
+            spec, data, [o for o in outcomes if o.trial_id in finished], run_ids, full_params, interruption,
+            tested_before=extension.tested if extension else None,
         )
         with interruption.deferred():
-            record_selection(log, journal, spec, spec_path, experiment_id, selection)
+            if extension is None:
+                record_selection(log, journal, spec, spec_path, experiment_id, selection)
+                evaluation = 1 if selection.tested else None
+            else:
+                evaluation = extension_of.record_evaluation(log, journal, spec, spec_path, experiment_id,
+                                                            selection, extension)
             state.move(rs.SWEEP_COMPLETED)
-        return summary(rs.SWEEP_COMPLETED, selection)
+        return summary(rs.SWEEP_COMPLETED, selection, evaluation)
     except BaseException as exc:
         if isinstance(exc, SweepInterrupted) or interruption.aborted:
             return end_interrupted()

@@ -60,6 +60,7 @@ class SweepSummary:
     diverged: int  # trials stopped because their loss became NaN/inf (failed, never selected)
     best_dev_accuracy: float | None
     test_accuracy: float | None
+    test_evaluation: int | None = None  # which test evaluation test_accuracy is (--extend: 2, ...)
 
     @property
     def interrupted(self) -> bool:
@@ -185,10 +186,10 @@ def previous_sweep(tracker: Tracker, spec: SweepSpec, resume: bool, new: bool):
 
 
 def open_parent(tracker: Tracker, spec: SweepSpec, spec_path: Path, previous,
-                overrides: Overrides | None) -> tuple[str, str, str]:
+                overrides: Overrides | None, warm_tags: dict[str, str] | None = None) -> tuple[str, str, str]:
     """(experiment id, parent run id, its state): a new parent run in state `planned` (created
-    at once: uploader.create_parent), or the resumed one as readers see it (a driver that died
-    left `running` or `planned`: `interrupted`)."""
+    at once: uploader.create_parent, with `warm_tags`: --warm-start), or the resumed one as
+    readers see it (a driver that died left `running` or `planned`: `interrupted`)."""
     if previous is not None:
         if previous.data.tags.get(rs.TAG_SPEC_HASH) != spec.spec_hash():
             print(
@@ -209,6 +210,7 @@ def open_parent(tracker: Tracker, spec: SweepSpec, spec_path: Path, previous,
         **host_tags(),
         **_override_tags(overrides),
         **_objective_tags(spec),
+        **(warm_tags or {}),
     }
     if spec.search.time_budget_s is not None:
         tags[rs.TAG_TIME_BUDGET] = str(spec.search.time_budget_s)
@@ -262,10 +264,11 @@ def describe_for_researchers(log: SweepLog, spec: SweepSpec, spec_path: Path,
 
 
 def record_selection(log: SweepLog, journal: Journal, spec: SweepSpec, spec_path: Path,
-                     experiment_id: str, selection) -> None:
+                     experiment_id: str, selection, step: int = 0) -> None:
     """The selection (sweep.Selection, keyed by trial id): test metrics, predictions and the
-    `selected` mark on the tested trials' runs; the sweep's summary metrics, its best run and
-    the description linking it on the parent."""
+    `selected` mark on the tested trials' runs; the sweep's summary metrics (at `step`: the
+    test evaluation's index - 1, see extend.record_evaluation), its best run and the
+    description linking it on the parent."""
     for trial_id, metrics in selection.tested.items():
         log.add(tags={rs.TAG_SELECTED: "true"}, metrics=metrics,
                 files={rs.ARTIFACT_TEST_PREDICTIONS: selection.predictions[trial_id]}, trial_id=trial_id)
@@ -280,7 +283,7 @@ def record_selection(log: SweepLog, journal: Journal, spec: SweepSpec, spec_path
         ):
             if metric in refit:
                 summary[summary_metric] = refit[metric]
-        log.add(metrics=summary)
+        log.add(metrics=summary, step=step)
     best = selection.best_run_id
     if best is not None and selection.best_dev is not None:
         test = "" if selection.best_test is None else f", test {selection.best_test:.2%}"

@@ -31,6 +31,12 @@ def _accuracy(value: float | None) -> str:
     return "-" if value is None else f"{value:.2%}"
 
 
+def _test(record: SweepRecord) -> str:
+    """The test accuracy, and which evaluation it is once an extension evaluated test again."""
+    evaluation = record.test_evaluation or 1
+    return _accuracy(record.test_accuracy) + (f" (evaluation {evaluation})" if evaluation > 1 else "")
+
+
 def render_sweeps(records: list[SweepRecord]) -> str:
     header = ("experiment", "sweep run", "state", "trials done/failed/planned", "best dev",
               "selected configuration", "test", "started (UTC)", "duration")
@@ -40,7 +46,7 @@ def render_sweeps(records: list[SweepRecord]) -> str:
         selected = " ".join(f"{k}={v}" for k, v in r.selected.items()) or "-"
         planned = "?" if r.planned is None else str(r.planned)
         rows.append((r.experiment, r.run_id, r.state, f"{r.done}/{r.failed}/{planned}",
-                     _accuracy(r.best_dev_accuracy), selected, _accuracy(r.test_accuracy),
+                     _accuracy(r.best_dev_accuracy), selected, _test(r),
                      started, _duration(r)))
     widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
     return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()

@@ -353,12 +353,14 @@ class JournalUploader:
             raise KeyError(f"{self.path}: a {record.kind} record names no trial")
 
     def _apply_to_run(self, record: Record, run_id: str, artifact_uri: str) -> None:
-        """Tags, step-0 metrics or a file/folder of files on one run (a trial's or the parent)."""
+        """Tags, metrics (at the record's step, 0 when it names none) or a file/folder of files on
+        one run (a trial's or the parent)."""
         data = record.data
         if record.kind == Op.TAGS:
             self.tracker.client.log_batch(run_id, tags=[RunTag(k, v) for k, v in data["tags"].items()])
         elif record.kind == Op.METRICS:
-            metrics = [Metric(k, v, record.time_ms, 0) for k, v in data["values"].items()]
+            step = int(data.get("step", 0))
+            metrics = [Metric(k, v, record.time_ms, step) for k, v in data["values"].items()]
             self.tracker.client.log_batch(run_id, metrics=metrics)
         elif Path(data["path"]).exists():  # a checkpoint Tune deleted since is no longer there
             repository = get_artifact_repository(artifact_uri, tracking_uri=self.tracker.tracking_uri)

@@ -92,6 +92,11 @@ def _mean_std(mean, std) -> str:
     return _percent(mean) + ("" if std is None or pd.isna(std) else f" ± {_percent(std)}")
 
 
+def _evaluation(index) -> str:
+    """Which test evaluation a test number is, when it is not the sweep's first (--extend)."""
+    return "" if index is None or pd.isna(index) or index <= 1 else f" (evaluation {int(index)})"
+
+
 def _interval(low, high) -> str:
     if low is None or pd.isna(low):
         return ""
@@ -124,7 +129,8 @@ def results_view(
                 "|θ|M": format_count(row["theta_m"]),
                 "train (running)": _percent(row["train_accuracy_running"]),
                 "dev": _mean_std(row["dev_accuracy"], row["dev_accuracy_std"]),
-                "test": _mean_std(row["test_accuracy"], row["test_accuracy_std"]),
+                "test": _mean_std(row["test_accuracy"], row["test_accuracy_std"])
+                + _evaluation(row["test_evaluation"]),
                 "test 95% CI": _interval(row["test_accuracy_ci95_low"], row["test_accuracy_ci95_high"]),
                 "seeds": str(row["n_seeds"]),
                 "trials": str(row["n_trials"]),

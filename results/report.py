@@ -271,6 +271,12 @@ def _devices(tags: dict[str, str], environment: dict) -> str:
     return tags.get(rs.TAG_TRIAL_DEVICES) or environment.get("device", NOT_RECORDED)
 
 
+def _test_evaluation(tags) -> str:
+    """Which test evaluation the sweep's test accuracy is, once --extend evaluated test again."""
+    evaluation = rs.evaluation_of(tags)
+    return f" (test evaluation {evaluation})" if evaluation > 1 else ""
+
+
 def provenance_section(record: Record) -> Section:
     section = Section("Provenance")
     rows = []
@@ -312,7 +318,8 @@ def provenance_section(record: Record) -> Section:
                         sweep_metric(sweep, rs.METRIC_SWEEP_BEST_DEV_ACCURACY),
                         sweep_metric(sweep, rs.METRIC_SWEEP_TEST_ACCURACY),
                     )
-                ),
+                )
+                + _test_evaluation(tags),
             }
         )
     if rows:

@@ -42,6 +42,32 @@ SWEEP_INTERRUPTED = "interrupted"
 SWEEP_FAILED = "failed"
 SWEEP_STATES = (SWEEP_PLANNED, SWEEP_RUNNING, SWEEP_COMPLETED, SWEEP_INTERRUPTED, SWEEP_FAILED)
 LEGACY_SWEEP_STATES = {"finished": SWEEP_COMPLETED}  # stores written before the lifecycle
+# `orchestrate sweep --warm-start EXPERIMENT`: the sweep whose finished trials seeded this sweep's
+# sampler ("EXPERIMENT/PARENT_RUN_ID") and how many configurations it was told.
+TAG_WARM_START = "nli.warm_start"
+TAG_WARM_START_CONFIGURATIONS = "nli.warm_start_configurations"
+# `orchestrate sweep --extend`: how many times a completed sweep was extended (absent: never).
+# Extension k logs the spec it ran as EXTENSION_SPEC_TEMPLATE.format(k); nli.spec_hash becomes
+# that spec's hash.
+TAG_EXTENSIONS = "nli.extensions"
+EXTENSION_SPEC_TEMPLATE = "extension-{}/spec.yaml"
+# Test evaluations. A sweep evaluates test data once; an extension whose selection on dev changed
+# evaluates the newly selected runs again: a second evaluation, never a replacement. The parent's
+# sweep.best_dev_accuracy / sweep.test_accuracy of evaluation e are logged at step e - 1 (the
+# metric's history keeps every evaluation, its latest value is the latest evaluation);
+# nli.test_evaluations counts them (absent: one, when test_accuracy exists). Each tested trial
+# run says which evaluation tested it (nli.test_evaluation, absent: 1); runs selected by an
+# earlier evaluation keep their test metrics and get nli.selected=false.
+TAG_TEST_EVALUATIONS = "nli.test_evaluations"
+TAG_TEST_EVALUATION = "nli.test_evaluation"
+
+
+def evaluation_of(tags: dict) -> int:
+    """Which test evaluation a run's test metrics (or a parent's latest ones) belong to."""
+    value = tags.get(TAG_TEST_EVALUATION, tags.get(TAG_TEST_EVALUATIONS, "1"))
+    return int(value) if str(value).isdigit() else 1
+
+
 # JSON list of the CLI's `--set key=value` / `--data-dir` overrides (absent without any); the spec
 # artifact and nli.spec_hash are of the spec with them applied.
 TAG_OVERRIDES = "nli.overrides"

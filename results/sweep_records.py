@@ -25,6 +25,7 @@ class SweepRecord:
     failed: int  # trial runs that failed after their retries
     best_dev_accuracy: float | None  # best trial so far (any state of the sweep)
     test_accuracy: float | None  # the selected configuration's, only once completed
+    test_evaluation: int | None = None  # which test evaluation test_accuracy is (--extend: 2, ...)
     selected: dict[str, str] = field(default_factory=dict)  # the selected run's varied params
     start_time_ms: int = 0
     end_time_ms: int | None = None
@@ -80,6 +81,7 @@ def sweep_record(client: MlflowClient, experiment: str, parent, trials: list) ->
             sweep_metric(parent, rs.METRIC_SWEEP_TEST_ACCURACY) if state == rs.SWEEP_COMPLETED else None
         ),
         selected=selected,
+        test_evaluation=rs.evaluation_of(tags) if rs.METRIC_SWEEP_TEST_ACCURACY in parent.data.metrics else None,
         start_time_ms=parent.info.start_time or 0,
         end_time_ms=None if state == rs.SWEEP_RUNNING else parent.info.end_time or _last_beat_ms(tags),
     )

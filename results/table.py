@@ -145,6 +145,10 @@ def _row(
             "test_accuracy", summarise(_present(m.get(METRIC_TEST_ACCURACY) for m in tests))
         ),
         "test_accuracy_per_class": _per_class(tests, CLASS_ACCURACY_PREFIX),
+        "test_evaluation": max(
+            (t.test_evaluation for t, m in zip(seeds, tests, strict=True) if METRIC_TEST_ACCURACY in m),
+            default=None,
+        ),
         "dev_accuracy_per_class": _per_class([t.metrics for t in seeds], DEV_CLASS_ACCURACY_PREFIX),
         "epochs_trained": _mean(t.metrics.get(METRIC_EPOCHS_TRAINED) for t in seeds),
         "total_trial_time_s": _sum(t.metrics.get(METRIC_TRIAL_TIME) for t in group),

@@ -36,6 +36,7 @@ from results.run_schema import (
     TAG_PROTOCOL_PREFIX,
     TAG_ROLE,
     TAG_SELECTED,
+    evaluation_of,
 )
 from results.selection import TrialRecord
 from results.tracking_uri import check_tracking_uri, client_uri, unreachable_store
@@ -56,6 +57,7 @@ class TrialRun:
     corpus: str | None = None  # nli.corpus: the sweep's data.corpus
     protocol: Mapping[str, str] | None = None  # nli.protocol.* tags; None for older runs
     run_name: str | None = None  # e.g. "lr=3e-4 dropout=0.1 seed=1"
+    test_evaluation: int = 1  # which test evaluation of its sweep its test metrics are (--extend)
 
 
 def open_client(tracking_uri: str) -> MlflowClient:
@@ -180,6 +182,7 @@ def _trial(run: Run, experiment: str) -> TrialRun | None:
         }
         or None,
         run_name=run.info.run_name,
+        test_evaluation=evaluation_of(tags),
     )
 
 

@@ -8,7 +8,7 @@ import pytest
 from ray import tune
 from ray.tune.search import Repeater, Searcher
 
-from orchestrator.ray_adapter import DistinctProposals, optuna_search
+from orchestrator.ray_adapter import DistinctProposals, PriorTrials, optuna_search
 
 METRIC = "dev_accuracy"
 
@@ -171,6 +171,42 @@ def test_inside_repeater_each_configuration_runs_once_per_seed(sampler):
         proposed.append((config["lr"], config["dropout"], config["__trial_index__"]))
         searcher.on_trial_complete(str(i), {METRIC: config["lr"] / 10 - config["dropout"]})
     assert len(set(proposed)) == 18
+
+
+def _prior(points: list[tuple], finite: bool) -> PriorTrials:
+    configs = [{"lr": lr, "dropout": dropout} for lr, dropout in points]
+    space = [{"lr": lr, "dropout": d} for lr in (1, 2, 3) for d in (0.0, 0.1, 0.2)]
+    return PriorTrials(configs, [lr / 10 - d for lr, d in points], finite_space=space if finite else None)
+
+
+@pytest.mark.parametrize("sampler", SAMPLERS)
+def test_a_warm_started_study_holds_the_prior_and_never_proposes_it(sampler):
+    """--warm-start / --extend: 6 of the 9 points finished before; only the 3 others are
+    proposed, even with max_tries 1 (an unvisited point is enqueued in the study)."""
+    done = [(lr, d) for lr in (1, 2) for d in (0.0, 0.1, 0.2)]
+    prior = _prior(done, finite=True)
+    searcher = DistinctProposals(optuna_search(sampler, 0, prior=prior), max_tries=1, prior=prior)
+    assert searcher.set_search_properties(METRIC, "max", SPACE)
+    study = searcher.searcher._ot_study
+    assert [(t.params["lr"], t.params["dropout"]) for t in study.trials] == done
+    assert [t.value for t in study.trials] == prior.values
+    proposed = _run(searcher, 3)  # (with max_tries 1 a repeat of this run's own may run)
+    assert {lr for lr, _ in proposed} == {3}
+    assert any("fixed_params" in t.system_attrs for t in study.trials)  # enqueued (enqueue_trial)
+
+
+def test_without_a_finite_space_a_prior_repeat_is_skipped_before_it_counts():
+    """The same sampler seed proposes the earlier sweep's points first (a continuous space: the
+    draws never repeat by chance): they are skipped, and do not use up max_tries."""
+    space = {"lr": tune.uniform(1, 3), "dropout": tune.uniform(0.0, 0.2)}
+    earlier = DistinctProposals(optuna_search("random", 0), max_tries=1)
+    assert earlier.set_search_properties(METRIC, "max", space)
+    first = _run(earlier, 4)
+    prior = _prior(first, finite=False)
+    searcher = DistinctProposals(optuna_search("random", 0, prior=prior), max_tries=1, prior=prior)
+    assert searcher.set_search_properties(METRIC, "max", space)
+    second = _run(searcher, 2)
+    assert len(set(second)) == 2 and not set(second) & set(first)
 
 
 @pytest.mark.parametrize("sampler", ["random", "tpe", "nsga2"])  # those search.objectives allows

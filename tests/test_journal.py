@@ -18,7 +18,7 @@ import pytest
 from mlflow import MlflowClient
 
 from orchestrator.journal import Journal, JournalError, Record, read_records, trial_groups
-from orchestrator.recorder import SweepRecorder
+from orchestrator.recorder import SweepLog, SweepRecorder
 from orchestrator.tracking import Tracker, TrackingUnavailable
 from orchestrator.uploader import JournalUploader, create_parent
 from results import run_schema as rs
@@ -89,6 +89,21 @@ def test_params_reach_mlflow_typed_and_flat(sweep):
     legacy = store.client.create_run(experiment_id, tags={rs.TAG_ROLE: rs.ROLE_TRIAL})
     store.client.log_param(legacy.info.run_id, "const.hidden_size", "50")
     assert trial_params(store.client.get_run(legacy.info.run_id)) == {"hidden_size": "50"}
+
+
+def test_parent_metrics_go_up_at_their_step_and_a_record_without_one_at_step_0(sweep):
+    """An extension's second test evaluation (orchestrator/extend.py) is the parent's summary
+    at step 1; a record that names no step (every journal before it) stays at step 0."""
+    _, store, _, parent, journal = sweep
+    log = SweepLog(journal)
+    log.add(metrics={rs.METRIC_SWEEP_TEST_ACCURACY: 0.5})
+    log.add(metrics={rs.METRIC_SWEEP_TEST_ACCURACY: 0.75}, step=1)
+    first, second = (json.loads(line)["data"] for line in journal.path.read_text().splitlines())
+    assert "step" not in first and second["step"] == 1
+    JournalUploader(store, journal.path).upload_available()
+    history = store.client.get_metric_history(parent, rs.METRIC_SWEEP_TEST_ACCURACY)
+    assert sorted((m.step, m.value) for m in history) == [(0, 0.5), (1, 0.75)]
+    assert store.client.get_run(parent).data.metrics[rs.METRIC_SWEEP_TEST_ACCURACY] == 0.75
 
 
 def test_a_run_created_by_an_uploader_that_died_before_its_params_is_repaired(sweep):

@@ -27,8 +27,10 @@ def test_state_moves_only_along_the_lifecycle():
         state.move(target)
     assert written == [rs.SWEEP_PLANNED, rs.SWEEP_RUNNING, rs.SWEEP_INTERRUPTED, rs.SWEEP_RUNNING,
                        rs.SWEEP_COMPLETED]
-    with pytest.raises(RuntimeError, match="from completed to running"):
-        state.move(rs.SWEEP_RUNNING)  # a completed sweep is never resumed
+    with pytest.raises(RuntimeError, match="from completed to interrupted"):
+        state.move(rs.SWEEP_INTERRUPTED)
+    state.move(rs.SWEEP_RUNNING)  # --extend only (--resume refuses a completed sweep)
+    assert written[-1] == rs.SWEEP_RUNNING
     with pytest.raises(RuntimeError, match="from planned to completed"):
         SweepState(written.append, rs.SWEEP_PLANNED).move(rs.SWEEP_COMPLETED)
 
