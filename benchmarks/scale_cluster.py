@@ -11,7 +11,7 @@ other users' jobs), so trials take a node each; `NLI_SCALE_GPUS_PER_TRIAL=1` giv
 
 The trials stand in for training (``standin_trial``): each epoch sleeps for the trial's drawn
 epoch time (EPOCH_S x U[0.5, 1.5], drawn from the trial's configuration, so both paths draw the
-same), then reports the metrics of ``orchestrator.ray_adapter.epoch_metrics`` (the same function,
+same), then reports the metrics of ``orchestrator.ray_trial.epoch_metrics`` (the same function,
 fed stand-in values) with a checkpoint (a 64 KiB weights file and the trial's config.yaml, as a
 real trial writes) and resumes from its checkpoint as a real trial does.
 
@@ -89,13 +89,13 @@ def drawn_epoch_s(params: dict[str, Any], mean_s: float) -> float:
 
 
 def standin_trial(tune_config: dict[str, Any], *, base: dict, search: dict, data) -> None:
-    """Same signature and reports as ray_adapter.run_trial; sleeps instead of training."""
+    """Same signature and reports as ray_trial.run_trial; sleeps instead of training."""
     from types import SimpleNamespace
 
     from ray import tune
 
     from nli_models.training import TRIAL_CONFIG_FILE
-    from orchestrator.ray_adapter import epoch_metrics, trial_params
+    from orchestrator.ray_trial import epoch_metrics, trial_params
 
     params = trial_params(tune_config, search)
     epochs = int(base["training"]["epochs"])
@@ -277,7 +277,7 @@ def run_plain(spec_path: Path, address: str) -> dict[str, Any]:
     from ray import tune
 
     from nli_models.data import prepare_data
-    from orchestrator.ray_adapter import make_scheduler, make_searcher, param_space
+    from orchestrator.ray_search import make_scheduler, make_searcher, param_space
     from orchestrator.spec import load_spec
 
     class EpochSeconds(tune.Callback):

@@ -3,7 +3,7 @@ PostgreSQL, and the server restarted in the middle.
 
 Each sweep is a process of its own (its own experiment) whose trials are threads: a trial creates
 its run, then per epoch waits the epoch time and sends one ``MlflowClient.log_batch`` of the 12
-metrics of ``ray_adapter.epoch_metrics`` (what the sweep's uploader sends per epoch), then ends
+metrics of ``ray_trial.epoch_metrics`` (what the sweep's uploader sends per epoch), then ends
 the run. MLflow's own HTTP retries are off (MLFLOW_HTTP_REQUEST_MAX_RETRIES=0) so every timed call
 is one request; a failed call is retried by the trial (0.5 s apart, as an uploader would) until
 it succeeds, and the time until then is the batch's latency.

@@ -66,7 +66,7 @@ def wait_policy(owns_cores: bool) -> str:
 
 
 def trial_threads(cpu: float) -> int:
-    """torch threads of a sweep trial (ray_adapter.run_trial): one per CPU it reserves
+    """torch threads of a sweep trial ((ray_trial.run_trial)): one per CPU it reserves
     (resources.cpu), at least one."""
     return max(1, int(cpu))
 

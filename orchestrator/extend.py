@@ -28,7 +28,8 @@ from nli_models.config import Overrides
 from nli_models.data import PreparedData
 from nli_models.errors import InputError, mask_secrets
 from orchestrator.journal import Journal
-from orchestrator.ray_adapter import PriorTrials, TrialOutcome, recorded_outcomes
+from orchestrator.ray_adapter import TrialOutcome, recorded_outcomes
+from orchestrator.ray_search import PriorTrials
 from orchestrator.recorder import SweepLog
 from orchestrator.spec import SweepSpec, effective_spec_text
 from orchestrator.sweep_records import catch_up, record_selection

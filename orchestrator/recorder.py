@@ -91,7 +91,7 @@ class SweepRecorder:
             return
         values = {k: float(metrics[k]) for k in EPOCH_METRICS if k in metrics}
         record: dict[str, Any] = {"step": step, "values": values}
-        # What the trial's process trained on (ray_adapter.run_trial reports it with every
+        # What the trial's process trained on (ray_trial.run_trial reports it with every
         # epoch): with the epoch's metrics when it first comes, and when a retry ran elsewhere.
         device = {tag: str(metrics[tag]) for tag in rs.DEVICE_TAGS.values() if tag in metrics}
         if device and self._devices.get(trial_id) != device:

@@ -2,7 +2,7 @@
 
 Training is deterministic for a configuration and seed, so a finished sweep already holds the
 dev curve any search would see for the configurations it trained. The replay builds the
-searcher and scheduler a real sweep builds (``ray_adapter.make_searcher`` / ``make_scheduler``
+searcher and scheduler a real sweep builds (``ray_search.make_searcher`` / ``make_scheduler``
 from the spec with the strategy's sampler, seed and scheduler; a grid is Tune's own variant
 generator over ``param_space``) and drives them with Tune's calls in Tune's order
 (``TuneController._process_trial_result`` and ``stop_trial``): ``on_trial_add``; per epoch the
@@ -31,7 +31,7 @@ import numpy as np
 import optuna
 
 from nli_models.errors import InputError
-from orchestrator.ray_adapter import (
+from orchestrator.ray_search import (
     SCHEDULER_STOP,
     SEARCH_FINISHED,
     TIME_ATTR,
@@ -40,8 +40,8 @@ from orchestrator.ray_adapter import (
     TRIAL_TERMINATED,
     make_scheduler,
     proposals,
-    trial_params,
 )
+from orchestrator.ray_trial import trial_params
 from orchestrator.spec import Domain, SweepSpec
 from results import run_schema as rs
 from results.replay_record import RecordedTrial
@@ -133,7 +133,7 @@ def replay(
 ) -> ReplayRun:
     """One replay of `strategy` with sampler seed `seed` over the recorded `trials` (keyed by
     params_key of their searched params and seed). distinct=False: an Optuna sampler's repeated
-    proposals are trained again (ray_adapter.proposals)."""
+    proposals are trained again (ray_search.proposals)."""
     optuna.logging.set_verbosity(optuna.logging.ERROR)  # not a warning per proposal (CMA-ES)
     run_spec = strategy_spec(spec, strategy, seed)
     search = run_spec.search

@@ -111,7 +111,7 @@ class SearchConfig(StrictModel):
     num_samples: int = Field(1, ge=1, description="configurations drawn by random/tpe/cmaes")
     sampler_seed: int = 0
     scheduler: SchedulerConfig = Field(default_factory=SchedulerConfig)
-    # The Tune result key the search optimises and its schedulers compare (ray_adapter.epoch_metrics).
+    # The Tune result key the search optimises and its schedulers compare (ray_trial.epoch_metrics).
     metric: Literal[rs.METRIC_DEV_ACCURACY, rs.METRIC_DEV_LOSS] = rs.METRIC_DEV_ACCURACY
     mode: Literal["max", "min"] = "max"
     objectives: list[Any] = Field(
@@ -199,7 +199,7 @@ class SweepSpec(RunConfig):
 
     @model_validator(mode="after")
     def _device_within_resources(self) -> SweepSpec:
-        # A trial sees only the GPUs Ray gives it (ray_adapter.trial_device).
+        # A trial sees only the GPUs Ray gives it (ray_trial.trial_device).
         if self.training.device.startswith("cuda") and not self.search.resources.gpu:
             raise ValueError(
                 f"training.device {self.training.device!r} needs search.resources.gpu > 0: a trial "

@@ -36,7 +36,6 @@ from orchestrator.lifecycle import (
 from orchestrator.plan import check_input
 from orchestrator.progress import ProgressPrinter
 from orchestrator.ray_adapter import (
-    PriorTrials,
     TrialOutcome,
     check_resources,
     init_ray,
@@ -44,6 +43,7 @@ from orchestrator.ray_adapter import (
     run_tuner,
     shutdown_ray,
 )
+from orchestrator.ray_search import PriorTrials
 from orchestrator.recorder import SweepLog, SweepRecorder, protocol_tags
 from orchestrator.run_view import ui_hint
 from orchestrator.spec import (

@@ -22,7 +22,8 @@ import sys
 from typing import Any
 
 from nli_models.errors import InputError
-from orchestrator.ray_adapter import CONFIGURATION_KEY, PriorTrials
+from orchestrator.ray_search import PriorTrials
+from orchestrator.ray_trial import CONFIGURATION_KEY
 from orchestrator.spec import Domain, SweepSpec, logged_params
 from results import run_schema as rs
 from results.sweeps import observed_state

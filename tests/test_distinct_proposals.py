@@ -8,7 +8,7 @@ import pytest
 from ray import tune
 from ray.tune.search import Repeater, Searcher
 
-from orchestrator.ray_adapter import DistinctProposals, PriorTrials, optuna_search
+from orchestrator.ray_search import DistinctProposals, PriorTrials, optuna_search
 
 METRIC = "dev_accuracy"
 

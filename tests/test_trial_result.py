@@ -10,7 +10,8 @@ from toy_configs import decomposable, toy_run_config
 
 from nli_models.training import make_trainer
 from orchestrator.journal import Journal
-from orchestrator.ray_adapter import TrialOutcome, epoch_metrics, trial_result
+from orchestrator.ray_adapter import TrialOutcome
+from orchestrator.ray_trial import epoch_metrics, trial_result
 from orchestrator.recorder import EPOCH_METRICS, SweepRecorder
 from orchestrator.spec import config_key
 from orchestrator.tracking import Tracker
@@ -24,7 +25,7 @@ CONTRACT_NAMES = {value for name, value in vars(rs).items() if name.startswith((
 
 @pytest.fixture(scope="module")
 def reported(toy, one_thread):
-    """The Tune results of a real trial, as ray_adapter.run_trial reports them, and its trainer."""
+    """The Tune results of a real trial, as ray_trial.run_trial reports them, and its trainer."""
     trainer = make_trainer(toy_run_config(decomposable(dim=8), epochs=EPOCHS), toy)
     results = []
     trainer.fit(lambda t, result: results.append(epoch_metrics(t, result, t.finished())))
