@@ -200,6 +200,11 @@ class DistinctProposals(Searcher):
 
     def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False) -> None:
         inner_id, key = self._trials[trial_id]
+        if result and rs.RESULT_DIVERGED_LOSS in result:
+            # A diverged trial counts as dev accuracy 0 for the search (ray_trial.diverged_result
+            # reports dev_accuracy 0; its best_dev_accuracy stays the pre-divergence best for the
+            # record), also where an objective reads best_dev_accuracy (search.objectives).
+            result = {**result, rs.METRIC_BEST_DEV_ACCURACY: 0.0}
         self.searcher.on_trial_complete(inner_id, result, error=error)
         if error:  # a failed configuration may be proposed and run again
             self._outcome.pop(key, None)

@@ -9,6 +9,7 @@ from ray import tune
 from ray.tune.search import Repeater, Searcher
 
 from orchestrator.ray_search import DistinctProposals, PriorTrials, optuna_search
+from results import run_schema as rs
 
 METRIC = "dev_accuracy"
 
@@ -226,3 +227,16 @@ def test_a_multi_objective_repeat_is_told_every_objective(sampler):
     told = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
     assert len(told) > 9  # the repeats were told, with both values of the point they repeat
     assert all(t.values == [t.params["lr"] / 10, 10 * t.params["dropout"]] for t in told)
+
+
+def test_a_diverged_trial_counts_as_dev_accuracy_0_in_a_multi_objective_search():
+    """A diverged trial's result keeps its pre-divergence best_dev_accuracy (the record's); the
+    search is told 0, as the single-metric search is told dev_accuracy 0."""
+    objectives = [("dev_accuracy", "max"), ("theta_m", "min")]
+    searcher = DistinctProposals(optuna_search("tpe", 0, objectives), max_tries=50)
+    searcher.set_search_properties(None, None, SPACE)
+    searcher.suggest("0")
+    searcher.on_trial_complete("0", {"best_dev_accuracy": 0.8, "theta_m": 1000.0, "epoch": 2,
+                                     rs.RESULT_DIVERGED_LOSS: "nan"})
+    [told] = searcher.searcher._ot_study.trials
+    assert told.values == [0.0, 1000.0]
