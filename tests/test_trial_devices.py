@@ -23,7 +23,7 @@ PROBE = """
 import json, os, ray
 os.environ["CUDA_VISIBLE_DEVICES"] = "0,1"
 ray.init(address="local", num_cpus=1, num_gpus=2, include_dashboard=False, logging_level="ERROR")
-from orchestrator.ray_adapter import trial_device
+from orchestrator.ray_trial import trial_device
 
 @ray.remote(num_gpus=0)
 def left_by_ray():
