@@ -24,6 +24,7 @@ from nli_models.errors import mask_secrets
 from nli_models.training import make_trainer, refit_and_test
 from orchestrator.environment import trials_own_cores, users_wait_policy, wait_policy
 from orchestrator.journal import Journal, journal_file
+from orchestrator.journal_resume import check_resumable, experiment_name, resume_from_journal
 from orchestrator.lifecycle import (
     Heartbeat,
     Interruption,
@@ -244,6 +245,9 @@ def _run_sweep(spec_path: Path, resume: bool, new: bool, verbose: int, address: 
     connected_here = init_ray(address, verbose=verbose > 0, wait_policy=policy)
     try:
         check_resources(spec.search.resources.cpu, spec.search.resources.gpu, wait_for_resources_s)
+        # Tune's state of the resumed sweep torn or missing: a grid goes on from its journal (read
+        # once Ray is up: Tune's files unpickle Ray objects), a sampler's is refused (exit 2).
+        tune_problem = check_resumable(spec, previous.info.run_id if previous is not None else None)
         experiment_id, parent_run_id, current = open_parent(tracker, spec, spec_path, previous, overrides)
         # From here every write is a journal append (recorder.SweepLog); one uploader applies them.
         journal = Journal(journal_file(spec.storage_path, parent_run_id), experiment_id, parent_run_id)
@@ -262,7 +266,8 @@ def _run_sweep(spec_path: Path, resume: bool, new: bool, verbose: int, address: 
             print(f"data: {data.describe()}", file=sys.stderr)
             with Heartbeat(log.add):
                 outcome = _drive(spec, spec_path, data, tracker, journal, SweepState(log.state, current),
-                                 resumed=previous is not None, verbose=verbose, interruption=interruption)
+                                 resumed=previous is not None, verbose=verbose, interruption=interruption,
+                                 tune_problem=tune_problem)
             # The store may be away until the end: the outcome stands, the journal keeps the rest.
             if upload_finished(uploader) and outcome.state == rs.SWEEP_COMPLETED:
                 _log_analysis(tracker, log, experiment_id)
@@ -284,7 +289,8 @@ _log_analysis = log_analysis  # a module attribute: benchmarks/scale_cluster.py 
 
 
 def _drive(spec: SweepSpec, spec_path: Path, data: PreparedData, tracker: Tracker, journal: Journal,
-           state: SweepState, resumed: bool, verbose: int, interruption: Interruption) -> SweepSummary:
+           state: SweepState, resumed: bool, verbose: int, interruption: Interruption,
+           tune_problem: str | None = None) -> SweepSummary:
     """From `running` to a final state, counting and selecting from the journal (what the driver
     recorded), never from the store; every way out leaves no run RUNNING (lifecycle.SweepState:
     a final state closes the trial runs still RUNNING)."""
@@ -336,8 +342,11 @@ def _drive(spec: SweepSpec, spec_path: Path, data: PreparedData, tracker: Tracke
             interruption.on_tune_stop(stop)
 
         state.move(rs.SWEEP_RUNNING)
-        outcomes = run_tuner(spec, data, f"{spec.name}-{parent_run_id[:8]}", [ledger],
-                             resume=resumed, verbose=min(verbose, 3), on_stop=on_tune_stop)
+        if tune_problem is None:
+            outcomes = run_tuner(spec, data, experiment_name(spec, parent_run_id), [ledger],
+                                 resume=resumed, verbose=min(verbose, 3), on_stop=on_tune_stop)
+        else:
+            outcomes = resume_from_journal(spec, data, journal, tune_problem, ledger, min(verbose, 3), on_tune_stop)
         log.add(tags={rs.TAG_TRIAL_DEVICES: trial_devices(journal.trials.values())})
         ended = trials_with_status(journal, "FINISHED", "FAILED")
         # A budget that ran out before any trial ended leaves nothing to complete: resumable.
