@@ -55,6 +55,7 @@ TUNE_STATE_FILES = (
     ("experiment_state-*.json", json.loads, True),
     ("basic-variant-state-*.json", json.loads, False),
     ("searcher-state-*.pkl", cloudpickle.loads, False),
+    ("search_gen_state-*.json", json.loads, False),
 )
 
 
@@ -158,12 +159,14 @@ def _point_key(params: dict[str, Any], names: list[str]) -> str:
 class JournalPlan:
     """What the journal leaves to do: `kept`, the finished trials' outcomes; `remaining`, the
     grid points (seed included) still to train; `reuse`, point key -> earlier unfinished trials
-    of that point, whose runs the new trials take over."""
+    of that point, whose runs the new trials take over; `lost_checkpoints`, finished trials
+    trained again because their checkpoint folder is gone."""
 
     names: list[str]
     kept: list[TrialOutcome]
     remaining: list[dict[str, Any]]
     reuse: dict[str, list[str]]
+    lost_checkpoints: int
 
 
 def _checkpoint_there(path: str | None) -> bool:
@@ -179,11 +182,13 @@ def plan_from_journal(spec: SweepSpec, journal_path: Path) -> JournalPlan:
     names = sorted(planned[0])
     finished: dict[str, list[tuple[str, RecordedTrial]]] = {}
     reuse: dict[str, list[str]] = {}
+    lost_checkpoints = 0
     for trial_id, trial in recorded_trials(journal_path).items():
         key = _point_key(trial.params, names)
         if trial.status == "FINISHED" and _checkpoint_there(trial.checkpoint):
             finished.setdefault(key, []).append((trial_id, trial))
         else:
+            lost_checkpoints += trial.status == "FINISHED"
             reuse.setdefault(key, []).append(trial_id)
     kept, remaining = [], []
     for point in planned:
@@ -193,7 +198,7 @@ def plan_from_journal(spec: SweepSpec, journal_path: Path) -> JournalPlan:
             continue
         trial_id, trial = done.pop(0)
         kept.append(TrialOutcome(trial_id, point, dict(trial.values), tune.Checkpoint(trial.checkpoint), None))
-    return JournalPlan(names, kept, remaining, reuse)
+    return JournalPlan(names, kept, remaining, reuse, lost_checkpoints)
 
 
 def _spec_of(spec: SweepSpec, points: list[dict[str, Any]]) -> SweepSpec:
@@ -238,7 +243,9 @@ def resume_from_journal(
     print(
         f"resume: Tune's experiment state is unusable ({problem}); continuing from the sweep's journal: "
         f"{len(plan.kept)} finished trials kept, {len(plan.remaining)} of {spec.num_trials()} planned "
-        "trials to run (an unfinished trial restarts from its first epoch on its own run)",
+        "trials to run (an unfinished trial restarts from its first epoch on its own run"
+        + (f"; {plan.lost_checkpoints} finished trials train again: their checkpoints are gone"
+           if plan.lost_checkpoints else "") + ")",
         file=sys.stderr,
     )
     name = experiment_name(spec, journal.parent_run_id)

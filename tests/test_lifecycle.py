@@ -385,3 +385,44 @@ def test_torn_tune_state_of_a_sampler_is_refused_naming_what_is_torn(tmp_path):
     assert "search.sampler 'random'" in lines[-1] and "--new" in lines[-1]
     after = [(r.info.run_id, r.info.status, r.data.tags.get(rs.TAG_SWEEP_STATE)) for r in sum(runs_of(tmp_path, name), [])]
     assert after == before
+
+
+def test_deleted_tune_state_resumes_grid_points_times_seeds_from_the_journal(tmp_path):
+    """Ctrl-C once a trial has finished, then Tune's experiment files deleted (the trial folders
+    stay): --resume trains the remaining points x seeds once each, the finished trial keeps its
+    run and epochs, and the selected configuration's two seeds are tested once each."""
+    name, planned = "deleted", 4
+    spec = write_spec(tmp_path, {"name": name, "training": {"epochs": EPOCHS}, "search": {
+        "space": {"lr": {"grid": [0.001, 0.003]}, "dropout": {"grid": [0.0]}}, "seeds": [1, 2],
+        "max_concurrent_trials": 1}})
+    driver, log = _start(tmp_path, spec, SHORT_EPOCH_DELAY)
+    try:
+        wait_while_driving(trials_finished(tmp_path, name, log, 1), driver, log, "a first trial's end")
+    except BaseException:
+        kill_session(driver)
+        raise
+    assert _interrupt(driver, log, signal.SIGINT, group=True) == EXIT_INTERRUPTED
+    _, children = _assert_interrupted(tmp_path, name)
+    finished_before = _epoch_steps(tmp_path, [c for c in children if c.info.status == "FINISHED"])
+    (experiment,) = (tmp_path / "ray_results").glob(f"{name}-*")
+    for pattern in ("tuner.pkl", "experiment_state-*.json", "basic-variant-state-*.json"):
+        for path in experiment.glob(pattern):
+            path.unlink()
+
+    resumed = run_orchestrate(["sweep", str(spec), "--resume"], cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr
+    assert "Aborted!" not in resumed.stderr and "tuner.pkl is missing" in resumed.stderr
+    assert (f"{len(finished_before)} finished trials kept, {planned - len(finished_before)} of {planned} "
+            "planned trials to run") in resumed.stderr
+    parents, children = runs_of(tmp_path, name)
+    assert parents[0].data.tags[rs.TAG_SWEEP_STATE] == rs.SWEEP_COMPLETED
+    assert len(children) == planned and all(c.info.status == "FINISHED" for c in children)
+    assert sorted((float(c.data.params["lr"]), int(c.data.params["seed"])) for c in children) == [
+        (0.001, 1), (0.001, 2), (0.003, 1), (0.003, 2)]
+    steps = _epoch_steps(tmp_path, children)
+    assert all(s == list(range(1, EPOCHS + 1)) for s in steps.values())  # no epoch twice
+    assert {t: s for t, s in steps.items() if t in finished_before} == finished_before
+    tested = [c for c in children if rs.METRIC_TEST_ACCURACY in c.data.metrics]
+    assert len(tested) == 2 and len({c.data.params["lr"] for c in tested}) == 1  # one config, its seeds
+    client = client_for(tmp_path)
+    assert all(len(client.get_metric_history(c.info.run_id, rs.METRIC_TEST_ACCURACY)) == 1 for c in tested)
