@@ -49,13 +49,14 @@ from results import run_schema as rs
 REBUILT_SUFFIX = "-from-journal"  # the experiment folder of a Tuner started from the journal
 SET_ASIDE_SUFFIX = ".set-aside"  # a Tune state file a resume from the journal no longer uses
 # Tune's state of an experiment: (file name pattern, how to read it, required for a restore).
-# Tune reads the newest of each pattern (timestamped names sort as text).
+# Tune reads the newest of each pattern (timestamped names sort as text); the search states are
+# cloudpickle whatever their suffix (ray.tune.utils.util._atomic_save).
 TUNE_STATE_FILES = (
     ("tuner.pkl", cloudpickle.loads, True),
     ("experiment_state-*.json", json.loads, True),
-    ("basic-variant-state-*.json", json.loads, False),
+    ("basic-variant-state-*.json", cloudpickle.loads, False),
+    ("search_gen_state-*.json", cloudpickle.loads, False),
     ("searcher-state-*.pkl", cloudpickle.loads, False),
-    ("search_gen_state-*.json", json.loads, False),
 )
 
 

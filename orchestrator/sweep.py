@@ -245,8 +245,8 @@ def _run_sweep(spec_path: Path, resume: bool, new: bool, verbose: int, address: 
     connected_here = init_ray(address, verbose=verbose > 0, wait_policy=policy)
     try:
         check_resources(spec.search.resources.cpu, spec.search.resources.gpu, wait_for_resources_s)
-        # Tune's state of the resumed sweep torn or missing: a grid goes on from its journal (read
-        # once Ray is up: Tune's files unpickle Ray objects), a sampler's is refused (exit 2).
+        # Tune's state of the resumed sweep torn or missing: a grid goes on from its journal, a
+        # sampler's is refused (exit 2) before the parent run is touched.
         tune_problem = check_resumable(spec, previous.info.run_id if previous is not None else None)
         experiment_id, parent_run_id, current = open_parent(tracker, spec, spec_path, previous, overrides)
         # From here every write is a journal append (recorder.SweepLog); one uploader applies them.

@@ -88,9 +88,12 @@ def _interrupt(driver, log: Path, signum: int, group: bool) -> int:
     return code
 
 
-def _assert_resume_completes(folder: Path, spec: Path, name: str, planned: int, epochs: int = EPOCHS):
+def _assert_resume_completes(folder: Path, spec: Path, name: str, planned: int, epochs: int = EPOCHS,
+                             from_journal: bool = False):
     resumed = run_orchestrate(["sweep", str(spec), "--resume"], cwd=folder)
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    # Tune restores an intact experiment state; the journal stands in only for a torn one.
+    assert ("continuing from the sweep's journal" in resumed.stderr) == from_journal, resumed.stderr
     parents, children = runs_of(folder, name)
     assert len(parents) == 1 and parents[0].info.status == "FINISHED"
     assert parents[0].data.tags[rs.TAG_SWEEP_STATE] == rs.SWEEP_COMPLETED
@@ -107,6 +110,17 @@ def _assert_resume_completes(folder: Path, spec: Path, name: str, planned: int, 
     assert len(history) == 1
     assert parents[0].data.tags[rs.TAG_BEST_RUN] == tested[0].info.run_id
     return parents[0], children
+
+
+def _until_a_trial_finished(folder: Path, spec: Path, name: str):
+    """The sweep's driver started, once its first trial has finished (driver, log)."""
+    driver, log = _start(folder, spec, SHORT_EPOCH_DELAY)
+    try:
+        wait_while_driving(trials_finished(folder, name, log, 1), driver, log, "a first trial's end")
+    except BaseException:
+        kill_session(driver)
+        raise
+    return driver, log
 
 
 def test_sigterm_with_pending_trials_then_sweeps_results_and_resume(tmp_path):
@@ -198,12 +212,7 @@ def test_sigkill_then_resume_then_ctrl_c_with_trials_pending_then_resume_runs_ea
             "space": {"lr": {"grid": [0.001, 0.002, 0.003, 0.005, 0.01]}, "dropout": {"grid": [0.0]}},
             "max_concurrent_trials": 1}},
     )
-    driver, log = _start(tmp_path, spec, SHORT_EPOCH_DELAY)
-    try:
-        wait_while_driving(trials_finished(tmp_path, name, log, 1), driver, log, "a first trial's end")
-    except BaseException:
-        kill_session(driver)
-        raise
+    driver, log = _until_a_trial_finished(tmp_path, spec, name)
     started = _processes(driver)  # gcs_server, raylet, agents, trial workers
     assert len(started) >= 3
     os.kill(driver.pid, signal.SIGKILL)  # the driver alone: what it started must go with it
@@ -316,6 +325,15 @@ def _epoch_steps(folder: Path, children: list) -> dict[str, list[int]]:
             for c in children}
 
 
+def _ctrl_c_after_a_trial(folder: Path, spec: Path, name: str) -> None:
+    driver, log = _until_a_trial_finished(folder, spec, name)
+    assert _interrupt(driver, log, signal.SIGINT, group=True) == EXIT_INTERRUPTED
+
+
+def _run_states(folder: Path, name: str) -> list[tuple]:
+    return [(r.info.run_id, r.info.status, r.data.tags.get(rs.TAG_SWEEP_STATE)) for r in sum(runs_of(folder, name), [])]
+
+
 def test_torn_tune_state_resumes_a_grid_from_the_journal_each_trial_once(tmp_path):
     """A grid sweep's driver SIGKILLed once a trial has finished, its Tune files then torn: the
     resume goes on from the sweep's journal (one line says so, never `Aborted!`), trains only the
@@ -325,13 +343,10 @@ def test_torn_tune_state_resumes_a_grid_from_the_journal_each_trial_once(tmp_pat
     spec = write_spec(tmp_path, {"name": name, "training": {"epochs": EPOCHS}, "search": {
         "space": {"lr": {"grid": [0.001, 0.002, 0.003, 0.005]}, "dropout": {"grid": [0.0]}},
         "max_concurrent_trials": 1}})
-    driver, log = _start(tmp_path, spec, SHORT_EPOCH_DELAY)
-    try:
-        wait_while_driving(trials_finished(tmp_path, name, log, 1), driver, log, "a first trial's end")
-    finally:
-        os.kill(driver.pid, signal.SIGKILL)
-        driver.wait(timeout=30)
-        kill_session(driver)
+    driver, _ = _until_a_trial_finished(tmp_path, spec, name)
+    os.kill(driver.pid, signal.SIGKILL)
+    driver.wait(timeout=30)
+    kill_session(driver)
     torn = _tear_tune_state(tmp_path, name)
     assert "tuner.pkl" in torn and any(n.startswith("experiment_state-") for n in torn)
 
@@ -354,7 +369,7 @@ def test_torn_tune_state_resumes_a_grid_from_the_journal_each_trial_once(tmp_pat
                      rf"of {planned} planned trials to run", output), output
     _assert_interrupted(tmp_path, name)
 
-    _, children = _assert_resume_completes(tmp_path, spec, name, planned=planned)
+    _, children = _assert_resume_completes(tmp_path, spec, name, planned=planned, from_journal=True)
     # The trials finished before the tear kept their runs and trained no epoch again.
     assert {t: s for t, s in _epoch_steps(tmp_path, children).items() if t in finished_before} == finished_before
     lrs = sorted(float(c.data.params["lr"]) for c in children)
@@ -368,22 +383,16 @@ def test_torn_tune_state_of_a_sampler_is_refused_naming_what_is_torn(tmp_path):
     spec = write_spec(tmp_path, {"name": name, "training": {"epochs": EPOCHS}}, replace_search={
         "sampler": "random", "num_samples": 3, "space": {"lr": {"uniform": [0.001, 0.01]}}, "seeds": [1],
         "max_concurrent_trials": 1, "resources": {"cpu": 1}})
-    driver, log = _start(tmp_path, spec, SHORT_EPOCH_DELAY)
-    try:
-        wait_while_driving(trials_finished(tmp_path, name, log, 1), driver, log, "a first trial's end")
-    except BaseException:
-        kill_session(driver)
-        raise
-    assert _interrupt(driver, log, signal.SIGINT, group=True) == EXIT_INTERRUPTED
+    _ctrl_c_after_a_trial(tmp_path, spec, name)
     _tear_tune_state(tmp_path, name)
-    before = [(r.info.run_id, r.info.status, r.data.tags.get(rs.TAG_SWEEP_STATE)) for r in sum(runs_of(tmp_path, name), [])]
+    before = _run_states(tmp_path, name)
     refused = run_orchestrate(["sweep", str(spec), "--resume"], cwd=tmp_path)
     assert refused.returncode == 2, refused.stderr
     lines = refused.stderr.strip().splitlines()
     assert "Aborted!" not in refused.stderr and "Traceback" not in refused.stderr
     assert lines[-1].startswith("error: cannot --resume sweep run ") and "tuner.pkl is torn" in lines[-1]
     assert "search.sampler 'random'" in lines[-1] and "--new" in lines[-1]
-    after = [(r.info.run_id, r.info.status, r.data.tags.get(rs.TAG_SWEEP_STATE)) for r in sum(runs_of(tmp_path, name), [])]
+    after = _run_states(tmp_path, name)
     assert after == before
 
 
@@ -395,13 +404,7 @@ def test_deleted_tune_state_resumes_grid_points_times_seeds_from_the_journal(tmp
     spec = write_spec(tmp_path, {"name": name, "training": {"epochs": EPOCHS}, "search": {
         "space": {"lr": {"grid": [0.001, 0.003]}, "dropout": {"grid": [0.0]}}, "seeds": [1, 2],
         "max_concurrent_trials": 1}})
-    driver, log = _start(tmp_path, spec, SHORT_EPOCH_DELAY)
-    try:
-        wait_while_driving(trials_finished(tmp_path, name, log, 1), driver, log, "a first trial's end")
-    except BaseException:
-        kill_session(driver)
-        raise
-    assert _interrupt(driver, log, signal.SIGINT, group=True) == EXIT_INTERRUPTED
+    _ctrl_c_after_a_trial(tmp_path, spec, name)
     _, children = _assert_interrupted(tmp_path, name)
     finished_before = _epoch_steps(tmp_path, [c for c in children if c.info.status == "FINISHED"])
     (experiment,) = (tmp_path / "ray_results").glob(f"{name}-*")
