@@ -25,6 +25,7 @@ from nli_models.training import make_trainer, refit_and_test
 from orchestrator import extend as extension_of
 from orchestrator.environment import trials_own_cores, users_wait_policy, wait_policy
 from orchestrator.journal import Journal, journal_file
+from orchestrator.journal_resume import check_resumable, resume_from_journal
 from orchestrator.lifecycle import (
     Heartbeat,
     Interruption,
@@ -268,6 +269,11 @@ def _run_sweep(spec_path: Path, resume: bool, new: bool, verbose: int, address: 
     connected_here = init_ray(address, verbose=verbose > 0, wait_policy=policy)
     try:
         check_resources(spec.search.resources.cpu, spec.search.resources.gpu, wait_for_resources_s)
+        # Tune's state of the resumed sweep torn or missing: a grid goes on from its journal, a
+        # sampler's is refused (exit 2) before the parent run is touched. (An extension runs a
+        # Tune experiment of its own: extend.tune_experiment.)
+        tune_problem = None if extend else check_resumable(
+            spec, previous.info.run_id if previous is not None else None)
         if extend:  # the completed parent run, reopened by the move to `running` (_drive)
             experiment_id, parent_run_id = previous.info.experiment_id, previous.info.run_id
             current = rs.SWEEP_COMPLETED
@@ -295,7 +301,7 @@ def _run_sweep(spec_path: Path, resume: bool, new: bool, verbose: int, address: 
             with Heartbeat(log.add):
                 outcome = _drive(spec, spec_path, data, tracker, journal, SweepState(log.state, current),
                                  resumed=previous is not None, verbose=verbose, interruption=interruption,
-                                 prior=prior, extension=extension)
+                                 prior=prior, extension=extension, tune_problem=tune_problem)
             # The store may be away until the end: the outcome stands, the journal keeps the rest.
             if upload_finished(uploader) and outcome.state == rs.SWEEP_COMPLETED:
                 _log_analysis(tracker, log, experiment_id)
@@ -318,7 +324,8 @@ _log_analysis = log_analysis  # a module attribute: benchmarks/scale_cluster.py 
 
 def _drive(spec: SweepSpec, spec_path: Path, data: PreparedData, tracker: Tracker, journal: Journal,
            state: SweepState, resumed: bool, verbose: int, interruption: Interruption,
-           prior: PriorTrials | None = None, extension: extension_of.Extension | None = None) -> SweepSummary:
+           prior: PriorTrials | None = None, extension: extension_of.Extension | None = None,
+           tune_problem: str | None = None) -> SweepSummary:
     """From `running` to a final state, counting and selecting from the journal (what the driver
     recorded), never from the store; every way out leaves no run RUNNING (lifecycle.SweepState:
     a final state closes the trial runs still RUNNING). `prior`: what the sampler is told of
@@ -372,9 +379,12 @@ def _drive(spec: SweepSpec, spec_path: Path, data: PreparedData, tracker: Tracke
             interruption.on_tune_stop(stop)
 
         state.move(rs.SWEEP_RUNNING)
-        tune_name = extension_of.tune_experiment(spec.name, parent_run_id, extension.index if extension else 0)
-        outcomes = run_tuner(spec, data, tune_name, [ledger], resume=resumed, verbose=min(verbose, 3),
-                             on_stop=on_tune_stop, prior=prior)
+        if tune_problem is None:
+            tune_name = extension_of.tune_experiment(spec.name, parent_run_id, extension.index if extension else 0)
+            outcomes = run_tuner(spec, data, tune_name, [ledger], resume=resumed, verbose=min(verbose, 3),
+                                 on_stop=on_tune_stop, prior=prior)
+        else:
+            outcomes = resume_from_journal(spec, data, journal, tune_problem, ledger, min(verbose, 3), on_tune_stop)
         log.add(tags={rs.TAG_TRIAL_DEVICES: trial_devices(journal.trials.values())})
         ended = trials_with_status(journal, "FINISHED", "FAILED")
         # A budget that ran out before any trial ended leaves nothing to complete: resumable.

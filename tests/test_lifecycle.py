@@ -88,9 +88,12 @@ def _interrupt(driver, log: Path, signum: int, group: bool) -> int:
     return code
 
 
-def _assert_resume_completes(folder: Path, spec: Path, name: str, planned: int, epochs: int = EPOCHS):
+def _assert_resume_completes(folder: Path, spec: Path, name: str, planned: int, epochs: int = EPOCHS,
+                             from_journal: bool = False):
     resumed = run_orchestrate(["sweep", str(spec), "--resume"], cwd=folder)
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    # Tune restores an intact experiment state; the journal stands in only for a torn one.
+    assert ("continuing from the sweep's journal" in resumed.stderr) == from_journal, resumed.stderr
     parents, children = runs_of(folder, name)
     assert len(parents) == 1 and parents[0].info.status == "FINISHED"
     assert parents[0].data.tags[rs.TAG_SWEEP_STATE] == rs.SWEEP_COMPLETED
@@ -107,6 +110,17 @@ def _assert_resume_completes(folder: Path, spec: Path, name: str, planned: int, 
     assert len(history) == 1
     assert parents[0].data.tags[rs.TAG_BEST_RUN] == tested[0].info.run_id
     return parents[0], children
+
+
+def _until_a_trial_finished(folder: Path, spec: Path, name: str):
+    """The sweep's driver started, once its first trial has finished (driver, log)."""
+    driver, log = _start(folder, spec, SHORT_EPOCH_DELAY)
+    try:
+        wait_while_driving(trials_finished(folder, name, log, 1), driver, log, "a first trial's end")
+    except BaseException:
+        kill_session(driver)
+        raise
+    return driver, log
 
 
 def test_sigterm_with_pending_trials_then_sweeps_results_and_resume(tmp_path):
@@ -198,12 +212,7 @@ def test_sigkill_then_resume_then_ctrl_c_with_trials_pending_then_resume_runs_ea
             "space": {"lr": {"grid": [0.001, 0.002, 0.003, 0.005, 0.01]}, "dropout": {"grid": [0.0]}},
             "max_concurrent_trials": 1}},
     )
-    driver, log = _start(tmp_path, spec, SHORT_EPOCH_DELAY)
-    try:
-        wait_while_driving(trials_finished(tmp_path, name, log, 1), driver, log, "a first trial's end")
-    except BaseException:
-        kill_session(driver)
-        raise
+    driver, log = _until_a_trial_finished(tmp_path, spec, name)
     started = _processes(driver)  # gcs_server, raylet, agents, trial workers
     assert len(started) >= 3
     os.kill(driver.pid, signal.SIGKILL)  # the driver alone: what it started must go with it
@@ -295,3 +304,128 @@ def test_failed_data_check_writes_nothing_then_ctrl_c_during_the_test_evaluation
     assert trained.returncode == 0, trained.stdout + trained.stderr
     dev = children[0].data.metrics[rs.METRIC_BEST_DEV_ACCURACY]
     assert f"best dev accuracy {dev:.2%}" in trained.stdout + trained.stderr
+
+
+def _tear_tune_state(folder: Path, name: str) -> list[str]:
+    """What a driver killed while Ray saves leaves (issue 27): Tune's experiment files cut to
+    0 bytes (tuner.pkl, the searcher's state) or to half (the experiment state). Returns them."""
+    (experiment,) = [p for p in (folder / "ray_results").iterdir() if p.name.startswith(f"{name}-")]
+    torn = []
+    for pattern, keep in (("tuner.pkl", 0), ("basic-variant-state-*.json", 0), ("searcher-state-*.pkl", 0),
+                          ("experiment_state-*.json", 0.5)):
+        for path in experiment.glob(pattern):
+            path.write_bytes(path.read_bytes()[: int(path.stat().st_size * keep)])
+            torn.append(path.name)
+    return torn
+
+
+def _epoch_steps(folder: Path, children: list) -> dict[str, list[int]]:
+    client = client_for(folder)
+    return {c.data.tags[rs.TAG_TRIAL_ID]: [m.step for m in client.get_metric_history(c.info.run_id, rs.METRIC_DEV_ACCURACY)]
+            for c in children}
+
+
+def _ctrl_c_after_a_trial(folder: Path, spec: Path, name: str) -> None:
+    driver, log = _until_a_trial_finished(folder, spec, name)
+    assert _interrupt(driver, log, signal.SIGINT, group=True) == EXIT_INTERRUPTED
+
+
+def _run_states(folder: Path, name: str) -> list[tuple]:
+    return [(r.info.run_id, r.info.status, r.data.tags.get(rs.TAG_SWEEP_STATE)) for r in sum(runs_of(folder, name), [])]
+
+
+def test_torn_tune_state_resumes_a_grid_from_the_journal_each_trial_once(tmp_path):
+    """A grid sweep's driver SIGKILLed once a trial has finished, its Tune files then torn: the
+    resume goes on from the sweep's journal (one line says so, never `Aborted!`), trains only the
+    points not finished, the cut trial on its own run; Ctrl-C during it, then a second resume
+    (Tune's files now set aside) completes: the planned runs, each FINISHED once, test once."""
+    name, planned = "torn", 4
+    spec = write_spec(tmp_path, {"name": name, "training": {"epochs": EPOCHS}, "search": {
+        "space": {"lr": {"grid": [0.001, 0.002, 0.003, 0.005]}, "dropout": {"grid": [0.0]}},
+        "max_concurrent_trials": 1}})
+    driver, _ = _until_a_trial_finished(tmp_path, spec, name)
+    os.kill(driver.pid, signal.SIGKILL)
+    driver.wait(timeout=30)
+    kill_session(driver)
+    torn = _tear_tune_state(tmp_path, name)
+    assert "tuner.pkl" in torn and any(n.startswith("experiment_state-") for n in torn)
+
+    driver, log = _start(tmp_path, spec, SHORT_EPOCH_DELAY, "--resume", log_name="resumed.log")
+    try:
+        wait_while_driving(lambda: "continuing from the sweep's journal" in log.read_text(), driver, log,
+                           "the resume from the journal")
+        _, children = runs_of(tmp_path, name)
+        finished_before = _epoch_steps(tmp_path, [c for c in children if c.info.status == "FINISHED"])
+        assert 1 <= len(finished_before) < planned
+        wait_while_driving(trials_finished(tmp_path, name, log, len(finished_before) + 1), driver, log,
+                           "a trial's end after the resume")
+    except BaseException:
+        kill_session(driver)
+        raise
+    assert _interrupt(driver, log, signal.SIGINT, group=True) == EXIT_INTERRUPTED
+    output = log.read_text()
+    assert "Aborted!" not in output and "tuner.pkl is torn (0 bytes; " in output, output
+    assert re.search(rf"{len(finished_before)} finished trials kept, {planned - len(finished_before)} "
+                     rf"of {planned} planned trials to run", output), output
+    _assert_interrupted(tmp_path, name)
+
+    _, children = _assert_resume_completes(tmp_path, spec, name, planned=planned, from_journal=True)
+    # The trials finished before the tear kept their runs and trained no epoch again.
+    assert {t: s for t, s in _epoch_steps(tmp_path, children).items() if t in finished_before} == finished_before
+    lrs = sorted(float(c.data.params["lr"]) for c in children)
+    assert lrs == [0.001, 0.002, 0.003, 0.005]  # every planned point, none twice
+
+
+def test_torn_tune_state_of_a_sampler_is_refused_naming_what_is_torn(tmp_path):
+    """A sampler cannot propose the rest without its own state: exit 2, one line naming the torn
+    file and --new, and nothing written (the sweep stays interrupted, its trials as they were)."""
+    name = "torn-sampler"
+    spec = write_spec(tmp_path, {"name": name, "training": {"epochs": EPOCHS}}, replace_search={
+        "sampler": "random", "num_samples": 3, "space": {"lr": {"uniform": [0.001, 0.01]}}, "seeds": [1],
+        "max_concurrent_trials": 1, "resources": {"cpu": 1}})
+    _ctrl_c_after_a_trial(tmp_path, spec, name)
+    _tear_tune_state(tmp_path, name)
+    before = _run_states(tmp_path, name)
+    refused = run_orchestrate(["sweep", str(spec), "--resume"], cwd=tmp_path)
+    assert refused.returncode == 2, refused.stderr
+    lines = refused.stderr.strip().splitlines()
+    assert "Aborted!" not in refused.stderr and "Traceback" not in refused.stderr
+    assert lines[-1].startswith("error: cannot --resume sweep run ") and "tuner.pkl is torn" in lines[-1]
+    assert "search.sampler 'random'" in lines[-1] and "--new" in lines[-1]
+    after = _run_states(tmp_path, name)
+    assert after == before
+
+
+def test_deleted_tune_state_resumes_grid_points_times_seeds_from_the_journal(tmp_path):
+    """Ctrl-C once a trial has finished, then Tune's experiment files deleted (the trial folders
+    stay): --resume trains the remaining points x seeds once each, the finished trial keeps its
+    run and epochs, and the selected configuration's two seeds are tested once each."""
+    name, planned = "deleted", 4
+    spec = write_spec(tmp_path, {"name": name, "training": {"epochs": EPOCHS}, "search": {
+        "space": {"lr": {"grid": [0.001, 0.003]}, "dropout": {"grid": [0.0]}}, "seeds": [1, 2],
+        "max_concurrent_trials": 1}})
+    _ctrl_c_after_a_trial(tmp_path, spec, name)
+    _, children = _assert_interrupted(tmp_path, name)
+    finished_before = _epoch_steps(tmp_path, [c for c in children if c.info.status == "FINISHED"])
+    (experiment,) = (tmp_path / "ray_results").glob(f"{name}-*")
+    for pattern in ("tuner.pkl", "experiment_state-*.json", "basic-variant-state-*.json"):
+        for path in experiment.glob(pattern):
+            path.unlink()
+
+    resumed = run_orchestrate(["sweep", str(spec), "--resume"], cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr
+    assert "Aborted!" not in resumed.stderr and "tuner.pkl is missing" in resumed.stderr
+    assert (f"{len(finished_before)} finished trials kept, {planned - len(finished_before)} of {planned} "
+            "planned trials to run") in resumed.stderr
+    parents, children = runs_of(tmp_path, name)
+    assert parents[0].data.tags[rs.TAG_SWEEP_STATE] == rs.SWEEP_COMPLETED
+    assert len(children) == planned and all(c.info.status == "FINISHED" for c in children)
+    assert sorted((float(c.data.params["lr"]), int(c.data.params["seed"])) for c in children) == [
+        (0.001, 1), (0.001, 2), (0.003, 1), (0.003, 2)]
+    steps = _epoch_steps(tmp_path, children)
+    assert all(s == list(range(1, EPOCHS + 1)) for s in steps.values())  # no epoch twice
+    assert {t: s for t, s in steps.items() if t in finished_before} == finished_before
+    tested = [c for c in children if rs.METRIC_TEST_ACCURACY in c.data.metrics]
+    assert len(tested) == 2 and len({c.data.params["lr"] for c in tested}) == 1  # one config, its seeds
+    client = client_for(tmp_path)
+    assert all(len(client.get_metric_history(c.info.run_id, rs.METRIC_TEST_ACCURACY)) == 1 for c in tested)

@@ -99,10 +99,10 @@ def test_every_strategy_replays_and_test_accuracy_comes_only_from_the_record(sto
     table = pq.read_table(store / "all/replay.parquet")
     assert table.schema.metadata[b"nli.table"] == b"replay"
     strategies = table.column("strategy").to_pylist()
-    assert strategies == [f"{a}+{b}" for a in ("grid", "random", "tpe", "cmaes")
+    assert strategies == [f"{a}+{b}" for a in ("grid", "random", "tpe", "cmaes", "nsga2")
                           for b in ("fifo", "asha", "median")]
     runs = pq.read_table(store / "all/replay.runs.parquet").to_pylist()
-    assert len(runs) == 12 * 3
+    assert len(runs) == 15 * 3
     epochs = {(r["strategy"], r["repeat"]): r["trial_epochs"] for r in runs}
     for repeat in range(3):  # the same grid points: a scheduler only ever stops trials early
         assert epochs[("grid+asha", repeat)] < epochs[("grid+fifo", repeat)]

@@ -1,0 +1,263 @@
+"""`--resume` from the sweep's own journal when Tune's experiment state is missing or torn.
+
+Tune continues a sweep from its experiment folder (tuner.pkl, experiment_state-*.json, the search
+state). Ray rewrites those files in place, so a driver killed while it saves leaves them empty or
+cut short (issue 27), and a user may delete them; Tuner.restore then fails (a bare `Aborted!`
+from the EOFError of an empty tuner.pkl). The sweep's journal (journal.py) still holds each
+trial's params, how it ended and where its checkpoint is. For a grid that is enough: a fresh Tuner
+runs the planned points the journal does not show finished (a finished trial counts only while
+its checkpoint is there, which the test evaluation loads), each on the run of an earlier
+unfinished trial of the same point when there is one (the recorder skips the epochs that run
+already holds), and the finished trials' outcomes are rebuilt from the journal for the selection.
+A sampler's next proposals depend on its own state, which is what is torn: refused before
+anything is written (exit 2).
+
+The fresh Tuner runs in its own experiment folder (REBUILT_SUFFIX), so its state is never taken
+for the sweep's original one; each resume from the journal sets the Tune state files it finds
+aside (renamed, never deleted) and starts from the journal again.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pyarrow.fs
+from ray import cloudpickle, tune
+from ray.train._internal.storage import get_fs_and_path
+from ray.tune.search.variant_generator import generate_variants
+
+from nli_models.data import PreparedData
+from nli_models.errors import InputError
+from orchestrator.extend import tune_experiment
+from orchestrator.journal import Journal, Op, journal_file, read_records
+from orchestrator.ray_adapter import (
+    StopHook,
+    TrialListener,
+    TrialOutcome,
+    param_space,
+    run_tuner,
+    trial_params,
+)
+from orchestrator.spec import SweepSpec
+from results import run_schema as rs
+
+REBUILT_SUFFIX = "-from-journal"  # the experiment folder of a Tuner started from the journal
+SET_ASIDE_SUFFIX = ".set-aside"  # a Tune state file a resume from the journal no longer uses
+# Tune's state of an experiment: (file name pattern, how to read it, required for a restore).
+# Tune reads the newest of each pattern (timestamped names sort as text); the search states are
+# cloudpickle whatever their suffix (ray.tune.utils.util._atomic_save).
+TUNE_STATE_FILES = (
+    ("tuner.pkl", cloudpickle.loads, True),
+    ("experiment_state-*.json", json.loads, True),
+    ("basic-variant-state-*.json", cloudpickle.loads, False),
+    ("search_gen_state-*.json", cloudpickle.loads, False),
+    ("searcher-state-*.pkl", cloudpickle.loads, False),
+)
+
+
+def experiment_name(spec: SweepSpec, parent_run_id: str) -> str:
+    """The sweep's Tune experiment folder under storage_path."""
+    return tune_experiment(spec.name, parent_run_id, 0)
+
+
+def _experiment_path(spec: SweepSpec, name: str) -> str:
+    return f"{spec.storage_path.rstrip('/')}/{name}"  # Path() would fold "s3://" into "s3:/"
+
+
+def _state_files(path: str) -> tuple[pyarrow.fs.FileSystem, str, list[str]]:
+    fs, fs_path = get_fs_and_path(path)
+    infos = fs.get_file_info(pyarrow.fs.FileSelector(fs_path, allow_not_found=True))
+    names = [Path(info.path).name for info in infos if info.type == pyarrow.fs.FileType.File]
+    return fs, fs_path, names
+
+
+def tune_state_problem(path: str) -> str | None:
+    """What makes Tune's state of the experiment at `path` unusable (None: Tuner.restore can
+    read it): a required file missing, or the newest file of a kind unreadable."""
+    fs, fs_path, names = _state_files(path)
+    if not names:
+        return f"{path} holds no Tune experiment state"
+    for pattern, load, required in TUNE_STATE_FILES:
+        matching = sorted(fnmatch.filter(names, pattern))
+        if not matching:
+            if not required:
+                continue
+            aside = fnmatch.filter(names, pattern + SET_ASIDE_SUFFIX)
+            return f"{path}/{pattern} is missing" + (" (set aside by an earlier resume)" if aside else "")
+        with fs.open_input_file(f"{fs_path}/{matching[-1]}") as handle:
+            content = handle.readall()
+        try:
+            load(content)
+        except Exception as exc:  # any way a cut file fails to load (EOFError, JSONDecodeError, ...)
+            return f"{path}/{matching[-1]} is torn ({len(content)} bytes; {type(exc).__name__})"
+    return None
+
+
+def _set_aside(path: str) -> None:
+    """Rename Tune's state files at `path` so that no later restore reads them."""
+    fs, fs_path, names = _state_files(path)
+    for name in names:
+        if any(fnmatch.fnmatch(name, pattern) for pattern, _, _ in TUNE_STATE_FILES):
+            fs.move(f"{fs_path}/{name}", f"{fs_path}/{name}{SET_ASIDE_SUFFIX}")
+
+
+@dataclass
+class RecordedTrial:
+    """One trial as the journal holds it: its params (the base config's included), its last
+    ending (None: none since its last start), final metrics and its checkpoint folder."""
+
+    params: dict[str, Any] = field(default_factory=dict)
+    status: str | None = None
+    values: dict[str, float] = field(default_factory=dict)
+    checkpoint: str | None = None
+
+
+def recorded_trials(path: Path) -> dict[str, RecordedTrial]:
+    trials: dict[str, RecordedTrial] = {}
+    if not path.exists():
+        return trials
+    for _, record in read_records(path):
+        if not record.trial_id:
+            continue  # the parent run's
+        trial = trials.setdefault(record.trial_id, RecordedTrial())
+        if record.kind == Op.START:
+            trial.params, trial.status = record.data["params"], None
+        elif record.kind == Op.FINISH:
+            trial.status, trial.values = record.data["status"], record.data["values"]
+        elif record.kind == Op.ARTIFACTS and record.data.get("dest") == rs.ARTIFACT_CHECKPOINT_DIR:
+            trial.checkpoint = record.data["path"]
+    return trials
+
+
+def check_resumable(spec: SweepSpec, parent_run_id: str | None) -> str | None:
+    """For `--resume` of sweep run `parent_run_id`: None when Tune can restore it (or no trial
+    of it started: a fresh start loses nothing), else what is unusable in Tune's state, for
+    resume_from_journal. A sampler's sweep with unusable state is refused (InputError, exit 2),
+    before anything is written."""
+    if parent_run_id is None or not recorded_trials(journal_file(spec.storage_path, parent_run_id)):
+        return None
+    problem = tune_state_problem(_experiment_path(spec, experiment_name(spec, parent_run_id)))
+    if problem is None or spec.search.sampler == "grid":
+        return problem
+    raise InputError(
+        f"cannot --resume sweep run {parent_run_id}: Tune's experiment state is unusable ({problem}), "
+        f"and the search.sampler {spec.search.sampler!r} cannot propose the remaining trials without "
+        "its own state (only a grid sweep resumes from the sweep's journal); its finished trials stay "
+        "in the store: pass --new to start another sweep beside it"
+    )
+
+
+def _point_key(params: dict[str, Any], names: list[str]) -> str:
+    return json.dumps({name: params.get(name) for name in names}, sort_keys=True, default=str)
+
+
+@dataclass
+class JournalPlan:
+    """What the journal leaves to do: `kept`, the finished trials' outcomes; `remaining`, the
+    grid points (seed included) still to train; `reuse`, point key -> earlier unfinished trials
+    of that point, whose runs the new trials take over; `lost_checkpoints`, finished trials
+    trained again because their checkpoint folder is gone."""
+
+    names: list[str]
+    kept: list[TrialOutcome]
+    remaining: list[dict[str, Any]]
+    reuse: dict[str, list[str]]
+    lost_checkpoints: int
+
+
+def _checkpoint_there(path: str | None) -> bool:
+    if not path:
+        return False
+    fs, fs_path = get_fs_and_path(path)
+    return fs.get_file_info(fs_path).type == pyarrow.fs.FileType.Directory
+
+
+def plan_from_journal(spec: SweepSpec, journal_path: Path) -> JournalPlan:
+    search = spec.search.model_dump()
+    planned = [trial_params(v["config"], search) for _, v in generate_variants({"config": param_space(spec)})]
+    names = sorted(planned[0])
+    finished: dict[str, list[tuple[str, RecordedTrial]]] = {}
+    reuse: dict[str, list[str]] = {}
+    lost_checkpoints = 0
+    for trial_id, trial in recorded_trials(journal_path).items():
+        key = _point_key(trial.params, names)
+        if trial.status == "FINISHED" and _checkpoint_there(trial.checkpoint):
+            finished.setdefault(key, []).append((trial_id, trial))
+        else:
+            lost_checkpoints += trial.status == "FINISHED"
+            reuse.setdefault(key, []).append(trial_id)
+    kept, remaining = [], []
+    for point in planned:
+        done = finished.get(_point_key(json.loads(json.dumps(point, default=str)), names))
+        if not done:
+            remaining.append(point)
+            continue
+        trial_id, trial = done.pop(0)
+        kept.append(TrialOutcome(trial_id, point, dict(trial.values), tune.Checkpoint(trial.checkpoint), None))
+    return JournalPlan(names, kept, remaining, reuse, lost_checkpoints)
+
+
+def _spec_of(spec: SweepSpec, points: list[dict[str, Any]]) -> SweepSpec:
+    """The spec whose grid is exactly `points` (each a configuration carrying its seed, which
+    ray_adapter.trial_params lets override the one-seed grid)."""
+    search = spec.search.model_copy(update={"space": {}, "configurations": points, "seeds": [points[0]["seed"]]})
+    return spec.model_copy(update={"search": search})
+
+
+class _SameRuns:
+    """A TrialListener in front of the driver's: a new trial whose point an earlier unfinished
+    trial had is reported under that trial's id, so it continues that trial's run."""
+
+    def __init__(self, listener: TrialListener, plan: JournalPlan):
+        self.listener = listener
+        self.plan = plan
+        self.ids: dict[str, str] = {}  # new trial id -> the id it is recorded under
+
+    def recorded_id(self, trial_id: str) -> str:
+        return self.ids.get(trial_id, trial_id)
+
+    def trial_started(self, trial_id: str, params: dict[str, Any]) -> None:
+        if trial_id not in self.ids:
+            earlier = self.plan.reuse.get(_point_key(json.loads(json.dumps(params, default=str)), self.plan.names))
+            self.ids[trial_id] = earlier.pop(0) if earlier else trial_id
+        self.listener.trial_started(self.ids[trial_id], params)
+
+    def __getattr__(self, name: str) -> Callable[..., None]:
+        method = getattr(self.listener, name)
+        if name == "sweep_ended":
+            return method
+        return lambda trial_id, *args: method(self.recorded_id(trial_id), *args)
+
+
+def resume_from_journal(
+    spec: SweepSpec, data: PreparedData, journal: Journal, problem: str, listener: TrialListener,
+    verbose: int, on_stop: StopHook | None,
+) -> list[TrialOutcome]:
+    """Run the grid points the journal does not show finished in a fresh Tuner (see the module
+    docstring); returns every planned trial's outcome, the kept ones rebuilt from the journal."""
+    plan = plan_from_journal(spec, journal.path)
+    print(
+        f"resume: Tune's experiment state is unusable ({problem}); continuing from the sweep's journal: "
+        f"{len(plan.kept)} finished trials kept, {len(plan.remaining)} of {spec.num_trials()} planned "
+        "trials to run (an unfinished trial restarts from its first epoch on its own run"
+        + (f"; {plan.lost_checkpoints} finished trials train again: their checkpoints are gone"
+           if plan.lost_checkpoints else "") + ")",
+        file=sys.stderr,
+    )
+    name = experiment_name(spec, journal.parent_run_id)
+    for path in (_experiment_path(spec, name), _experiment_path(spec, name + REBUILT_SUFFIX)):
+        _set_aside(path)
+    if not plan.remaining:
+        return plan.kept
+    same_runs = _SameRuns(listener, plan)
+    outcomes = run_tuner(_spec_of(spec, plan.remaining), data, name + REBUILT_SUFFIX, [same_runs],
+                         resume=False, verbose=verbose, on_stop=on_stop)
+    for outcome in outcomes:
+        outcome.trial_id = same_runs.recorded_id(outcome.trial_id)
+    return plan.kept + outcomes
