@@ -126,7 +126,7 @@ def test_a_point_the_record_lacks_is_counted_missing_never_invented(store):
     assert result.returncode == 0, result.stdout + result.stderr
     table = pq.read_table(store / "sampled/replay.parquet").to_pylist()
     # By default every sampler the space takes: a loguniform range is no grid.
-    assert [r["strategy"] for r in table] == ["random+fifo", "tpe+fifo", "cmaes+fifo"]
+    assert [r["strategy"] for r in table] == ["random+fifo", "tpe+fifo", "cmaes+fifo", "nsga2+fifo"]
     runs = pq.read_table(store / "sampled/replay.runs.parquet").to_pylist()
     seed0, seed1 = [r for r in runs if r["strategy"] == "random+fifo"]
     assert seed0["missing"] == 0 and seed0["trials"] == 2
