@@ -161,6 +161,9 @@ if [ -z "$rc" ] && [ -z "$reason" ]; then
   wait "$driver"
   rc=$?
   driver=""
+  # Killed by the TERM this script passed on (the signal came before the driver could handle
+  # it, e.g. during its start): stopped before it ran a trial, resumable, as a clean stop is.
+  [ -n "$reason" ] && [ "$rc" = 143 ] && rc=3
 elif [ -z "$rc" ]; then
   rc=3  # stopped before the sweep started
 fi

@@ -349,7 +349,7 @@ def test_a_preempted_sweep_is_requeued_and_resumed_with_nothing_lost(slurm_clust
 def test_the_requeue_cap_ends_the_chain(slurm_cluster, tracking, tmp_path):
     """--max-requeues 1: the first allocation's time limit requeues the job (a trial finished in
     it); the second allocation's ends it, though it is not done, and the log and `jobs` say why.
-    The second allocation's limit is due as it starts (no trial needs to finish in it: the cap
+    The second allocation's warning is due as it starts (no trial needs to finish in it: the cap
     is checked first), so it costs only Ray's start and stop."""
     name, planned = "slurm-requeue-cap", 6
     spec = write_quickstart(tmp_path / "spec", name, tracking.url, epochs=2, toy_size=600,
@@ -357,13 +357,15 @@ def test_the_requeue_cap_ends_the_chain(slurm_cluster, tracking, tmp_path):
     client = tracking.client()
     # Trials of over 20 s each (2 epochs of a 10 s sleep): the signal, due within 30 s of the
     # limit's move, lands before the sixth trial ends (with 3 s epochs the sweep once got there).
-    job_id = submit(spec, "--time", "15", "--signal-before", "170", "--requeue", "--max-requeues", "1",
+    job_id = submit(spec, "--time", "15", "--signal-before", "290", "--requeue", "--max-requeues", "1",
                     "--env", "NLI_EPOCH_DELAY_S=10", "--set", "search.max_concurrent_trials=1")
     wait_for(lambda: finished_trials(client, name) >= 1, 300, "a first trial to finish", poll_s=1)
     elapsed = minutes(slurm_cluster.job(job_id)["RunTime"])
     slurm_cluster.run("scontrol", "update", f"JobId={job_id}", f"TimeLimit={elapsed + 2}")
-    # The second run's limit (2 minutes) is inside the signal's window (170 s) as it starts.
-    state, done_at_requeue = wait_through_requeue(slurm_cluster, client, spec, name, job_id, 2)
+    # The second run's limit (4 minutes) is inside the signal's window (290 s) as it starts, and
+    # leaves a loaded machine the time to start and stop Ray before SLURM's own TERM (once, with a
+    # 2-minute limit, the TERM came first: exit 143).
+    state, done_at_requeue = wait_through_requeue(slurm_cluster, client, spec, name, job_id, 4)
     output = output_of(spec, job_id)
     first, later = output.split(f"job {job_id} (run 2)")
     assert f"requeueing job {job_id}" in first, output
@@ -374,7 +376,7 @@ def test_the_requeue_cap_ends_the_chain(slurm_cluster, tracking, tmp_path):
     job = slurm_cluster.job(job_id)
     # An interrupted sweep's exit code (3): SLURM's FAILED, the record's INTERRUPTED (below).
     assert (state, job["Restarts"], job["ExitCode"]) == ("FAILED", "1", "3:0"), (job, later)
-    assert "--requeue --max-requeues 1 --signal-before 170" in later  # the resume command
+    assert "--requeue --max-requeues 1 --signal-before 290" in later  # the resume command
     done = finished_trials(client, name)
     assert done_at_requeue and 1 <= done_at_requeue[0] and done < planned, (done_at_requeue, done)
     listed = [json.loads(line) for line in orchestrate("jobs", "--json").stdout.splitlines()]
