@@ -131,7 +131,8 @@ class Interruption:
 
     def arm(self) -> None:
         """The parent run exists: from now a first signal stops cleanly. Installs the handlers
-        again: Ray's core worker (ray.init) puts its own C handler on SIGTERM, which aborts."""
+        again, in case a library replaced them meanwhile (init_ray puts back what ray.init
+        replaces)."""
         for signum in self.SIGNALS:
             signal.signal(signum, self._handle)
         self.armed = True

@@ -62,6 +62,10 @@ def init_ray(address: str | None = None, verbose: bool = False, wait_policy: str
     this call connected (False: the process was already connected, e.g. by a test session)."""
     if ray.is_initialized():
         return False
+    # ray.init puts its own SIGTERM handler on the driver, sys.exit(15): a TERM between here and
+    # the parent run's creation then ended the process with exit 15 (seen under SLURM, whose
+    # script passes the time-limit TERM on) instead of the sweep's own handling (exit 3).
+    sigterm_handler = signal.getsignal(signal.SIGTERM)
     kwargs: dict[str, Any] = {"log_to_driver": verbose, "logging_level": "INFO" if verbose else "WARNING"}
     if wait_policy is not None:
         kwargs["runtime_env"] = {"env_vars": {WAIT_POLICY: wait_policy}}
@@ -76,6 +80,8 @@ def init_ray(address: str | None = None, verbose: bool = False, wait_policy: str
             ray.init(address="local", num_cpus=usable_cpus(), include_dashboard=False, **kwargs)
         global _reaper
         _reaper = start_reaper()  # the local instance goes with this process, even on SIGKILL
+    if sigterm_handler is not None:
+        signal.signal(signal.SIGTERM, sigterm_handler)
     return True
 
 
