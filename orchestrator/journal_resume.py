@@ -44,7 +44,9 @@ from orchestrator.ray_adapter import (
     run_tuner,
     trial_params,
 )
+from orchestrator.ray_search import PriorTrials, without_seed
 from orchestrator.spec import SweepSpec
+from orchestrator.warm_start import config_key, evaluated_points, finite_space, point_of, searched
 from results import run_schema as rs
 
 REBUILT_SUFFIX = "-from-journal"  # the experiment folder of a Tuner started from the journal
@@ -110,11 +112,13 @@ def _set_aside(path: str) -> None:
 @dataclass
 class RecordedTrial:
     """One trial as the journal holds it: its params (the base config's included), its last
-    ending (None: none since its last start), final metrics and its checkpoint folder."""
+    ending (None: none since its last start), final metrics, its last epoch's metrics (what Tune
+    told the sampler) and its checkpoint folder."""
 
     params: dict[str, Any] = field(default_factory=dict)
     status: str | None = None
     values: dict[str, float] = field(default_factory=dict)
+    last_epoch: dict[str, float] = field(default_factory=dict)
     checkpoint: str | None = None
 
 
@@ -130,6 +134,8 @@ def recorded_trials(path: Path) -> dict[str, RecordedTrial]:
             trial.params, trial.status = record.data["params"], None
         elif record.kind == Op.FINISH:
             trial.status, trial.values = record.data["status"], record.data["values"]
+        elif record.kind == Op.EPOCH:
+            trial.last_epoch = record.data["values"]
         elif record.kind == Op.ARTIFACTS and record.data.get("dest") == rs.ARTIFACT_CHECKPOINT_DIR:
             trial.checkpoint = record.data["path"]
     return trials
@@ -138,18 +144,19 @@ def recorded_trials(path: Path) -> dict[str, RecordedTrial]:
 def check_resumable(spec: SweepSpec, parent_run_id: str | None) -> str | None:
     """For `--resume` of sweep run `parent_run_id`: None when Tune can restore it (or no trial
     of it started: a fresh start loses nothing), else what is unusable in Tune's state, for
-    resume_from_journal. A sampler's sweep with unusable state is refused (InputError, exit 2),
-    before anything is written."""
+    resume_from_journal. A multi-objective sampler's sweep with unusable state is refused
+    (InputError, exit 2), before anything is written."""
     if parent_run_id is None or not recorded_trials(journal_file(spec.storage_path, parent_run_id)):
         return None
     problem = tune_state_problem(_experiment_path(spec, experiment_name(spec, parent_run_id)))
-    if problem is None or spec.search.sampler == "grid":
+    if problem is None or spec.search.sampler == "grid" or not spec.search.objectives:
         return problem
+    objectives = [name for name, _ in spec.search.objective_directions]
     raise InputError(
         f"cannot --resume sweep run {parent_run_id}: Tune's experiment state is unusable ({problem}), "
-        f"and the search.sampler {spec.search.sampler!r} cannot propose the remaining trials without "
-        "its own state (only a grid sweep resumes from the sweep's journal); its finished trials stay "
-        "in the store: pass --new to start another sweep beside it"
+        f"and a resume from the sweep's journal tells the sampler its finished trials, which the "
+        f"multi-objective study of search.objectives {objectives} cannot be told (one value each); "
+        "its finished trials stay in the store: pass --new to start another sweep beside it"
     )
 
 
@@ -160,15 +167,23 @@ def _point_key(params: dict[str, Any], names: list[str]) -> str:
 @dataclass
 class JournalPlan:
     """What the journal leaves to do: `kept`, the finished trials' outcomes; `remaining`, the
-    grid points (seed included) still to train; `reuse`, point key -> earlier unfinished trials
-    of that point, whose runs the new trials take over; `lost_checkpoints`, finished trials
-    trained again because their checkpoint folder is gone."""
+    grid points (seed included) still to train, or a sampler's points that run before it draws
+    (the configurations of its unfinished trials, each seed not finished); `reuse`, point key ->
+    earlier unfinished trials of that point, whose runs the new trials take over;
+    `lost_checkpoints`, finished trials trained again because their checkpoint folder is gone;
+    `prior`, what a sampler is told (the finished configurations, `remaining` as its `first`)
+    and how many trials the fresh Tuner runs (None: a grid)."""
 
     names: list[str]
     kept: list[TrialOutcome]
     remaining: list[dict[str, Any]]
     reuse: dict[str, list[str]]
     lost_checkpoints: int
+    prior: PriorTrials | None = None
+
+    @property
+    def to_run(self) -> int:
+        return len(self.remaining) if self.prior is None else self.prior.num_trials
 
 
 def _checkpoint_there(path: str | None) -> bool:
@@ -178,20 +193,30 @@ def _checkpoint_there(path: str | None) -> bool:
     return fs.get_file_info(fs_path).type == pyarrow.fs.FileType.Directory
 
 
+def _kept(trial_id: str, point: dict[str, Any], trial: RecordedTrial) -> TrialOutcome:
+    return TrialOutcome(trial_id, point, dict(trial.values), tune.Checkpoint(trial.checkpoint), None)
+
+
 def plan_from_journal(spec: SweepSpec, journal_path: Path) -> JournalPlan:
     search = spec.search.model_dump()
-    planned = [trial_params(v["config"], search) for _, v in generate_variants({"config": param_space(spec)})]
-    names = sorted(planned[0])
+    if spec.search.sampler == "grid":
+        planned = [trial_params(v["config"], search) for _, v in generate_variants({"config": param_space(spec)})]
+        names = sorted(planned[0])
+    else:
+        names = sorted({*searched(spec), rs.PARAM_SEED})
     finished: dict[str, list[tuple[str, RecordedTrial]]] = {}
     reuse: dict[str, list[str]] = {}
     lost_checkpoints = 0
-    for trial_id, trial in recorded_trials(journal_path).items():
+    trials = recorded_trials(journal_path)
+    for trial_id, trial in trials.items():
         key = _point_key(trial.params, names)
         if trial.status == "FINISHED" and _checkpoint_there(trial.checkpoint):
             finished.setdefault(key, []).append((trial_id, trial))
         else:
             lost_checkpoints += trial.status == "FINISHED"
             reuse.setdefault(key, []).append(trial_id)
+    if spec.search.sampler != "grid":
+        return _sampler_plan(spec, trials, names, finished, reuse, lost_checkpoints)
     kept, remaining = [], []
     for point in planned:
         done = finished.get(_point_key(json.loads(json.dumps(point, default=str)), names))
@@ -199,8 +224,38 @@ def plan_from_journal(spec: SweepSpec, journal_path: Path) -> JournalPlan:
             remaining.append(point)
             continue
         trial_id, trial = done.pop(0)
-        kept.append(TrialOutcome(trial_id, point, dict(trial.values), tune.Checkpoint(trial.checkpoint), None))
+        kept.append(_kept(trial_id, point, trial))
     return JournalPlan(names, kept, remaining, reuse, lost_checkpoints)
+
+
+def _sampler_plan(spec: SweepSpec, trials: dict[str, RecordedTrial], names: list[str],
+                  finished: dict[str, list[tuple[str, RecordedTrial]]], reuse: dict[str, list[str]],
+                  lost_checkpoints: int) -> JournalPlan:
+    """A sampler's sweep: every finished trial is kept and its configuration told to the sampler
+    (the mean over its finished seeds of the last search.metric, as Tune told it); each seed not
+    finished of a configuration the journal holds runs first, on the run of an earlier trial of
+    it if there is one; the sampler draws the configurations left of search.num_samples."""
+    search = spec.search.model_dump()
+    configurations: dict[str, dict[str, Any]] = {}  # configuration key -> Tune config (no seed)
+    for trial_id, trial in trials.items():
+        point = point_of(spec, trial.params, f"--resume: trial {trial_id}")
+        configurations.setdefault(config_key(point), point)
+    kept, measured = [], []
+    for done in finished.values():
+        for trial_id, trial in done:
+            point = point_of(spec, trial.params, f"--resume: trial {trial_id}", seed=True)
+            kept.append(_kept(trial_id, trial_params(point, search), trial))
+            measured.append((without_seed(point), trial.last_epoch.get(spec.search.metric)))
+    first = [{**configuration, rs.PARAM_SEED: seed} for configuration in configurations.values()
+             for seed in spec.search.seeds]
+    first = [point for point in first
+             if not finished.get(_point_key(trial_params(point, search), names))]
+    seeds = len(spec.search.seeds)
+    draws = max(spec.num_trials() - len(kept) - len(first), 0) // seeds
+    points, values = evaluated_points(measured)
+    prior = PriorTrials(points, values, num_trials=len(first) + draws * seeds,
+                        finite_space=finite_space(spec), first=first)
+    return JournalPlan(names, kept, first, reuse, lost_checkpoints, prior)
 
 
 def _spec_of(spec: SweepSpec, points: list[dict[str, Any]]) -> SweepSpec:
@@ -239,13 +294,16 @@ def resume_from_journal(
     spec: SweepSpec, data: PreparedData, journal: Journal, problem: str, listener: TrialListener,
     verbose: int, on_stop: StopHook | None,
 ) -> list[TrialOutcome]:
-    """Run the grid points the journal does not show finished in a fresh Tuner (see the module
+    """Run the trials the journal does not show finished in a fresh Tuner (see the module
     docstring); returns every planned trial's outcome, the kept ones rebuilt from the journal."""
     plan = plan_from_journal(spec, journal.path)
+    told = "" if plan.prior is None else (
+        f"; the {spec.search.sampler} sampler is told the {len(plan.prior.points)} finished "
+        f"configurations, runs the unfinished ones' {len(plan.remaining)} trials first and draws the rest")
     print(
         f"resume: Tune's experiment state is unusable ({problem}); continuing from the sweep's journal: "
-        f"{len(plan.kept)} finished trials kept, {len(plan.remaining)} of {spec.num_trials()} planned "
-        "trials to run (an unfinished trial restarts from its first epoch on its own run"
+        f"{len(plan.kept)} finished trials kept, {plan.to_run} of {spec.num_trials()} planned "
+        f"trials to run{told} (an unfinished trial restarts from its first epoch on its own run"
         + (f"; {plan.lost_checkpoints} finished trials train again: their checkpoints are gone"
            if plan.lost_checkpoints else "") + ")",
         file=sys.stderr,
@@ -253,11 +311,12 @@ def resume_from_journal(
     name = experiment_name(spec, journal.parent_run_id)
     for path in (_experiment_path(spec, name), _experiment_path(spec, name + REBUILT_SUFFIX)):
         _set_aside(path)
-    if not plan.remaining:
+    if not plan.to_run:
         return plan.kept
     same_runs = _SameRuns(listener, plan)
-    outcomes = run_tuner(_spec_of(spec, plan.remaining), data, name + REBUILT_SUFFIX, [same_runs],
-                         resume=False, verbose=verbose, on_stop=on_stop)
+    run_spec = _spec_of(spec, plan.remaining) if plan.prior is None else spec
+    outcomes = run_tuner(run_spec, data, name + REBUILT_SUFFIX, [same_runs],
+                         resume=False, verbose=verbose, on_stop=on_stop, prior=plan.prior)
     for outcome in outcomes:
         outcome.trial_id = same_runs.recorded_id(outcome.trial_id)
     return plan.kept + outcomes

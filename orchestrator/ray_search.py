@@ -6,7 +6,8 @@ schedulers, and what orchestrator/replay.py drives as Tune's controller would.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+import statistics
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,13 +43,17 @@ class PriorTrials:
     this sweep. `grid`: a grid --extend's points still to run (seed included). `num_trials`:
     a sampler --extend's trials to run now. `finite_space`: every configuration of a space with
     no continuous domain (None with one), from which an unvisited one is enqueued when the
-    sampler keeps proposing finished ones."""
+    sampler keeps proposing finished ones. `first`: trials (seed included) that run before the
+    sampler draws, outside it: a resume from the sweep's journal (orchestrator/journal_resume.py)
+    runs the configurations of its unfinished trials again; a configuration of them not in
+    `points` is told to the sampler once all its seeds ended (FirstPoints)."""
 
     points: list[dict[str, Any]]
     values: list[float]
     grid: list[dict[str, Any]] | None = None
     num_trials: int | None = None
     finite_space: list[dict[str, Any]] | None = None
+    first: list[dict[str, Any]] | None = None
 
 
 def param_space(spec: SweepSpec, prior: PriorTrials | None = None) -> dict[str, Any]:
@@ -106,13 +111,14 @@ def make_searcher(spec: SweepSpec, prior: PriorTrials | None = None):
         return None
     # No ConcurrencyLimiter here: TuneConfig(max_concurrent_trials=...) wraps the searcher in one
     # (and warns when it already is one).
-    searcher = DistinctProposals(
+    distinct = DistinctProposals(
         optuna_search(search.sampler, search.sampler_seed, search.objective_directions, prior), prior=prior
     )
-    if len(search.seeds) == 1:
-        return searcher
     # Each sampled configuration runs once per seed; Optuna sees the mean over seeds.
-    return Repeater(searcher, repeat=len(search.seeds), set_index=True)
+    searcher = distinct if len(search.seeds) == 1 else Repeater(distinct, repeat=len(search.seeds), set_index=True)
+    if prior is not None and prior.first:
+        return FirstPoints(searcher, prior.first, told=distinct.told)
+    return searcher
 
 
 class DistinctProposals(Searcher):
@@ -126,8 +132,9 @@ class DistinctProposals(Searcher):
     result when it arrives. If `max_tries` proposals in a row are all repeats (a converged sampler
     or an exhausted space), the last one runs, so a sweep still runs `num_samples` trials.
 
-    A configuration an earlier sweep finished (`prior`: --warm-start, --extend) is told its
-    recorded value like any repeat. In a finite space, when the tries run out on one, an
+    A configuration an earlier sweep finished (`prior`: --warm-start, --extend, a resume from the
+    journal) is told its recorded value like any repeat; one of `prior.first` (run again outside
+    the sampler: FirstPoints) counts as a trial still running until `told` its result. In a finite space, when the tries run out on one, an
     unvisited configuration is enqueued in the Optuna study (enqueue_trial) and asked for, so it
     never runs. With a continuous domain its repeats do not count toward `max_tries` (up to one
     per recorded configuration: the earlier sweep's sampler seed draws each of them again); past
@@ -146,6 +153,11 @@ class DistinctProposals(Searcher):
         points, values = (prior.points, prior.values) if prior else ([], [])
         self._recorded = {_config_key(p): v for p, v in zip(points, values, strict=True)}
         self._finite_space = (prior.finite_space or []) if prior else []
+        for point in (prior.first or []) if prior else []:
+            key = _config_key(without_seed(point))
+            if key not in self._recorded:
+                self._outcome[key] = None  # run again first: a repeat waits for its result
+        self._before = set(self._outcome) | set(self._recorded)  # what an earlier run of it has
 
     def set_search_properties(self, metric: str | None, mode: str | None, config: dict, **spec) -> bool:
         if not self.searcher.set_search_properties(metric, mode, config, **spec):
@@ -159,7 +171,7 @@ class DistinctProposals(Searcher):
         # Recorded repeats a call skips before they count toward max_tries: a continuous space's
         # sampler with the earlier sweep's seed first draws each recorded point again. A finite
         # space has an unvisited point to enqueue instead.
-        repeats, free = 0, 0 if self._finite_space else len(self._recorded)
+        repeats, free = 0, 0 if self._finite_space else len(self._before)
         while True:
             inner_id = f"{trial_id}/{self._proposals}"
             self._proposals += 1
@@ -169,7 +181,7 @@ class DistinctProposals(Searcher):
             key = _config_key(config)
             if key not in self._outcome:
                 break
-            recorded = key in self._recorded
+            recorded = key in self._before
             if recorded and free:
                 free -= 1
             elif repeats < self.max_tries - 1 or (recorded and self._enqueue_unvisited()):
@@ -200,18 +212,33 @@ class DistinctProposals(Searcher):
 
     def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False) -> None:
         inner_id, key = self._trials[trial_id]
-        if result and rs.RESULT_DIVERGED_LOSS in result:
-            # A diverged trial counts as dev accuracy 0 for the search (ray_trial.diverged_result
-            # reports dev_accuracy 0; its best_dev_accuracy stays the pre-divergence best for the
-            # record), also where an objective reads best_dev_accuracy (search.objectives).
-            result = {**result, rs.METRIC_BEST_DEV_ACCURACY: 0.0}
+        result = _searched_result(result)
         self.searcher.on_trial_complete(inner_id, result, error=error)
+        self._ended(key, result, error)
+
+    def _ended(self, key: str, result: dict | None, error: bool) -> None:
         if error:  # a failed configuration may be proposed and run again
             self._outcome.pop(key, None)
         else:
             self._outcome[key] = self._scores(result)
         for repeat_id in self._waiting.pop(key, []):
             self.searcher.on_trial_complete(repeat_id, result, error=error)
+
+    def told(self, config: dict, results: list[dict | None]) -> None:
+        """A configuration of `prior.first` ended outside the sampler, `results` one per seed
+        (None: failed): the sampler is told the mean over its seeds (as Tune's Repeater tells
+        it) as an evaluated trial (OptunaSearch.add_evaluated_point), and so are its repeats. One
+        of `prior.points` (some of its seeds finished before) was told its value already."""
+        key = _config_key(config)
+        if key in self._recorded:
+            return
+        scores = [_searched_result(r)[self.metric] for r in results if r and self.metric in r]
+        if not scores:
+            self._ended(key, None, error=True)
+            return
+        result = {self.metric: statistics.fmean(scores)}
+        self.searcher.add_evaluated_point(config, result[self.metric])
+        self._ended(key, result, error=False)
 
     def _scores(self, result: dict | None) -> dict | None:
         """The part of a result a searcher reads (its metric): what a repeat is told.
@@ -242,8 +269,81 @@ class DistinctProposals(Searcher):
         self.__dict__.update(state)
 
 
+def _searched_result(result: dict | None) -> dict | None:
+    """What the search is told of a trial's last result: a diverged trial counts as dev accuracy
+    0 (ray_trial.diverged_result reports dev_accuracy 0; its best_dev_accuracy stays the
+    pre-divergence best for the record), also where an objective reads best_dev_accuracy
+    (search.objectives)."""
+    if result and rs.RESULT_DIVERGED_LOSS in result:
+        return {**result, rs.METRIC_BEST_DEV_ACCURACY: 0.0}
+    return result
+
+
 def _config_key(config: dict) -> str:
     return json.dumps(config, sort_keys=True, default=str)
+
+
+def without_seed(point: dict[str, Any]) -> dict[str, Any]:
+    """A trial's configuration: its Tune config less its seed."""
+    return {name: value for name, value in point.items() if name != rs.PARAM_SEED}
+
+
+class FirstPoints(Searcher):
+    """Runs `points` (Tune configs, seed included) before the searcher it wraps proposes: a
+    resume from the sweep's journal runs its unfinished trials' configurations again first
+    (PriorTrials.first). They are not the searcher's trials; `told(configuration, results)` is
+    called once every seed of a configuration among them has ended (DistinctProposals.told)."""
+
+    def __init__(self, searcher: Searcher, points: list[dict[str, Any]],
+                 told: Callable[[dict, list[dict | None]], None]):
+        super().__init__(metric=searcher.metric, mode=searcher.mode)
+        self.searcher = searcher
+        self.told = told
+        self._points = [dict(point) for point in points]
+        self._running: dict[str, dict[str, Any]] = {}  # Tune's trial id -> its point
+        self._ended: dict[str, list[dict | None]] = {}  # configuration key -> its seeds' results
+        self._seeds: dict[str, int] = {}  # configuration key -> its points
+        for point in points:
+            key = _config_key(without_seed(point))
+            self._seeds[key] = self._seeds.get(key, 0) + 1
+
+    def set_search_properties(self, metric: str | None, mode: str | None, config: dict, **spec) -> bool:
+        if not self.searcher.set_search_properties(metric, mode, config, **spec):
+            return False
+        self._metric, self._mode = self.searcher.metric, self.searcher.mode
+        return True
+
+    def suggest(self, trial_id: str) -> dict | None:
+        if not self._points:
+            return self.searcher.suggest(trial_id)
+        self._running[trial_id] = self._points.pop(0)
+        return dict(self._running[trial_id])
+
+    def on_trial_result(self, trial_id: str, result: dict) -> None:
+        if trial_id not in self._running:
+            self.searcher.on_trial_result(trial_id, result)
+
+    def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False) -> None:
+        point = self._running.pop(trial_id, None)
+        if point is None:
+            self.searcher.on_trial_complete(trial_id, result, error=error)
+            return
+        configuration = without_seed(point)
+        key = _config_key(configuration)
+        self._ended.setdefault(key, []).append(None if error else result)
+        if len(self._ended[key]) == self._seeds[key]:
+            self.told(configuration, self._ended.pop(key))
+
+    # As DistinctProposals: Tune checkpoints the wrapped searcher apart.
+    def get_state(self) -> dict:
+        state = self.__dict__.copy()
+        del state["searcher"], state["told"]
+        state["_points"], state["_running"] = list(self._points), dict(self._running)
+        state["_ended"] = {key: list(results) for key, results in self._ended.items()}
+        return state
+
+    def set_state(self, state: dict) -> None:
+        self.__dict__.update(state)
 
 
 TIME_ATTR = TRAINING_ITERATION  # what ASHA and the median rule count in: Tune's count of reports (epochs)

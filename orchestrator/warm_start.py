@@ -19,6 +19,7 @@ import itertools
 import json
 import statistics
 import sys
+from collections.abc import Iterable
 from typing import Any
 
 from nli_models.errors import InputError
@@ -63,8 +64,13 @@ def tune_point(spec: SweepSpec, run, where: str, seed: bool = False) -> dict[str
     """Tune's config of a trial run of an earlier sweep in this spec's space (searched names,
     the index of its search.configurations entry, with `seed` its seed); InputError when the run
     is not a point of the space (see the module docstring)."""
-    params = trial_params(run)
     label = f"{where}: trial run {run.info.run_name!r} ({run.info.run_id})"
+    return point_of(spec, trial_params(run), label, seed)
+
+
+def point_of(spec: SweepSpec, params: dict[str, Any], label: str, seed: bool = False) -> dict[str, Any]:
+    """Tune's config of a trial that ran the flat hyperparameters `params` (as tune_point; an
+    MLflow run's, or a journal's start record's); `label` names the trial in an InputError."""
     names = searched(spec)
     for name, value in logged_params(spec.base_config()).items():
         if name in names or name == rs.PARAM_SEED or name not in params or params[name] == value:
@@ -101,12 +107,17 @@ def config_key(point: dict[str, Any]) -> str:
 def recorded_points(spec: SweepSpec, runs: list, where: str) -> tuple[list[dict], list[float]]:
     """The configurations the finished `runs` trained (no seed), each with the mean over its
     seeds of the last reported search.metric."""
+    return evaluated_points((tune_point(spec, run, where), run.data.metrics.get(spec.search.metric))
+                            for run in finished(runs))
+
+
+def evaluated_points(measured: Iterable[tuple[dict, float | None]]) -> tuple[list[dict], list[float]]:
+    """Each configuration of the (configuration, value) pairs once, with the mean of its values
+    (over its seeds, as Tune's Repeater tells the sampler); a pair without a value is left out."""
     values: dict[str, tuple[dict, list[float]]] = {}
-    for run in finished(runs):
-        point = tune_point(spec, run, where)
-        metric = run.data.metrics.get(spec.search.metric)
-        if metric is not None:
-            values.setdefault(config_key(point), (point, []))[1].append(metric)
+    for point, value in measured:
+        if value is not None:
+            values.setdefault(config_key(point), (point, []))[1].append(value)
     return [p for p, _ in values.values()], [statistics.fmean(v) for _, v in values.values()]
 
 

@@ -17,6 +17,8 @@ from testkit.processes import assert_processes_gone, kill_session, wait_while_dr
 from testkit.specs import write_spec
 from testkit.store import client_for, runs_of, trial_running, trials_finished
 
+from orchestrator.journal import journal_file
+from orchestrator.journal_resume import recorded_trials
 from orchestrator.reaper import descendants
 from results import run_schema as rs
 from results.sweep_records import load_sweeps
@@ -89,11 +91,12 @@ def _interrupt(driver, log: Path, signum: int, group: bool) -> int:
 
 
 def _assert_resume_completes(folder: Path, spec: Path, name: str, planned: int, epochs: int = EPOCHS,
-                             from_journal: bool = False):
+                             from_journal: bool = False, says: str = ""):
     resumed = run_orchestrate(["sweep", str(spec), "--resume"], cwd=folder)
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     # Tune restores an intact experiment state; the journal stands in only for a torn one.
     assert ("continuing from the sweep's journal" in resumed.stderr) == from_journal, resumed.stderr
+    assert says in resumed.stderr and "Aborted!" not in resumed.stderr, resumed.stderr
     parents, children = runs_of(folder, name)
     assert len(parents) == 1 and parents[0].info.status == "FINISHED"
     assert parents[0].data.tags[rs.TAG_SWEEP_STATE] == rs.SWEEP_COMPLETED
@@ -376,14 +379,59 @@ def test_torn_tune_state_resumes_a_grid_from_the_journal_each_trial_once(tmp_pat
     assert lrs == [0.001, 0.002, 0.003, 0.005]  # every planned point, none twice
 
 
-def test_torn_tune_state_of_a_sampler_is_refused_naming_what_is_torn(tmp_path):
-    """A sampler cannot propose the rest without its own state: exit 2, one line naming the torn
-    file and --new, and nothing written (the sweep stays interrupted, its trials as they were)."""
-    name = "torn-sampler"
+def test_torn_tune_state_resumes_a_sampler_from_the_journal_each_configuration_once(tmp_path):
+    """A random sampler's driver SIGKILLed once a trial has finished while another runs, its Tune
+    files then torn: --resume goes on from the sweep's journal: the finished trials are kept (no
+    epoch trained again) and told to the sampler, the cut trial's configuration runs again first
+    on its own run, the sampler draws the rest: the planned runs, each configuration once, test
+    once."""
+    name, planned = "torn-sampler", 3
     spec = write_spec(tmp_path, {"name": name, "training": {"epochs": EPOCHS}}, replace_search={
-        "sampler": "random", "num_samples": 3, "space": {"lr": {"uniform": [0.001, 0.01]}}, "seeds": [1],
+        "sampler": "random", "num_samples": planned, "space": {"lr": {"uniform": [0.001, 0.01]}}, "seeds": [1],
         "max_concurrent_trials": 1, "resources": {"cpu": 1}})
-    _ctrl_c_after_a_trial(tmp_path, spec, name)
+    driver, log = _start(tmp_path, spec, EPOCH_DELAY)  # the next trial still runs when the first is seen ended
+    try:
+        finished, running = trials_finished(tmp_path, name, log, 1), trial_running(tmp_path, name, log)
+        wait_while_driving(lambda: finished() and running(), driver, log, "a trial's end and the next one's start")
+        os.kill(driver.pid, signal.SIGKILL)
+        driver.wait(timeout=30)
+    finally:
+        kill_session(driver)
+    torn = _tear_tune_state(tmp_path, name)
+    assert "tuner.pkl" in torn and any(n.startswith("searcher-state-") for n in torn), torn
+    parents, _ = runs_of(tmp_path, name)
+    journal = recorded_trials(journal_file(str(tmp_path / "ray_results"), parents[0].info.run_id))
+    done = {t for t, trial in journal.items() if trial.status == "FINISHED"}
+    cut = {t: trial.params["lr"] for t, trial in journal.items() if trial.status is None}
+    assert done and cut and len(journal) < planned, journal  # the driver died with a trial running
+    finished_before = _epoch_steps(tmp_path, [c for c in runs_of(tmp_path, name)[1] if c.data.tags[rs.TAG_TRIAL_ID] in done])
+
+    says = (f"{len(done)} finished trials kept, {planned - len(done)} of {planned} planned trials to run; the "
+            f"random sampler is told the {len(done)} finished configurations, runs the unfinished ones' "
+            f"{len(cut)} trials first")
+    _, children = _assert_resume_completes(tmp_path, spec, name, planned=planned, from_journal=True, says=says)
+    by_trial = {c.data.tags[rs.TAG_TRIAL_ID]: c for c in children}
+    assert {t: s for t, s in _epoch_steps(tmp_path, children).items() if t in done} == finished_before
+    assert {t: float(by_trial[t].data.params["lr"]) for t in cut} == cut  # on its own run, same configuration
+    assert len({c.data.params["lr"] for c in children}) == planned  # no configuration trained twice
+
+
+def test_torn_tune_state_of_a_multi_objective_sweep_is_refused_naming_why(tmp_path):
+    """A multi-objective study cannot be told the finished trials: exit 2, one line naming the
+    torn file, search.objectives and --new, and nothing written (the sweep stays interrupted,
+    its trials as they were)."""
+    name = "torn-objectives"
+    spec = write_spec(tmp_path, {"name": name, "training": {"epochs": EPOCHS}}, replace_search={
+        "sampler": "random", "num_samples": 2, "space": {"lr": {"uniform": [0.001, 0.01]}}, "seeds": [1],
+        "objectives": [{"dev_accuracy": "max"}, {"theta_m": "min"}],
+        "max_concurrent_trials": 1, "resources": {"cpu": 1}})
+    driver, log = _start(tmp_path, spec, EPOCH_DELAY)
+    try:
+        wait_while_driving(trial_running(tmp_path, name, log), driver, log, "a trial's start")
+    except BaseException:
+        kill_session(driver)
+        raise
+    assert _interrupt(driver, log, signal.SIGINT, group=True) == EXIT_INTERRUPTED
     _tear_tune_state(tmp_path, name)
     before = _run_states(tmp_path, name)
     refused = run_orchestrate(["sweep", str(spec), "--resume"], cwd=tmp_path)
@@ -391,7 +439,7 @@ def test_torn_tune_state_of_a_sampler_is_refused_naming_what_is_torn(tmp_path):
     lines = refused.stderr.strip().splitlines()
     assert "Aborted!" not in refused.stderr and "Traceback" not in refused.stderr
     assert lines[-1].startswith("error: cannot --resume sweep run ") and "tuner.pkl is torn" in lines[-1]
-    assert "search.sampler 'random'" in lines[-1] and "--new" in lines[-1]
+    assert "search.objectives ['dev_accuracy', 'theta_m']" in lines[-1] and "--new" in lines[-1]
     after = _run_states(tmp_path, name)
     assert after == before
 
