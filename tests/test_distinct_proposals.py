@@ -8,7 +8,7 @@ import pytest
 from ray import tune
 from ray.tune.search import Repeater, Searcher
 
-from orchestrator.ray_search import DistinctProposals, PriorTrials, optuna_search
+from orchestrator.ray_search import DistinctProposals, FirstPoints, PriorTrials, optuna_search
 from results import run_schema as rs
 
 METRIC = "dev_accuracy"
@@ -21,12 +21,16 @@ class Scripted(Searcher):
         super().__init__(metric=METRIC, mode="max")
         self.proposals = list(proposals)
         self.told: dict[str, tuple[dict | None, bool]] = {}
+        self.evaluated: list[tuple[dict, float]] = []  # trials it was told that it did not propose
 
     def suggest(self, trial_id):
         return self.proposals.pop(0) if self.proposals else Searcher.FINISHED
 
     def on_trial_complete(self, trial_id, result=None, error=False):
         self.told[trial_id] = (result, error)
+
+    def add_evaluated_point(self, parameters, value, **_):
+        self.evaluated.append((parameters, value))
 
 
 def _result(value: float) -> dict:
@@ -240,3 +244,46 @@ def test_a_diverged_trial_counts_as_dev_accuracy_0_in_a_multi_objective_search()
                                      rs.RESULT_DIVERGED_LOSS: "nan"})
     [told] = searcher.searcher._ot_study.trials
     assert told.values == [0.0, 1000.0]
+
+
+@pytest.mark.parametrize("sampler", ["random", "tpe"])
+def test_first_points_run_before_the_sampler_which_is_told_them_and_never_runs_them_again(sampler):
+    """A resume from the journal (PriorTrials.first), two seeds: (1, 0.0) finished seed 1 before
+    (told to the study), its seed 2 and both seeds of (2, 0.1) run first, outside the sampler;
+    (2, 0.1) is told the mean of its seeds once both ended, (1, 0.0) is not told again, and the
+    sampler's draws, made while the first points still run, are the other configurations."""
+    first = [{"lr": 1, "dropout": 0.0, "seed": 2}, {"lr": 2, "dropout": 0.1, "seed": 1},
+             {"lr": 2, "dropout": 0.1, "seed": 2}]
+    prior = PriorTrials([{"lr": 1, "dropout": 0.0}], [0.3], finite_space=[
+        {"lr": lr, "dropout": d} for lr in (1, 2, 3) for d in (0.0, 0.1, 0.2)], first=first)
+    distinct = DistinctProposals(optuna_search(sampler, 0, prior=prior), max_tries=50, prior=prior)
+    searcher = FirstPoints(Repeater(distinct, repeat=2, set_index=True), first, told=distinct.told)
+    assert searcher.set_search_properties(METRIC, "max", SPACE)
+    assert [searcher.suggest(f"f{i}") for i in range(3)] == first
+    drawn = []
+    for i in range(14):  # the 7 other configurations, twice each
+        config = searcher.suggest(str(i))
+        drawn.append((config["lr"], config["dropout"], config["__trial_index__"]))
+        searcher.on_trial_complete(str(i), {METRIC: config["lr"] / 10 - config["dropout"]})
+    for trial_id, value in (("f0", 0.9), ("f1", 0.4), ("f2", 0.6)):  # the first points end last
+        searcher.on_trial_complete(trial_id, {METRIC: value})
+    assert len(set(drawn)) == 14 and not {(lr, d) for lr, d, _ in drawn} & {(1, 0.0), (2, 0.1)}
+    told = {}
+    for trial in distinct.searcher._ot_study.trials:
+        told.setdefault((trial.params["lr"], trial.params["dropout"]), set()).add(trial.value)
+    assert told[(1, 0.0)] == {0.3} and told[(2, 0.1)] == {0.5}
+
+
+def test_a_configuration_run_first_is_a_running_trial_for_the_sampler_until_it_is_told():
+    """PriorTrials.first: the sampler's proposal of a configuration that runs first outside it
+    waits for its result, which the sampler is then told as an evaluated trial, with the repeat."""
+    inner = Scripted([{"lr": 2}, {"lr": 3}])
+    prior = PriorTrials([], [], first=[{"lr": 2, "seed": 1}])
+    distinct = DistinctProposals(inner, prior=prior)
+    searcher = FirstPoints(distinct, prior.first, told=distinct.told)
+    assert searcher.suggest("a") == {"lr": 2, "seed": 1}
+    assert searcher.suggest("b") == {"lr": 3}  # the repeat of lr 2 waits for trial a
+    assert inner.told == {} and inner.evaluated == []
+    searcher.on_trial_complete("a", _result(0.6))
+    assert inner.evaluated == [({"lr": 2}, 0.6)]
+    assert list(inner.told.values()) == [({METRIC: 0.6}, False)]
