@@ -9,8 +9,16 @@ runs the planned points the journal does not show finished (a finished trial cou
 its checkpoint is there, which the test evaluation loads), each on the run of an earlier
 unfinished trial of the same point when there is one (the recorder skips the epochs that run
 already holds), and the finished trials' outcomes are rebuilt from the journal for the selection.
-A sampler's next proposals depend on its own state, which is what is torn: refused before
-anything is written (exit 2).
+An Optuna sampler's state is what is torn, so a fresh sampler stands in for it: it is
+told each finished configuration as an evaluated trial (the mean over its finished seeds of the
+last search.metric, as Tune told the original; ray_search.PriorTrials, as --warm-start tells
+one), skips its own proposals of it (ray_search.DistinctProposals), and draws the configurations
+left of search.num_samples. Before it draws, the seeds not finished of every configuration the journal
+holds run again (ray_search.FirstPoints), each on the run of an earlier unfinished trial of it if
+there is one; the sampler is told such a configuration once all its seeds ended. The fresh
+Tuner runs exactly the planned trials less the finished ones. A multi-objective study
+(search.objectives) cannot be told earlier trials (one value each): refused before anything is
+written (exit 2).
 
 The fresh Tuner runs in its own experiment folder (REBUILT_SUFFIX), so its state is never taken
 for the sweep's original one; each resume from the journal sets the Tune state files it finds
