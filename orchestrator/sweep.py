@@ -265,15 +265,14 @@ def _run_sweep(spec_path: Path, resume: bool, new: bool, verbose: int, address: 
     if extend or (previous is not None and rs.TAG_EXTENSIONS in previous.data.tags):
         extension = extension_of.plan_extension(tracker, spec, previous, resuming=not extend)
         prior = extension.prior
+    # Tune's state of the resumed sweep torn or missing: it goes on from its journal, or (a
+    # sampler's multi-objective sweep) is refused with exit 2 before Ray starts or the parent run
+    # is touched. (An extension runs a Tune experiment of its own: extend.tune_experiment.)
+    tune_problem = None if extend else check_resumable(spec, previous.info.run_id if previous is not None else None)
     policy = trials_wait_policy(spec, address)
     connected_here = init_ray(address, verbose=verbose > 0, wait_policy=policy)
     try:
         check_resources(spec.search.resources.cpu, spec.search.resources.gpu, wait_for_resources_s)
-        # Tune's state of the resumed sweep torn or missing: a grid goes on from its journal, a
-        # sampler's is refused (exit 2) before the parent run is touched. (An extension runs a
-        # Tune experiment of its own: extend.tune_experiment.)
-        tune_problem = None if extend else check_resumable(
-            spec, previous.info.run_id if previous is not None else None)
         if extend:  # the completed parent run, reopened by the move to `running` (_drive)
             experiment_id, parent_run_id = previous.info.experiment_id, previous.info.run_id
             current = rs.SWEEP_COMPLETED
