@@ -276,7 +276,8 @@ def run_tuner(
     """Run (or resume) the sweep; returns every trial's outcome as Tune last knew it (after a
     stop Tune calls unfinished trials TERMINATED: the listeners, not these statuses, tell which
     trials ended). `on_stop` is given a function that stops the running fit() as Ctrl-C would.
-    `prior`: an earlier sweep's finished configurations (--warm-start, --extend). Never raises
+    `prior`: an earlier sweep's finished configurations (--warm-start, --extend, a resume from
+    the journal: orchestrator/journal_resume.py). Never raises
     for a failed trial."""
     os.environ["TUNE_DISABLE_SIGINT_HANDLER"] = "1"  # the driver handles SIGINT (lifecycle.py)
     if not verbose:  # a stop makes Tune log how to restore by hand; the driver says it its way

@@ -1,6 +1,7 @@
 """The Ray Tune adapter's search (with ray_adapter.py, the driver, and ray_trial.py, the trainable):
 the param space, Optuna samplers through Tune's OptunaSearch, the distinct-proposal guard, the
-schedulers, and what orchestrator/replay.py drives as Tune's controller would.
+points a resume from the journal runs before its sampler draws, the schedulers, and what
+orchestrator/replay.py drives as Tune's controller would.
 """
 
 from __future__ import annotations
