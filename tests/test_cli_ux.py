@@ -339,6 +339,7 @@ def test_help_of_every_command_loads_no_heavy_library(tmp_path):
 HELP_BUDGET = 6.0  # README: `orchestrate --help` takes at most 6x a bare interpreter's start
 
 
+@pytest.mark.serial
 def test_orchestrate_help_costs_a_few_interpreter_starts(tmp_path, record_property):
     """The time budget as a ratio against `python -c pass` on the same machine at the same moment
     (the machine is shared; seconds alone would measure the other jobs): best of 7, interleaved,

@@ -25,7 +25,7 @@ from testkit.specs import write_spec
 
 from orchestrator.reaper import descendants
 
-pytestmark = [pytest.mark.ray, pytest.mark.slow]
+pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.serial]
 
 TOLERANCE = 0.30
 

@@ -24,7 +24,8 @@ from testkit.specs import write_quickstart
 
 from orchestrator.slurm_node import job_processes
 
-pytestmark = [pytest.mark.ray, pytest.mark.slurm, pytest.mark.timeout(900)]
+# One worker runs them all (make test: xdist --dist loadgroup): they share one SLURM cluster.
+pytestmark = [pytest.mark.ray, pytest.mark.slurm, pytest.mark.timeout(900), pytest.mark.xdist_group("slurm")]
 
 ACTIVE = ("PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "REQUEUED", "SUSPENDED")
 

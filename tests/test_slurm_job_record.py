@@ -11,6 +11,7 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
+import pytest
 from test_slurm import spec_file
 from testkit.cli import ORCHESTRATE, orchestrate, run_orchestrate
 
@@ -48,6 +49,7 @@ def test_the_resume_command_repeats_the_submits_options_without_secrets(tmp_path
     assert 'say "resume with: $RESUME_COMMAND"' in result.stdout
 
 
+@pytest.mark.serial
 def test_jobs_lists_ended_jobs_from_the_record_without_asking_slurm(tmp_path):
     """20 ended jobs, the record's cached ends only: SLURM's commands are not on PATH, so any
     query would fail the command."""
