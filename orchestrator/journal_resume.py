@@ -10,15 +10,14 @@ its checkpoint is there, which the test evaluation loads), each on the run of an
 unfinished trial of the same point when there is one (the recorder skips the epochs that run
 already holds), and the finished trials' outcomes are rebuilt from the journal for the selection.
 An Optuna sampler's state is what is torn, so a fresh sampler stands in for it: it is
-told each finished configuration as an evaluated trial (the mean over its finished seeds of the
-last search.metric, as Tune told the original; ray_search.PriorTrials, as --warm-start tells
+told each finished configuration as an evaluated trial (what Tune told the original,
+ray_search.told_result: the mean over its finished seeds of the last search.metric, or with
+search.objectives each objective's final value; ray_search.PriorTrials, as --warm-start tells
 one), skips its own proposals of it (ray_search.DistinctProposals), and draws the configurations
 left of search.num_samples. Before it draws, the seeds not finished of every configuration the journal
 holds run again (ray_search.FirstPoints), each on the run of an earlier unfinished trial of it if
 there is one; the sampler is told such a configuration once all its seeds ended. The fresh
-Tuner runs exactly the planned trials less the finished ones. A multi-objective study
-(search.objectives) cannot be told earlier trials (one value each): refused before anything is
-written (exit 2).
+Tuner runs exactly the planned trials less the finished ones.
 
 The fresh Tuner runs in its own experiment folder (REBUILT_SUFFIX), so its state is never taken
 for the sweep's original one; each resume from the journal sets the Tune state files it finds
@@ -41,7 +40,6 @@ from ray.train._internal.storage import get_fs_and_path
 from ray.tune.search.variant_generator import generate_variants
 
 from nli_models.data import PreparedData
-from nli_models.errors import InputError
 from orchestrator.extend import tune_experiment
 from orchestrator.journal import Journal, Op, journal_file, read_records
 from orchestrator.ray_adapter import (
@@ -52,7 +50,7 @@ from orchestrator.ray_adapter import (
     run_tuner,
     trial_params,
 )
-from orchestrator.ray_search import PriorTrials, without_seed
+from orchestrator.ray_search import PriorTrials, told_result, without_seed
 from orchestrator.spec import SweepSpec
 from orchestrator.warm_start import config_key, evaluated_points, finite_space, point_of, searched
 from results import run_schema as rs
@@ -152,20 +150,10 @@ def recorded_trials(path: Path) -> dict[str, RecordedTrial]:
 def check_resumable(spec: SweepSpec, parent_run_id: str | None) -> str | None:
     """For `--resume` of sweep run `parent_run_id`: None when Tune can restore it (or no trial
     of it started: a fresh start loses nothing), else what is unusable in Tune's state, for
-    resume_from_journal. A multi-objective sampler's sweep with unusable state is refused
-    (InputError, exit 2), before anything is written."""
+    resume_from_journal."""
     if parent_run_id is None or not recorded_trials(journal_file(spec.storage_path, parent_run_id)):
         return None
-    problem = tune_state_problem(_experiment_path(spec, experiment_name(spec, parent_run_id)))
-    if problem is None or spec.search.sampler == "grid" or not spec.search.objectives:
-        return problem
-    objectives = [name for name, _ in spec.search.objective_directions]
-    raise InputError(
-        f"cannot --resume sweep run {parent_run_id}: Tune's experiment state is unusable ({problem}), "
-        f"and a resume from the sweep's journal tells the sampler its finished trials, which the "
-        f"multi-objective study of search.objectives {objectives} cannot be told (one value each); "
-        "its finished trials stay in the store: pass --new to start another sweep beside it"
-    )
+    return tune_state_problem(_experiment_path(spec, experiment_name(spec, parent_run_id)))
 
 
 def _point_key(params: dict[str, Any], names: list[str]) -> str:
@@ -240,7 +228,7 @@ def _sampler_plan(spec: SweepSpec, trials: dict[str, RecordedTrial], names: list
                   finished: dict[str, list[tuple[str, RecordedTrial]]], reuse: dict[str, list[str]],
                   lost_checkpoints: int) -> JournalPlan:
     """A sampler's sweep: every finished trial is kept and its configuration told to the sampler
-    (the mean over its finished seeds of the last search.metric, as Tune told it); each seed not
+    (the mean over its finished seeds of what Tune told of them, told_result); each seed not
     finished of a configuration the journal holds runs first, on the run of an earlier trial of
     it if there is one; the sampler draws the configurations left of search.num_samples."""
     search = spec.search.model_dump()
@@ -253,7 +241,8 @@ def _sampler_plan(spec: SweepSpec, trials: dict[str, RecordedTrial], names: list
         for trial_id, trial in done:
             point = point_of(spec, trial.params, f"--resume: trial {trial_id}", seed=True)
             kept.append(_kept(trial_id, trial_params(point, search), trial))
-            measured.append((without_seed(point), trial.last_epoch.get(spec.search.metric)))
+            # The journal's last epoch and final values: a trial's latest value of each metric.
+            measured.append((without_seed(point), told_result(spec, {**trial.last_epoch, **trial.values})))
     first = [{**configuration, rs.PARAM_SEED: seed} for configuration in configurations.values()
              for seed in spec.search.seeds]
     first = [point for point in first

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import statistics
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,8 +40,9 @@ class PriorTrials:
     """Configurations an earlier sweep finished (orchestrator/warm_start.py), as Tune configs.
 
     `points` and `values`: each configuration (searched names, CONFIGURATION_KEY) and what its
-    sampler was told of it; an Optuna sampler gets them as evaluated trials, never as trials of
-    this sweep. `grid`: a grid --extend's points still to run (seed included). `num_trials`:
+    sampler was told of it (told_result: search.metric, or every objective of search.objectives);
+    an Optuna sampler gets them as evaluated trials (tell_evaluated), never as trials of this
+    sweep. `grid`: a grid --extend's points still to run (seed included). `num_trials`:
     a sampler --extend's trials to run now. `finite_space`: every configuration of a space with
     no continuous domain (None with one), from which an unvisited one is enqueued when the
     sampler keeps proposing finished ones. `first`: trials (seed included) that run before the
@@ -50,7 +51,7 @@ class PriorTrials:
     `points` is told to the sampler once all its seeds ended (FirstPoints)."""
 
     points: list[dict[str, Any]]
-    values: list[float]
+    values: list[dict[str, float]]
     grid: list[dict[str, Any]] | None = None
     num_trials: int | None = None
     finite_space: list[dict[str, Any]] | None = None
@@ -71,16 +72,12 @@ def param_space(spec: SweepSpec, prior: PriorTrials | None = None) -> dict[str, 
     return space
 
 
-def optuna_search(sampler: str, seed: int, objectives: Sequence[tuple[str, str]] = (),
-                  prior: PriorTrials | None = None) -> OptunaSearch:
+def optuna_search(sampler: str, seed: int, objectives: Sequence[tuple[str, str]] = ()) -> OptunaSearch:
     """Tune's OptunaSearch over the named, seeded Optuna sampler (random | tpe | cmaes | nsga2);
     with `objectives` ((name, max|min) pairs) a multi-objective study, which Tune wants given
-    here, not in TuneConfig. The configurations of `prior` are told as evaluated trials:
-    OptunaSearch adds them with add_evaluated_point (Optuna's study.add_trial) once Tune gives it
-    the space (set_search_properties); they are not this sweep's trials. Tune's space is a dict
-    of distributions, not a define-by-run function, whose points_to_evaluate are ignored
-    (ray-project/ray#35319). add_evaluated_point takes one value per trial: a prior goes with a
-    single objective only (warm_start.check_single_objective refuses the rest)."""
+    here, not in TuneConfig. Earlier configurations are told to it by DistinctProposals
+    (tell_evaluated), not as points_to_evaluate / evaluated_rewards: OptunaSearch tells those
+    with add_evaluated_point, one value per trial, which a multi-objective study refuses."""
     import optuna
 
     samplers = {
@@ -93,8 +90,6 @@ def optuna_search(sampler: str, seed: int, objectives: Sequence[tuple[str, str]]
     if objectives:
         options["metric"] = [objective_result_key(name) for name, _ in objectives]
         options["mode"] = [direction for _, direction in objectives]
-    if prior is not None and prior.points:
-        options["points_to_evaluate"], options["evaluated_rewards"] = prior.points, prior.values
     return OptunaSearch(sampler=samplers[sampler](seed=seed), **options)
 
 
@@ -106,6 +101,33 @@ def objective_result_key(objective: str) -> str:
     return "time_total_s" if metric == rs.METRIC_TRIAL_TIME else metric
 
 
+def told_result(spec: SweepSpec, metrics: Mapping[str, float]) -> dict[str, float] | None:
+    """What Tune told the sampler of a finished trial whose recorded metrics (each one's latest
+    value, as MLflow holds them; a journal's last epoch and final values) are `metrics`: its
+    search.metric, or each objective of search.objectives under its Tune result key (the value
+    the recorder stores under rs.OBJECTIVE_METRICS, which the Pareto front reads). None when one
+    is missing: such a trial is not told."""
+    directions = spec.search.objective_directions
+    recorded = ({objective_result_key(name): rs.OBJECTIVE_METRICS[name] for name, _ in directions}
+                if directions else {spec.search.metric: spec.search.metric})
+    if any(metrics.get(metric) is None for metric in recorded.values()):
+        return None
+    return {key: float(metrics[metric]) for key, metric in recorded.items()}
+
+
+def tell_evaluated(searcher: OptunaSearch, config: dict[str, Any], result: dict[str, float]) -> None:
+    """Tell the study of `searcher` (its space set) the configuration `config` as a trial it
+    did not propose, completed with `result`'s value of each metric the study optimises (one,
+    or one per objective). OptunaSearch.add_evaluated_point takes one value; this is what it
+    does (Optuna's create_trial + study.add_trial) with every objective's."""
+    import optuna
+
+    metrics = searcher.metric if isinstance(searcher.metric, list) else [searcher.metric]
+    trial = optuna.trial.create_trial(values=[result[metric] for metric in metrics], params=config,
+                                      distributions=searcher._space)  # OptunaSearch keeps both private
+    searcher._ot_study.add_trial(trial)
+
+
 def make_searcher(spec: SweepSpec, prior: PriorTrials | None = None):
     search = spec.search
     if search.sampler == "grid":
@@ -113,7 +135,7 @@ def make_searcher(spec: SweepSpec, prior: PriorTrials | None = None):
     # No ConcurrencyLimiter here: TuneConfig(max_concurrent_trials=...) wraps the searcher in one
     # (and warns when it already is one).
     distinct = DistinctProposals(
-        optuna_search(search.sampler, search.sampler_seed, search.objective_directions, prior), prior=prior
+        optuna_search(search.sampler, search.sampler_seed, search.objective_directions), prior=prior
     )
     # Each sampled configuration runs once per seed; Optuna sees the mean over seeds.
     searcher = distinct if len(search.seeds) == 1 else Repeater(distinct, repeat=len(search.seeds), set_index=True)
@@ -134,7 +156,8 @@ class DistinctProposals(Searcher):
     or an exhausted space), the last one runs, so a sweep still runs `num_samples` trials.
 
     A configuration an earlier sweep finished (`prior`: --warm-start, --extend, a resume from the
-    journal) is told its recorded value like any repeat; one of `prior.first` (run again outside
+    journal) is told to the study (tell_evaluated) once Tune gives it the space, and its recorded
+    result like any repeat; one of `prior.first` (run again outside
     the sampler: FirstPoints) counts as a trial still running until `told` its result. In a finite space, when the tries run out on one, an
     unvisited configuration is enqueued in the Optuna study (enqueue_trial) and asked for, so it
     never runs. With a continuous domain its repeats do not count toward `max_tries` (up to one
@@ -150,9 +173,10 @@ class DistinctProposals(Searcher):
         self._trials: dict[str, tuple[str, str]] = {}  # Tune's trial id -> (inner searcher's id, key)
         self._outcome: dict[str, dict | None] = {}  # configuration key -> final result (None: running)
         self._waiting: dict[str, list[str]] = {}  # key of a running trial -> inner ids of its repeats
-        # Configurations an earlier sweep finished -> the value the sampler is told of them.
+        # Configurations an earlier sweep finished -> the result the sampler is told of them.
         points, values = (prior.points, prior.values) if prior else ([], [])
-        self._recorded = {_config_key(p): v for p, v in zip(points, values, strict=True)}
+        self._prior = list(zip(points, values, strict=True))
+        self._recorded = {_config_key(p): dict(v) for p, v in self._prior}
         self._finite_space = (prior.finite_space or []) if prior else []
         for point in (prior.first or []) if prior else []:
             key = _config_key(without_seed(point))
@@ -164,8 +188,10 @@ class DistinctProposals(Searcher):
         if not self.searcher.set_search_properties(metric, mode, config, **spec):
             return False
         self._metric, self._mode = self.searcher.metric, self.searcher.mode
-        for key, value in self._recorded.items():  # the metric is known from here on
-            self._outcome.setdefault(key, {self.metric: value})
+        for point, result in self._prior:  # the study exists from here on
+            tell_evaluated(self.searcher, point, result)
+        for key, result in self._recorded.items():
+            self._outcome.setdefault(key, result)
         return True
 
     def suggest(self, trial_id: str) -> dict | None:
@@ -227,18 +253,19 @@ class DistinctProposals(Searcher):
 
     def told(self, config: dict, results: list[dict | None]) -> None:
         """A configuration of `prior.first` ended outside the sampler, `results` one per seed
-        (None: failed): the sampler is told the mean over its seeds (as Tune's Repeater tells
-        it) as an evaluated trial (OptunaSearch.add_evaluated_point), and so are its repeats. One
-        of `prior.points` (some of its seeds finished before) was told its value already."""
+        (None: failed): the sampler is told the mean over its seeds of each metric it optimises
+        (as Tune's Repeater tells it) as an evaluated trial (tell_evaluated), and so are its
+        repeats. One of `prior.points` (some of its seeds finished before) was told already."""
         key = _config_key(config)
         if key in self._recorded:
             return
-        scores = [_searched_result(r)[self.metric] for r in results if r and self.metric in r]
-        if not scores:
+        metrics = self.metric if isinstance(self.metric, list) else [self.metric]  # objectives
+        ended = [_searched_result(r) for r in results if r and all(m in r for m in metrics)]
+        if not ended:
             self._ended(key, None, error=True)
             return
-        result = {self.metric: statistics.fmean(scores)}
-        self.searcher.add_evaluated_point(config, result[self.metric])
+        result = {metric: statistics.fmean(r[metric] for r in ended) for metric in metrics}
+        tell_evaluated(self.searcher, config, result)
         self._ended(key, result, error=False)
 
     def _scores(self, result: dict | None) -> dict | None:

@@ -8,9 +8,9 @@ a uniform/loguniform/randint range, one of search.configurations); otherwise the
 an error naming the run, the hyperparameter, its value and what the spec allows (exit 2). Skipping
 such trials instead would tell the sampler a smaller record than the user asked for, silently.
 
-What a sampler is told of a configuration is what Tune told it in the earlier sweep: the last
-reported `search.metric` of each of its trials (MLflow's latest value of the per-epoch metric),
-averaged over seeds as Tune's Repeater does.
+What a sampler is told of a configuration is what Tune told it in the earlier sweep
+(ray_search.told_result): the last reported `search.metric` of each of its trials (MLflow's
+latest value of the per-epoch metric), averaged over seeds as Tune's Repeater does.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from nli_models.errors import InputError
-from orchestrator.ray_search import PriorTrials
+from orchestrator.ray_search import PriorTrials, told_result
 from orchestrator.ray_trial import CONFIGURATION_KEY
 from orchestrator.spec import Domain, SweepSpec, logged_params
 from results import run_schema as rs
@@ -104,21 +104,25 @@ def config_key(point: dict[str, Any]) -> str:
     return json.dumps(point, sort_keys=True, default=str)
 
 
-def recorded_points(spec: SweepSpec, runs: list, where: str) -> tuple[list[dict], list[float]]:
+def recorded_points(spec: SweepSpec, runs: list, where: str) -> tuple[list[dict], list[dict[str, float]]]:
     """The configurations the finished `runs` trained (no seed), each with the mean over its
-    seeds of the last reported search.metric."""
-    return evaluated_points((tune_point(spec, run, where), run.data.metrics.get(spec.search.metric))
+    seeds of what Tune told the sampler of them (told_result)."""
+    return evaluated_points((tune_point(spec, run, where), told_result(spec, run.data.metrics))
                             for run in finished(runs))
 
 
-def evaluated_points(measured: Iterable[tuple[dict, float | None]]) -> tuple[list[dict], list[float]]:
-    """Each configuration of the (configuration, value) pairs once, with the mean of its values
-    (over its seeds, as Tune's Repeater tells the sampler); a pair without a value is left out."""
-    values: dict[str, tuple[dict, list[float]]] = {}
-    for point, value in measured:
-        if value is not None:
-            values.setdefault(config_key(point), (point, []))[1].append(value)
-    return [p for p, _ in values.values()], [statistics.fmean(v) for _, v in values.values()]
+def evaluated_points(
+    measured: Iterable[tuple[dict, dict[str, float] | None]],
+) -> tuple[list[dict], list[dict[str, float]]]:
+    """Each configuration of the (configuration, told result) pairs once, with the mean of each
+    metric of its results (over its seeds, as Tune's Repeater tells the sampler); a pair without
+    a result is left out."""
+    results: dict[str, tuple[dict, list[dict[str, float]]]] = {}
+    for point, result in measured:
+        if result is not None:
+            results.setdefault(config_key(point), (point, []))[1].append(result)
+    return ([p for p, _ in results.values()],
+            [{m: statistics.fmean(r[m] for r in told) for m in told[0]} for _, told in results.values()])
 
 
 def _domain_values(domain: Domain) -> list[Any] | None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import optuna
 import pytest
 from ray import tune
 from ray.tune.search import Repeater, Searcher
@@ -21,7 +22,10 @@ class Scripted(Searcher):
         super().__init__(metric=METRIC, mode="max")
         self.proposals = list(proposals)
         self.told: dict[str, tuple[dict | None, bool]] = {}
-        self.evaluated: list[tuple[dict, float]] = []  # trials it was told that it did not propose
+        # An Optuna study over lr, as OptunaSearch keeps one (ray_search.tell_evaluated adds the
+        # trials it was told that it did not propose).
+        self._space = {"lr": optuna.distributions.FloatDistribution(0, 10)}
+        self._ot_study = optuna.create_study(direction="maximize")
 
     def suggest(self, trial_id):
         return self.proposals.pop(0) if self.proposals else Searcher.FINISHED
@@ -29,8 +33,9 @@ class Scripted(Searcher):
     def on_trial_complete(self, trial_id, result=None, error=False):
         self.told[trial_id] = (result, error)
 
-    def add_evaluated_point(self, parameters, value, **_):
-        self.evaluated.append((parameters, value))
+    @property
+    def evaluated(self) -> list[tuple[dict, float]]:
+        return [(trial.params, trial.value) for trial in self._ot_study.trials]
 
 
 def _result(value: float) -> dict:
@@ -181,7 +186,7 @@ def test_inside_repeater_each_configuration_runs_once_per_seed(sampler):
 def _prior(points: list[tuple], finite: bool) -> PriorTrials:
     configs = [{"lr": lr, "dropout": dropout} for lr, dropout in points]
     space = [{"lr": lr, "dropout": d} for lr in (1, 2, 3) for d in (0.0, 0.1, 0.2)]
-    return PriorTrials(configs, [lr / 10 - d for lr, d in points], finite_space=space if finite else None)
+    return PriorTrials(configs, [{METRIC: lr / 10 - d} for lr, d in points], finite_space=space if finite else None)
 
 
 @pytest.mark.parametrize("sampler", SAMPLERS)
@@ -190,11 +195,11 @@ def test_a_warm_started_study_holds_the_prior_and_never_proposes_it(sampler):
     proposed, even with max_tries 1 (an unvisited point is enqueued in the study)."""
     done = [(lr, d) for lr in (1, 2) for d in (0.0, 0.1, 0.2)]
     prior = _prior(done, finite=True)
-    searcher = DistinctProposals(optuna_search(sampler, 0, prior=prior), max_tries=1, prior=prior)
+    searcher = DistinctProposals(optuna_search(sampler, 0), max_tries=1, prior=prior)
     assert searcher.set_search_properties(METRIC, "max", SPACE)
     study = searcher.searcher._ot_study
     assert [(t.params["lr"], t.params["dropout"]) for t in study.trials] == done
-    assert [t.value for t in study.trials] == prior.values
+    assert [{METRIC: t.value} for t in study.trials] == prior.values
     proposed = _run(searcher, 3)  # (with max_tries 1 a repeat of this run's own may run)
     assert {lr for lr, _ in proposed} == {3}
     assert any("fixed_params" in t.system_attrs for t in study.trials)  # enqueued (enqueue_trial)
@@ -208,7 +213,7 @@ def test_without_a_finite_space_a_prior_repeat_is_skipped_before_it_counts():
     assert earlier.set_search_properties(METRIC, "max", space)
     first = _run(earlier, 4)
     prior = _prior(first, finite=False)
-    searcher = DistinctProposals(optuna_search("random", 0, prior=prior), max_tries=1, prior=prior)
+    searcher = DistinctProposals(optuna_search("random", 0), max_tries=1, prior=prior)
     assert searcher.set_search_properties(METRIC, "max", space)
     second = _run(searcher, 2)
     assert len(set(second)) == 2 and not set(second) & set(first)
@@ -246,6 +251,36 @@ def test_a_diverged_trial_counts_as_dev_accuracy_0_in_a_multi_objective_search()
     assert told.values == [0.0, 1000.0]
 
 
+@pytest.mark.parametrize("sampler", ["random", "tpe", "nsga2"])  # those search.objectives allows
+def test_a_multi_objective_study_is_told_every_objective_of_a_prior_and_of_a_first_point(sampler):
+    """A resume from the journal of a search.objectives sweep: the study is told the finished
+    configuration with its value of each objective (ray_search.tell_evaluated) before it draws,
+    and the configuration run first with both of its values once it ended; it draws neither."""
+    objectives = [("dev_accuracy", "max"), ("theta_m", "min")]
+    first = [{"lr": 2, "dropout": 0.1, "seed": 1}]
+    prior = PriorTrials([{"lr": 1, "dropout": 0.0}], [{"best_dev_accuracy": 0.7, "theta_m": 1000.0}],
+                        finite_space=[{"lr": lr, "dropout": d} for lr in (1, 2, 3) for d in (0.0, 0.1, 0.2)],
+                        first=first)
+    distinct = DistinctProposals(optuna_search(sampler, 0, objectives), max_tries=50, prior=prior)
+    searcher = FirstPoints(distinct, first, told=distinct.told)
+    assert searcher.set_search_properties(None, None, SPACE)  # Tune passes no metric with objectives
+    study = distinct.searcher._ot_study
+    assert [(t.params, t.values) for t in study.trials] == [({"lr": 1, "dropout": 0.0}, [0.7, 1000.0])]
+    assert searcher.suggest("f") == first[0]
+    drawn = []
+    for i in range(7):  # the 7 other configurations
+        config = searcher.suggest(str(i))
+        drawn.append((config["lr"], config["dropout"]))
+        searcher.on_trial_complete(str(i), {"best_dev_accuracy": config["lr"] / 10, "theta_m": 10.0, "epoch": 2})
+    searcher.on_trial_complete("f", {"best_dev_accuracy": 0.6, "theta_m": 2000.0, "epoch": 2})
+    assert len(set(drawn)) == 7 and not set(drawn) & {(1, 0.0), (2, 0.1)}
+    told = {}
+    for trial in study.trials:
+        if trial.state == optuna.trial.TrialState.COMPLETE:
+            told.setdefault((trial.params["lr"], trial.params["dropout"]), set()).add(tuple(trial.values))
+    assert told[(1, 0.0)] == {(0.7, 1000.0)} and told[(2, 0.1)] == {(0.6, 2000.0)}
+
+
 @pytest.mark.parametrize("sampler", ["random", "tpe"])
 def test_first_points_run_before_the_sampler_which_is_told_them_and_never_runs_them_again(sampler):
     """A resume from the journal (PriorTrials.first), two seeds: (1, 0.0) finished seed 1 before
@@ -254,9 +289,9 @@ def test_first_points_run_before_the_sampler_which_is_told_them_and_never_runs_t
     sampler's draws, made while the first points still run, are the other configurations."""
     first = [{"lr": 1, "dropout": 0.0, "seed": 2}, {"lr": 2, "dropout": 0.1, "seed": 1},
              {"lr": 2, "dropout": 0.1, "seed": 2}]
-    prior = PriorTrials([{"lr": 1, "dropout": 0.0}], [0.3], finite_space=[
+    prior = PriorTrials([{"lr": 1, "dropout": 0.0}], [{METRIC: 0.3}], finite_space=[
         {"lr": lr, "dropout": d} for lr in (1, 2, 3) for d in (0.0, 0.1, 0.2)], first=first)
-    distinct = DistinctProposals(optuna_search(sampler, 0, prior=prior), max_tries=50, prior=prior)
+    distinct = DistinctProposals(optuna_search(sampler, 0), max_tries=50, prior=prior)
     searcher = FirstPoints(Repeater(distinct, repeat=2, set_index=True), first, told=distinct.told)
     assert searcher.set_search_properties(METRIC, "max", SPACE)
     assert [searcher.suggest(f"f{i}") for i in range(3)] == first

@@ -36,6 +36,32 @@ def test_a_two_seed_sampler_plan_keeps_the_finished_seed_runs_the_rest_first_and
     plan = plan_from_journal(spec, journal.path)
     assert [(o.trial_id, o.params) for o in plan.kept] == [("done", {"lr": 0.002, "seed": 1})]
     assert plan.remaining == [{"lr": 0.002, "seed": 2}, {"lr": 0.005, "seed": 1}, {"lr": 0.005, "seed": 2}]
-    assert (plan.prior.points, plan.prior.values) == ([{"lr": 0.002}], [0.75])
+    assert (plan.prior.points, plan.prior.values) == ([{"lr": 0.002}], [{rs.METRIC_DEV_ACCURACY: 0.75}])
     assert plan.prior.first == plan.remaining and plan.to_run == 5 and spec.num_trials() == 6
     assert sorted(trial for trials in plan.reuse.values() for trial in trials) == ["cut", "started"]
+
+
+def test_a_multi_objective_plan_tells_the_sampler_every_objective_of_a_finished_trial(tmp_path):
+    """search.objectives [dev_accuracy: max, trial_time_s: min]: the sampler is told the
+    finished configuration's final values from its FINISH record (what Tune told it: the best
+    dev accuracy, Tune's time_total_s, recorded as trial_time_s), under the Tune result keys the
+    study reads; the unfinished trial's configuration runs first."""
+    spec = load_spec(write_spec(tmp_path, {"name": "plan"}, replace_search={
+        "sampler": "tpe", "num_samples": 3, "space": {"lr": {"uniform": [0.001, 0.01]}}, "seeds": [1],
+        "objectives": [{"dev_accuracy": "max"}, {"trial_time_s": "min"}], "resources": {"cpu": 1}}))
+    base = logged_params(spec.base_config())
+    journal = Journal(tmp_path / "journal.jsonl", "0", "parent")
+    checkpoint = tmp_path / "checkpoint"
+    checkpoint.mkdir()
+    for trial_id, lr in (("done", 0.002), ("cut", 0.005)):
+        journal.append(Op.START, trial_id, {"params": {**base, "lr": lr, "seed": 1}, "tags": {}})
+        journal.append(Op.EPOCH, trial_id, {"step": 1, "values": {rs.METRIC_DEV_ACCURACY: 0.5}})
+    journal.append(Op.FINISH, "done", {"values": {rs.METRIC_BEST_DEV_ACCURACY: 0.75, rs.METRIC_THETA_M: 1000.0,
+                                                  rs.METRIC_TRIAL_TIME: 12.5}, "tags": {}, "status": "FINISHED"})
+    journal.append(Op.ARTIFACTS, "done", {"path": str(checkpoint), "dest": rs.ARTIFACT_CHECKPOINT_DIR})
+    journal.close()
+
+    plan = plan_from_journal(spec, journal.path)
+    assert plan.prior.points == [{"lr": 0.002}]
+    assert plan.prior.values == [{rs.METRIC_BEST_DEV_ACCURACY: 0.75, "time_total_s": 12.5}]
+    assert plan.remaining == [{"lr": 0.005, "seed": 1}] and plan.to_run == 2

@@ -333,10 +333,6 @@ def _ctrl_c_after_a_trial(folder: Path, spec: Path, name: str) -> None:
     assert _interrupt(driver, log, signal.SIGINT, group=True) == EXIT_INTERRUPTED
 
 
-def _run_states(folder: Path, name: str) -> list[tuple]:
-    return [(r.info.run_id, r.info.status, r.data.tags.get(rs.TAG_SWEEP_STATE)) for r in sum(runs_of(folder, name), [])]
-
-
 def test_torn_tune_state_resumes_a_grid_from_the_journal_each_trial_once(tmp_path):
     """A grid sweep's driver SIGKILLed once a trial has finished, its Tune files then torn: the
     resume goes on from the sweep's journal (one line says so, never `Aborted!`), trains only the
@@ -379,16 +375,20 @@ def test_torn_tune_state_resumes_a_grid_from_the_journal_each_trial_once(tmp_pat
     assert lrs == [0.001, 0.002, 0.003, 0.005]  # every planned point, none twice
 
 
-def test_torn_tune_state_resumes_a_sampler_from_the_journal_each_configuration_once(tmp_path):
-    """A random sampler's driver SIGKILLed once a trial has finished while another runs, its Tune
-    files then torn: --resume goes on from the sweep's journal: the finished trials are kept (no
-    epoch trained again) and told to the sampler, the cut trial's configuration runs again first
-    on its own run, the sampler draws the rest: the planned runs, each configuration once, test
-    once."""
+@pytest.mark.parametrize("sampler, objectives", [
+    ("random", None),
+    # a multi-objective study is told each finished configuration's value of every objective
+    ("tpe", [{"dev_accuracy": "max"}, {"theta_m": "min"}]),
+], ids=["one-metric", "multi-objective"])
+def test_torn_tune_state_resumes_a_sampler_from_the_journal_each_configuration_once(tmp_path, sampler, objectives):
+    """A sampler's driver SIGKILLed once a trial has finished while another runs, its Tune files
+    then torn: --resume goes on from the sweep's journal: the finished trials are kept (no epoch
+    trained again) and told to the sampler, the cut trial's configuration runs again first on its
+    own run, the sampler draws the rest: the planned runs, each configuration once, test once."""
     name, planned = "torn-sampler", 3
     spec = write_spec(tmp_path, {"name": name, "training": {"epochs": EPOCHS}}, replace_search={
-        "sampler": "random", "num_samples": planned, "space": {"lr": {"uniform": [0.001, 0.01]}}, "seeds": [1],
-        "max_concurrent_trials": 1, "resources": {"cpu": 1}})
+        "sampler": sampler, "num_samples": planned, "space": {"lr": {"uniform": [0.001, 0.01]}}, "seeds": [1],
+        "max_concurrent_trials": 1, "resources": {"cpu": 1}, **({"objectives": objectives} if objectives else {})})
     driver, log = _start(tmp_path, spec, EPOCH_DELAY)  # the next trial still runs when the first is seen ended
     try:
         finished, running = trials_finished(tmp_path, name, log, 1), trial_running(tmp_path, name, log)
@@ -407,41 +407,15 @@ def test_torn_tune_state_resumes_a_sampler_from_the_journal_each_configuration_o
     finished_before = _epoch_steps(tmp_path, [c for c in runs_of(tmp_path, name)[1] if c.data.tags[rs.TAG_TRIAL_ID] in done])
 
     says = (f"{len(done)} finished trials kept, {planned - len(done)} of {planned} planned trials to run; the "
-            f"random sampler is told the {len(done)} finished configurations, runs the unfinished ones' "
+            f"{sampler} sampler is told the {len(done)} finished configurations, runs the unfinished ones' "
             f"{len(cut)} trials first")
-    _, children = _assert_resume_completes(tmp_path, spec, name, planned=planned, from_journal=True, says=says)
+    parent, children = _assert_resume_completes(tmp_path, spec, name, planned=planned, from_journal=True, says=says)
     by_trial = {c.data.tags[rs.TAG_TRIAL_ID]: c for c in children}
     assert {t: s for t, s in _epoch_steps(tmp_path, children).items() if t in done} == finished_before
     assert {t: float(by_trial[t].data.params["lr"]) for t in cut} == cut  # on its own run, same configuration
     assert len({c.data.params["lr"] for c in children}) == planned  # no configuration trained twice
-
-
-def test_torn_tune_state_of_a_multi_objective_sweep_is_refused_naming_why(tmp_path):
-    """A multi-objective study cannot be told the finished trials: exit 2, one line naming the
-    torn file, search.objectives and --new, and nothing written (the sweep stays interrupted,
-    its trials as they were)."""
-    name = "torn-objectives"
-    spec = write_spec(tmp_path, {"name": name, "training": {"epochs": EPOCHS}}, replace_search={
-        "sampler": "random", "num_samples": 2, "space": {"lr": {"uniform": [0.001, 0.01]}}, "seeds": [1],
-        "objectives": [{"dev_accuracy": "max"}, {"theta_m": "min"}],
-        "max_concurrent_trials": 1, "resources": {"cpu": 1}})
-    driver, log = _start(tmp_path, spec, EPOCH_DELAY)
-    try:
-        wait_while_driving(trial_running(tmp_path, name, log), driver, log, "a trial's start")
-    except BaseException:
-        kill_session(driver)
-        raise
-    assert _interrupt(driver, log, signal.SIGINT, group=True) == EXIT_INTERRUPTED
-    _tear_tune_state(tmp_path, name)
-    before = _run_states(tmp_path, name)
-    refused = run_orchestrate(["sweep", str(spec), "--resume"], cwd=tmp_path)
-    assert refused.returncode == 2, refused.stderr
-    lines = refused.stderr.strip().splitlines()
-    assert "Aborted!" not in refused.stderr and "Traceback" not in refused.stderr
-    assert lines[-1].startswith("error: cannot --resume sweep run ") and "tuner.pkl is torn" in lines[-1]
-    assert "search.objectives ['dev_accuracy', 'theta_m']" in lines[-1] and "--new" in lines[-1]
-    after = _run_states(tmp_path, name)
-    assert after == before
+    if objectives:
+        assert json.loads(parent.data.tags[rs.TAG_OBJECTIVES]) == [["dev_accuracy", "max"], ["theta_m", "min"]]
 
 
 def test_deleted_tune_state_resumes_grid_points_times_seeds_from_the_journal(tmp_path):
