@@ -151,13 +151,14 @@ def finite_space(spec: SweepSpec, limit: int | None = FINITE_SPACE_LIMIT) -> lis
 
 
 def check_single_objective(spec: SweepSpec, option: str) -> None:
-    """InputError for a spec with search.objectives: an earlier trial is told to the sampler as
-    one value (Tune's add_evaluated_point), and a multi-objective study needs one per objective."""
+    """InputError for a spec with search.objectives: --warm-start and a sampler's --extend tell
+    earlier trials to a single-objective study only (a resume from the journal tells a
+    multi-objective one every objective, ray_search.told_result; these two are not tested so)."""
     if spec.search.objectives:
         raise InputError(
             f"{option}: search.objectives {[name for name, _ in spec.search.objective_directions]} make a multi-objective "
-            f"study, which {option} cannot tell earlier trials to (one value each, "
-            f"search.metric {spec.search.metric!r}); drop search.objectives or {option}"
+            f"study, which {option} does not tell earlier trials to (it tells a single-objective "
+            f"study, search.metric {spec.search.metric!r}); drop search.objectives or {option}"
         )
 
 
