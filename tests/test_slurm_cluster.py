@@ -24,8 +24,7 @@ from testkit.specs import write_quickstart
 
 from orchestrator.slurm_node import job_processes
 
-# One worker runs them all (make test: xdist --dist loadgroup): they share one SLURM cluster.
-pytestmark = [pytest.mark.ray, pytest.mark.slurm, pytest.mark.timeout(900), pytest.mark.xdist_group("slurm")]
+pytestmark = [pytest.mark.ray, pytest.mark.slurm, pytest.mark.timeout(900)]
 
 ACTIVE = ("PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "REQUEUED", "SUSPENDED")
 

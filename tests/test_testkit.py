@@ -3,6 +3,7 @@ conftest.py imports) loads no heavy library; the README says so."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -24,3 +25,15 @@ def test_importing_the_test_support_loads_no_heavy_library():
                                                           "PATH": "/usr/bin:/bin"})
     assert done.returncode == 0, done.stderr
     assert len(modules) >= 10 and done.stdout.strip() == "[]", done.stdout
+
+
+def test_make_test_keeps_a_files_tests_on_one_worker_and_every_slurm_cluster_test_in_one_file():
+    """The README: `make test` spreads the suite over workers by file and runs the `serial` tests
+    alone after; the SLURM cluster tests share one cluster only if one worker runs them all."""
+    makefile = (REPO / "Makefile").read_text()
+    parallel, alone = (line.strip() for line in makefile.splitlines() if "-m pytest" in line and "tests" in line)
+    assert "-n $(TEST_WORKERS) --dist loadfile" in parallel and '-m "not serial"' in parallel
+    assert alone.endswith("-m serial tests")
+    using = {path.name for path in (REPO / "tests").glob("test_*.py")
+             if re.search(r"def test_\w+\([^)]*\bslurm_cluster\b", path.read_text())}
+    assert using == {"test_slurm_cluster.py"}
