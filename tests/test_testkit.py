@@ -37,3 +37,12 @@ def test_make_test_keeps_a_files_tests_on_one_worker_and_every_slurm_cluster_tes
     using = {path.name for path in (REPO / "tests").glob("test_*.py")
              if re.search(r"def test_\w+\([^)]*\bslurm_cluster\b", path.read_text())}
     assert using == {"test_slurm_cluster.py"}
+
+
+def test_the_readme_names_as_many_serial_tests_as_there_are():
+    """README: "all but 5 tests on 2 pytest-xdist workers ... then the 5 tests marked `serial`"."""
+    done = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-m", "serial", "tests"],
+                          capture_output=True, text=True, timeout=300, cwd=REPO)
+    assert done.returncode == 0, done.stdout[-2000:]
+    collected = int(re.search(r"^(\d+)/\d+ tests collected", done.stdout, re.M).group(1))
+    assert f"then the {collected} tests marked `serial`" in (REPO / "README.md").read_text().replace("\n  ", " ")
