@@ -1,0 +1,43 @@
+"""The local Ray instance a sweep started stops at once and completely. Its processes start with
+SIGTERM blocked (so that a TERM to the whole process group reaches the driver alone), so Ray's
+own stop, SIGTERM then a second's wait per process then SIGKILL, spent 5 s at the end of every
+sweep and every Ctrl-C waiting for the SIGKILL."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+from testkit import REPO
+
+PROBE = """
+import json, os, time
+import ray
+from orchestrator.ray_adapter import init_ray, shutdown_ray
+from orchestrator.reaper import descendants, same_process
+init_ray()
+ray.get(ray.remote(lambda: 1).remote())  # a worker process too
+started = descendants(os.getpid())
+began = time.monotonic()
+shutdown_ray()
+seconds = time.monotonic() - began
+deadline = time.monotonic() + 10
+while any(same_process(p, s) for p, s in started.items()) and time.monotonic() < deadline:
+    time.sleep(0.1)
+print(json.dumps({"seconds": seconds, "started": len(started),
+                  "alive": [p for p, s in started.items() if same_process(p, s)]}))
+"""
+
+
+@pytest.mark.ray
+def test_the_local_instance_stops_within_a_second_leaving_no_process():
+    env = {"PYTHONPATH": str(REPO), "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0",
+           "PATH": "/usr/bin:/bin"}
+    done = subprocess.run([sys.executable, "-c", PROBE], env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    measured = json.loads(done.stdout.strip().splitlines()[-1])
+    assert measured["started"] >= 5  # gcs_server, raylet, monitor, log monitor, dashboard, worker
+    assert measured["alive"] == []
+    assert measured["seconds"] < 1.0, measured  # 5 s before: 1 s for each of 5 processes
