@@ -3,11 +3,14 @@ conftest.py imports) loads no heavy library; the README says so."""
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+import run_suite
 from testkit import REPO
 
 HEAVY = ("torch", "mlflow", "ray", "pandas", "hypothesis", "scipy")
@@ -27,16 +30,39 @@ def test_importing_the_test_support_loads_no_heavy_library():
     assert len(modules) >= 10 and done.stdout.strip() == "[]", done.stdout
 
 
-def test_make_test_keeps_a_files_tests_on_one_worker_and_every_slurm_cluster_test_in_one_file():
-    """The README: `make test` spreads the suite over workers by file and runs the `serial` tests
-    alone after; the SLURM cluster tests share one cluster only if one worker runs them all."""
-    makefile = (REPO / "Makefile").read_text()
-    parallel, alone = (line.strip() for line in makefile.splitlines() if "-m pytest" in line and "tests" in line)
-    assert "-n $(TEST_WORKERS) --dist loadfile" in parallel and '-m "not serial"' in parallel
-    assert alone.endswith("-m serial tests")
+def test_every_slurm_cluster_test_is_in_the_file_the_suite_runs_on_its_own():
+    """The SLURM cluster tests share one cluster (a session fixture) in the pytest process that
+    tests/run_suite.py starts for their file alone."""
     using = {path.name for path in (REPO / "tests").glob("test_*.py")
              if re.search(r"def test_\w+\([^)]*\bslurm_cluster\b", path.read_text())}
-    assert using == {"test_slurm_cluster.py"}
+    assert using == {Path(run_suite.SLURM_FILE).name}
+    assert "tests/run_suite.py" in (REPO / "Makefile").read_text()
+
+
+def _mini_suite(folder: Path, failing: str | None) -> subprocess.CompletedProcess:
+    """tests/run_suite.py on a suite of 4 tests, one per part (a SLURM file test, two others and
+    a serial one), each writing its name to order.log; the test named `failing` fails."""
+    tests = folder / "tests"
+    tests.mkdir()
+    (folder / "pyproject.toml").write_text('[tool.pytest.ini_options]\nmarkers = ["serial: alone"]\n')
+    body = "import os, time\nimport pytest\n\n{mark}def test_{name}():\n    time.sleep(0.5)\n" \
+           "    open(os.environ['ORDER'], 'a').write('{name}\\n')\n    assert {ok}\n"
+    for file, name, mark in (("test_slurm_cluster.py", "slurm", ""), ("test_a.py", "a", ""),
+                             ("test_b.py", "b", ""), ("test_timed.py", "timed", "@pytest.mark.serial\n")):
+        (tests / file).write_text(body.format(name=name, mark=mark, ok=name != failing))
+    return subprocess.run([sys.executable, str(REPO / "tests" / "run_suite.py")], cwd=folder, capture_output=True,
+                          text=True, timeout=300, env={**os.environ, "ORDER": str(folder / "order.log")})
+
+
+@pytest.mark.parametrize("failing", [None, "slurm", "a", "timed"])
+def test_the_suite_runner_runs_its_three_parts_and_fails_when_a_test_fails(tmp_path, failing):
+    done = _mini_suite(tmp_path, failing)
+    ran = (tmp_path / "order.log").read_text().split()
+    assert sorted(ran[:3]) == ["a", "b", "slurm"]  # the SLURM file beside the rest
+    assert (done.returncode == 0) == (failing is None), done.stdout[-3000:]
+    # the serial test alone, after the others, and only when they passed
+    assert ran[3:] == ([] if failing in ("slurm", "a") else ["timed"])
+    assert f"--- {run_suite.SLURM_FILE}, run beside the tests above ---" in done.stdout
 
 
 def test_the_readme_names_as_many_serial_tests_as_there_are():

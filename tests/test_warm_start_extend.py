@@ -11,18 +11,11 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-from sweep_helpers import (
-    client_for,
-    kill_session,
-    merge,
-    run_orchestrate,
-    runs_of,
-    start_orchestrate,
-    trial_running,
-    wait_while_driving,
-    write_spec,
-)
-from toy_configs import decomposable
+from testkit.cli import orchestrate, run_orchestrate, start_orchestrate
+from testkit.processes import kill_session, wait_while_driving
+from testkit.specs import merge, write_spec
+from testkit.store import client_for, runs_of, trial_running
+from testkit.toy import decomposable
 
 from results import run_schema as rs
 
@@ -53,8 +46,8 @@ def _sampler_spec(folder: Path, name: str, override: dict | None = None) -> Path
                       replace_search=merge(search, override.get("search", {})))
 
 
-def test_warm_start_tells_the_study_the_finished_trials_and_runs_none_of_them_again(workdir):
-    _ok(run_orchestrate(["sweep", str(_sampler_spec(workdir, "earlier"))], workdir))
+def test_warm_start_tells_the_study_the_finished_trials_and_runs_none_of_them_again(workdir, earlier_store):
+    (workdir / "mlruns.db").write_bytes(earlier_store.read_bytes())  # the sweep `earlier`, completed
     _, earlier = runs_of(workdir, "earlier")
     finished = set(_points(earlier))
     assert len(finished) == 3 and all(c.info.status == "FINISHED" for c in earlier)
@@ -101,7 +94,9 @@ def test_extend_runs_only_new_points_and_tests_only_a_new_selection(workdir):
     first_test = first.data.metrics[rs.METRIC_TEST_ACCURACY]
     first_epochs = _history(client, first.info.run_id, rs.METRIC_DEV_ACCURACY)
 
-    nothing = run_orchestrate(["sweep", str(spec), "--extend"], workdir)
+    # Refusals and read-only commands in this process (a new one costs seconds of imports);
+    # the sweeps themselves in their own.
+    nothing = orchestrate("sweep", spec, "--extend", cwd=workdir)
     assert nothing.returncode == 2 and "adds no trial" in nothing.stderr, nothing.stderr
 
     result = run_orchestrate(["sweep", str(spec), "--extend", "--set", "search.space.lr.grid=[0.0001,0.01]"],
@@ -137,16 +132,16 @@ def test_extend_runs_only_new_points_and_tests_only_a_new_selection(workdir):
     assert _history(client, parent.info.run_id, rs.METRIC_SWEEP_TEST_ACCURACY) == tests
     assert parent.data.tags[rs.TAG_TEST_EVALUATIONS] == "2"
     store = ["--tracking-uri", f"sqlite:///{workdir / 'mlruns.db'}"]
-    listing = run_orchestrate(["sweeps", "grown", *store], workdir)
+    listing = orchestrate("sweeps", "grown", *store, cwd=workdir)
     _ok(listing)
     assert "(evaluation 2)" in listing.stdout
     # The results table and the report say which evaluation the test number is.
     table = workdir / "grown.parquet"
-    _ok(run_orchestrate(["results", "grown", "--out", str(table), "--format", "md", *store], workdir))
+    _ok(orchestrate("results", "grown", "--out", table, "--format", "md", *store, cwd=workdir))
     (row,) = pq.read_table(table).to_pylist()
     assert (row["test_evaluation"], row["selected_run_id"]) == (2, added.info.run_id)
     assert "(evaluation 2)" in table.with_suffix(".md").read_text()
-    _ok(run_orchestrate(["report", "grown", "--out", str(workdir / "report"), *store], workdir))
+    _ok(orchestrate("report", "grown", "--out", workdir / "report", *store, cwd=workdir))
     assert any("(test evaluation 2)" in f.read_text() for f in (workdir / "report").rglob("*.md"))
 
 
@@ -188,7 +183,7 @@ def test_bad_warm_start_or_extension_is_refused_before_anything_is_written(
     store.write_bytes(earlier_store.read_bytes())
     spec = _sampler_spec(folder, override.get("name", "warm"), override)
     before = _store_runs(folder)
-    result = run_orchestrate(["sweep", str(spec), *args], folder)
+    result = orchestrate("sweep", spec, *args, cwd=folder)  # refused before Ray: in this process
     assert result.returncode == 2, result.stdout + result.stderr
     assert message in result.stderr, result.stderr
     assert _store_runs(folder) == before
