@@ -443,3 +443,40 @@ def test_device_names_are_validated_in_the_config():
             {"name": "x", "model": DECOMPOSABLE, "data": TOY, "training": {"device": "gpu"}},
             "run.yaml",
         )
+
+
+EVALUATE_ONLY = """
+import sys
+from testkit.toy import TOY, decomposable, toy_run_config
+from nli_models.data import prepare_data
+from nli_models.training import make_trainer
+trainer = make_trainer(toy_run_config(decomposable(), TOY, epochs=1), prepare_data(TOY, cache_dir=sys.argv[2]))
+trainer.load_checkpoint(sys.argv[1])
+accuracy = trainer.evaluate_best("test").accuracy
+print("torch._dynamo" in sys.modules, accuracy)
+"""
+
+
+def test_evaluating_saved_weights_builds_no_optimizer(toy, tmp_path):
+    """A process that only evaluates a checkpoint (a sweep's test evaluation) never imports
+    torch._dynamo, which building an optimizer or switching deterministic algorithms does (about
+    1 s of CPU); the optimizer is built, with the checkpoint's state, when training needs it."""
+    import subprocess
+    import sys
+
+    from testkit import REPO
+
+    trainer = make_trainer(run_config(decomposable(), epochs=1), toy)
+    trainer.fit()
+    trainer.save_checkpoint(tmp_path / "checkpoint")
+    expected = trainer.evaluate_best("test").accuracy
+    done = subprocess.run([sys.executable, "-c", EVALUATE_ONLY, str(tmp_path / "checkpoint"), str(tmp_path / "cache")],
+                          capture_output=True, text=True, timeout=300,
+                          env={"PYTHONPATH": f"{REPO}:{REPO / 'tests'}", "PATH": "/usr/bin:/bin"})
+    assert done.returncode == 0, done.stderr[-2000:]
+    imported, accuracy = done.stdout.split()
+    assert imported == "False" and float(accuracy) == expected
+
+    resumed = make_trainer(run_config(decomposable(), epochs=1), toy)
+    resumed.load_checkpoint(tmp_path / "checkpoint")
+    assert resumed.optimizer.state_dict()["state"].keys() == trainer.optimizer.state_dict()["state"].keys() != set()

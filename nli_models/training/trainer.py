@@ -116,7 +116,10 @@ def use_deterministic_algorithms(enabled: bool) -> None:
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
         torch.backends.cudnn.benchmark = False
     torch.backends.cudnn.deterministic = enabled
-    torch.use_deterministic_algorithms(enabled)
+    # torch.use_deterministic_algorithms imports torch._inductor (about 1 s of CPU; a process that
+    # evaluates saved weights needs nothing else of it): called only to change the flag.
+    if enabled != torch.are_deterministic_algorithms_enabled():
+        torch.use_deterministic_algorithms(enabled)
 
 
 def seed_everything(seed: int) -> None:
@@ -149,12 +152,14 @@ def build_for_data(config: RunConfig, data: PreparedData) -> nn.Module:
     return model
 
 
-def make_optimizer(model: nn.Module, config: TrainingConfig) -> torch.optim.Optimizer:
-    """The configured optimizer over the model's trainable parameters, in two groups."""
+def make_optimizer(model: nn.Module, config: TrainingConfig,
+                   params: list[nn.Parameter] | None = None) -> torch.optim.Optimizer:
+    """The configured optimizer over the model's trainable parameters (or `params`, those
+    trainable when it was asked for), in two groups."""
     # ℓ2 applies to non-embedding parameters only (the papers regularise the network, not the
     # word vectors); both optimizers add it to the gradient, i.e. classic ℓ2 regularisation.
     embedding_ids = {id(p) for p in model.word_embeddings.parameters()}
-    params = [p for p in model.parameters() if p.requires_grad]
+    params = [p for p in model.parameters() if p.requires_grad] if params is None else params
     groups = [
         {"params": [p for p in params if id(p) not in embedding_ids], "weight_decay": config.l2},
         {"params": [p for p in params if id(p) in embedding_ids], "weight_decay": 0.0},
@@ -181,7 +186,11 @@ class Trainer:
             # saturated. With this, values below 1.2e-38 become 0 (threads started later inherit it).
             torch.set_flush_denormal(True)
         self.model = model.to(self.device)
-        self.optimizer = make_optimizer(self.model, config)
+        self._optimizer: torch.optim.Optimizer | None = None
+        # The optimizer holds the parameters trainable now, however late it is built (layerwise
+        # training freezes blocks before the first step).
+        self._trainable = [p for p in self.model.parameters() if p.requires_grad]
+        self._optimizer_state: dict | None = None  # a checkpoint's, until the optimizer is built
         self.state = TrainState()
         self.best_model_state: dict[str, torch.Tensor] | None = None
         # bf16 on every device (CPU autocast too); the models keep their recurrent layers in
@@ -342,6 +351,22 @@ class Trainer:
         finally:
             self.model.load_state_dict(saved)
 
+    @property
+    def optimizer(self) -> torch.optim.Optimizer:
+        """Built on first use, with the state a loaded checkpoint brought: evaluating saved weights
+        (a sweep's test evaluation) needs no optimizer, and building one imports torch._dynamo,
+        about 1 s of CPU."""
+        if self._optimizer is None:
+            self._optimizer = make_optimizer(self.model, self.config, self._trainable)
+            if self._optimizer_state is not None:
+                self._optimizer.load_state_dict(self._optimizer_state)
+                self._optimizer_state = None
+        return self._optimizer
+
+    @optimizer.setter
+    def optimizer(self, optimizer: torch.optim.Optimizer) -> None:
+        self._optimizer, self._optimizer_state = optimizer, None
+
     # -- checkpoints ----------------------------------------------------------------------
     def save_checkpoint(self, directory: str | Path) -> Path:
         directory = Path(directory)
@@ -375,7 +400,7 @@ class Trainer:
         on the CPU, where training keeps them."""
         payload = read_checkpoint(Path(directory) / CHECKPOINT_FILE, "cpu")
         self.model.load_state_dict(payload["model"])
-        self.optimizer.load_state_dict(payload["optimizer"])
+        self._optimizer, self._optimizer_state = None, payload["optimizer"]
         state = payload["state"]
         state["history"] = [EpochResult(**row) for row in state["history"]]
         self.state = TrainState(**state)
