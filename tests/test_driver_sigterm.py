@@ -3,11 +3,8 @@ puts its own handler on SIGTERM (sys.exit(15)), which once ended a SLURM job's s
 15 instead of 3 (interrupted, resumable) when the time-limit TERM came while the sweep opened."""
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
-from testkit import REPO
+from testkit.processes import run_probe
 
 # The sweep's handler stands in as one that exits 3; the TERM comes right after init_ray.
 PROBE = """
@@ -23,8 +20,5 @@ sys.exit(0)
 
 @pytest.mark.ray
 def test_a_term_after_ray_started_reaches_the_sweeps_own_handler():
-    env = {"PYTHONPATH": str(REPO), "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0",
-           "PATH": "/usr/bin:/bin"}
-    done = subprocess.run([sys.executable, "-c", PROBE], env=env, capture_output=True, text=True,
-                          timeout=300)
+    done = run_probe(PROBE)
     assert done.returncode == 3, (done.returncode, done.stderr[-2000:])

@@ -5,11 +5,9 @@ sweep and every Ctrl-C waiting for the SIGKILL."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pytest
-from testkit import REPO
+from testkit.processes import run_probe
 
 PROBE = """
 import json, os, time
@@ -32,10 +30,7 @@ print(json.dumps({"seconds": seconds, "started": len(started),
 
 @pytest.mark.ray
 def test_the_local_instance_stops_within_a_second_leaving_no_process():
-    env = {"PYTHONPATH": str(REPO), "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0",
-           "PATH": "/usr/bin:/bin"}
-    done = subprocess.run([sys.executable, "-c", PROBE], env=env, capture_output=True, text=True,
-                          timeout=300)
+    done = run_probe(PROBE)
     assert done.returncode == 0, done.stderr[-2000:]
     measured = json.loads(done.stdout.strip().splitlines()[-1])
     assert measured["started"] >= 5  # gcs_server, raylet, monitor, log monitor, dashboard, worker

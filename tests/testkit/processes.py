@@ -5,13 +5,14 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
 import time
 import urllib.request
 from pathlib import Path
 
 import pytest
 
-from testkit import BIN
+from testkit import BIN, REPO
 
 
 def base_env() -> dict[str, str]:
@@ -26,6 +27,14 @@ def base_env() -> dict[str, str]:
         PYTHONUNBUFFERED="1",
     )
     return env
+
+
+def run_probe(code: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    """`python -c CODE` with this worktree's code and a bare environment (Ray's settings only):
+    a process of its own for a claim about process-wide state (signal handlers, child processes)."""
+    env = {"PYTHONPATH": str(REPO), "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0",
+           "PATH": "/usr/bin:/bin"}
+    return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=timeout)
 
 
 class Group:
