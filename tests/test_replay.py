@@ -11,8 +11,10 @@ from typing import get_args
 import pyarrow.parquet as pq
 import pytest
 from cluster_support import RayHead
-from sweep_helpers import client_for, run_orchestrate, runs_of, write_spec
-from toy_configs import toy_data
+from testkit.cli import orchestrate, run_orchestrate
+from testkit.specs import write_spec
+from testkit.store import client_for, runs_of
+from testkit.toy import toy_data
 
 from nli_models.config import validate_config
 from nli_models.strict import load_yaml
@@ -56,8 +58,10 @@ def store(tmp_path_factory, logs_dir):
 
 
 def _replay(store, out: str, *args: str):
-    return run_orchestrate(["replay", *args, "--out", str(store / out),
-                            "--tracking-uri", f"sqlite:///{store / 'mlruns.db'}"], cwd=store)
+    """`orchestrate replay` in this process (its claims are its files and exit code; a new
+    process costs seconds of imports)."""
+    return orchestrate("replay", *args, "--out", store / out, "--tracking-uri", f"sqlite:///{store / 'mlruns.db'}",
+                       cwd=store)
 
 
 def _recorded(store):
@@ -176,7 +180,9 @@ def test_a_cut_curve_and_the_budgets_end_replays_where_the_record_and_budget_say
                                        "grid (lr: loguniform); allowed: random, tpe, cmaes"),
 ])
 def test_bad_input_exits_2_with_one_line_and_writes_nothing(store, args, message):
-    result = _replay(store, "bad/replay.parquet", *args)
+    # The real process: the claim is what the terminal shows (one line), warnings included.
+    result = run_orchestrate(["replay", *args, "--out", str(store / "bad/replay.parquet"),
+                              "--tracking-uri", f"sqlite:///{store / 'mlruns.db'}"], cwd=store)
     assert result.returncode == 2, result.stdout + result.stderr
     assert result.stderr.startswith(message), result.stderr
     assert len(result.stderr.strip().splitlines()) == 1 and result.stdout == ""

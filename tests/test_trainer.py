@@ -13,6 +13,7 @@ import math
 import numpy as np
 import pytest
 import torch
+from testkit.processes import run_probe
 from testkit.toy import TOY, decomposable, toy_run_config
 
 from nli_models.config import ConfigError, RunConfig, validate_config
@@ -461,18 +462,11 @@ def test_evaluating_saved_weights_builds_no_optimizer(toy, tmp_path):
     """A process that only evaluates a checkpoint (a sweep's test evaluation) never imports
     torch._dynamo, which building an optimizer or switching deterministic algorithms does (about
     1 s of CPU); the optimizer is built, with the checkpoint's state, when training needs it."""
-    import subprocess
-    import sys
-
-    from testkit import REPO
-
     trainer = make_trainer(run_config(decomposable(), epochs=1), toy)
     trainer.fit()
     trainer.save_checkpoint(tmp_path / "checkpoint")
     expected = trainer.evaluate_best("test").accuracy
-    done = subprocess.run([sys.executable, "-c", EVALUATE_ONLY, str(tmp_path / "checkpoint"), str(tmp_path / "cache")],
-                          capture_output=True, text=True, timeout=300,
-                          env={"PYTHONPATH": f"{REPO}:{REPO / 'tests'}", "PATH": "/usr/bin:/bin"})
+    done = run_probe(EVALUATE_ONLY, str(tmp_path / "checkpoint"), str(tmp_path / "cache"))
     assert done.returncode == 0, done.stderr[-2000:]
     imported, accuracy = done.stdout.split()
     assert imported == "False" and float(accuracy) == expected
@@ -480,3 +474,31 @@ def test_evaluating_saved_weights_builds_no_optimizer(toy, tmp_path):
     resumed = make_trainer(run_config(decomposable(), epochs=1), toy)
     resumed.load_checkpoint(tmp_path / "checkpoint")
     assert resumed.optimizer.state_dict()["state"].keys() == trainer.optimizer.state_dict()["state"].keys() != set()
+
+
+FIRST_EPOCH = """
+import sys
+from testkit.toy import TOY, decomposable, toy_run_config
+from nli_models.data import prepare_data
+from nli_models.training import Trainer, make_trainer
+entered = []
+timed_epoch = Trainer.train_epoch
+def train_epoch(self, epoch):
+    entered.append("torch._dynamo" in sys.modules)
+    return timed_epoch(self, epoch)
+Trainer.train_epoch = train_epoch
+trainer = make_trainer(toy_run_config(decomposable(), TOY, epochs=1), prepare_data(TOY, cache_dir=sys.argv[1]))
+print("torch._dynamo" in sys.modules, entered)
+trainer.fit()
+print(entered)
+"""
+
+
+def test_fit_builds_the_optimizer_before_the_first_epochs_clock_starts(tmp_path):
+    """Building the optimizer imports torch._dynamo (about 1 s): in a new trial process that
+    happens before the first epoch starts, not inside its epoch_time_s (nor an estimate's pilot)."""
+    done = run_probe(FIRST_EPOCH, str(tmp_path / "cache"))
+    assert done.returncode == 0, done.stderr[-2000:]
+    made, fitted = done.stdout.splitlines()
+    assert made == "False []"  # the trainer made: nothing imported yet
+    assert fitted == "[True]"  # imported before the epoch began

@@ -269,6 +269,7 @@ class Trainer:
             torch.set_num_threads(self.config.num_threads)
         if self.state.epoch == 0:
             seed_everything(self.config.seed)
+        self._built_optimizer()  # not on the first epoch's clock (epoch_time_s)
         while True:
             self._fit_phase(callback)
             if not self._next_phase():
@@ -353,9 +354,12 @@ class Trainer:
 
     @property
     def optimizer(self) -> torch.optim.Optimizer:
-        """Built on first use, with the state a loaded checkpoint brought: evaluating saved weights
-        (a sweep's test evaluation) needs no optimizer, and building one imports torch._dynamo,
-        about 1 s of CPU."""
+        """Built on first use (fit builds it before the first epoch's clock starts), with the state
+        a loaded checkpoint brought: evaluating saved weights (a sweep's test evaluation) needs no
+        optimizer, and building one imports torch._dynamo, about 1 s of CPU."""
+        return self._built_optimizer()
+
+    def _built_optimizer(self) -> torch.optim.Optimizer:
         if self._optimizer is None:
             self._optimizer = make_optimizer(self.model, self.config, self._trainable)
             if self._optimizer_state is not None:

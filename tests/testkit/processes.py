@@ -29,12 +29,14 @@ def base_env() -> dict[str, str]:
     return env
 
 
-def run_probe(code: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    """`python -c CODE` with this worktree's code and a bare environment (Ray's settings only):
-    a process of its own for a claim about process-wide state (signal handlers, child processes)."""
-    env = {"PYTHONPATH": str(REPO), "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0",
-           "PATH": "/usr/bin:/bin"}
-    return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=timeout)
+def run_probe(code: str, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    """`python -c CODE ARGS` with this worktree's code and testkit, in a bare environment (Ray's
+    settings only): a process of its own for a claim about process-wide state (signal handlers,
+    child processes, what a new process has imported)."""
+    env = {"PYTHONPATH": f"{REPO}{os.pathsep}{REPO / 'tests'}", "RAY_AUTH_MODE": "disabled",
+           "RAY_USAGE_STATS_ENABLED": "0", "PATH": "/usr/bin:/bin"}
+    return subprocess.run([sys.executable, "-c", code, *args], env=env, capture_output=True, text=True,
+                          timeout=timeout)
 
 
 class Group:
