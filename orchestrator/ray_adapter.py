@@ -37,11 +37,12 @@ from results.trial_result import TrialResult
 # -- the driver -------------------------------------------------------------------------------
 @contextlib.contextmanager
 def _sigterm_blocked():
-    """SIGTERM blocked while the local Ray starts: its processes inherit the signal mask. SIGTERM
-    to the sweep's whole process group (what `timeout`, SLURM and Kubernetes send) then reaches
-    the driver alone, which stops the trials, records the state and shuts Ray down itself, as
-    on Ctrl-C (Ray blocks SIGINT in its processes the same way); before, Ray's processes died
-    first and the driver could record nothing. The driver's own mask is restored at once."""
+    """SIGTERM blocked while Ray starts or connects. A local Ray's processes inherit the signal
+    mask: SIGTERM to the sweep's whole process group (what `timeout`, SLURM and Kubernetes send)
+    then reaches the driver alone, which stops the trials, records the state and shuts Ray down
+    itself, as on Ctrl-C (Ray blocks SIGINT in its processes the same way); before, Ray's
+    processes died first and the driver could record nothing. The driver's own mask is restored
+    at the end, and a TERM that came meanwhile is delivered then."""
     previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
     try:
         yield
@@ -62,26 +63,29 @@ def init_ray(address: str | None = None, verbose: bool = False, wait_policy: str
     this call connected (False: the process was already connected, e.g. by a test session)."""
     if ray.is_initialized():
         return False
-    # ray.init puts its own SIGTERM handler on the driver, sys.exit(15): a TERM between here and
-    # the parent run's creation then ended the process with exit 15 (seen under SLURM, whose
-    # script passes the time-limit TERM on) instead of the sweep's own handling (exit 3).
+    # ray.init puts its own SIGTERM handler on the driver, sys.exit(15): a TERM while it connects
+    # or just after (seen under SLURM, whose script passes the time-limit TERM on as the sweep
+    # opens) ended the process with exit 15 instead of the sweep's own handling (exit 3). The
+    # sweep's handler goes back while SIGTERM is still blocked, so such a TERM reaches it.
     sigterm_handler = signal.getsignal(signal.SIGTERM)
     kwargs: dict[str, Any] = {"log_to_driver": verbose, "logging_level": "INFO" if verbose else "WARNING"}
     if wait_policy is not None:
         kwargs["runtime_env"] = {"env_vars": {WAIT_POLICY: wait_policy}}
-    if joins_a_cluster(address):
-        ray.init(address=address or os.environ["RAY_ADDRESS"], **kwargs)
-    else:
-        # address="local": always a private instance. A bare ray.init() joins the cluster named in
-        # Ray's current-cluster file, which a killed `ray start --head` leaves behind (a dead head
-        # then hangs every local sweep). Ray would count every CPU of the machine, not the ones
-        # this process may use (taskset, cpusets): trials would share them.
-        with _sigterm_blocked():
+    local = not joins_a_cluster(address)
+    with _sigterm_blocked():
+        if local:
+            # address="local": always a private instance. A bare ray.init() joins the cluster named
+            # in Ray's current-cluster file, which a killed `ray start --head` leaves behind (a
+            # dead head then hangs every local sweep). Ray would count every CPU of the machine,
+            # not the ones this process may use (taskset, cpusets): trials would share them.
             ray.init(address="local", num_cpus=usable_cpus(), include_dashboard=False, **kwargs)
+        else:
+            ray.init(address=address or os.environ["RAY_ADDRESS"], **kwargs)
+        if sigterm_handler is not None:
+            signal.signal(signal.SIGTERM, sigterm_handler)
+    if local:
         global _reaper
         _reaper = start_reaper()  # the local instance goes with this process, even on SIGKILL
-    if sigterm_handler is not None:
-        signal.signal(signal.SIGTERM, sigterm_handler)
     return True
 
 

@@ -18,7 +18,27 @@ sys.exit(0)
 """
 
 
+# The TERM comes inside init_ray, just after ray.init put its handler on (the window that ended a
+# SLURM job's driver with exit 15 while it joined the job's Ray head).
+DURING = """
+import os, signal, sys, time
+import ray
+signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(3))
+connect = ray.init
+def connect_then_term(*args, **kwargs):
+    connected = connect(*args, **kwargs)
+    os.kill(os.getpid(), signal.SIGTERM)
+    return connected
+ray.init = connect_then_term
+from orchestrator.ray_adapter import init_ray
+init_ray()
+time.sleep(30)
+sys.exit(0)
+"""
+
+
 @pytest.mark.ray
-def test_a_term_after_ray_started_reaches_the_sweeps_own_handler():
-    done = run_probe(PROBE)
+@pytest.mark.parametrize("probe", [PROBE, DURING], ids=["after-init_ray", "inside-init_ray"])
+def test_a_term_after_ray_started_reaches_the_sweeps_own_handler(probe):
+    done = run_probe(probe)
     assert done.returncode == 3, (done.returncode, done.stderr[-2000:])
