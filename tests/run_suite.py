@@ -42,7 +42,13 @@ def main() -> int:
             print(f"\n--- {SLURM_FILE}, run beside the tests above ---", flush=True)
             sys.stdout.write(slurm_output.read())
             sys.stdout.flush()
-    return failed or pytest("-m", "serial", "tests").wait()
+    if failed:
+        return failed
+    serial = pytest("-m", "serial", "tests")
+    try:
+        return serial.wait()
+    except KeyboardInterrupt:
+        return serial.wait() or 130
 
 
 if __name__ == "__main__":

@@ -39,19 +39,24 @@ def test_every_slurm_cluster_test_is_in_the_file_the_suite_runs_on_its_own():
     assert "tests/run_suite.py" in (REPO / "Makefile").read_text()
 
 
-def _mini_suite(folder: Path, failing: str | None) -> subprocess.CompletedProcess:
-    """tests/run_suite.py on a suite of 4 tests, one per part (a SLURM file test, two others and
-    a serial one), each writing its name to order.log; the test named `failing` fails."""
+def _write_mini_suite(folder: Path, failing: str | None = None, sleep_s: float = 0.5) -> list[str]:
+    """A suite of 4 tests, one per part of tests/run_suite.py (a SLURM file test, two others and
+    a serial one), each sleeping `sleep_s`, then writing its name to order.log; the test named
+    `failing` fails. Returns the command that runs it."""
     tests = folder / "tests"
     tests.mkdir()
     (folder / "pyproject.toml").write_text('[tool.pytest.ini_options]\nmarkers = ["serial: alone"]\n')
-    body = "import os, time\nimport pytest\n\n{mark}def test_{name}():\n    time.sleep(0.5)\n" \
+    body = "import os, time\nimport pytest\n\n{mark}def test_{name}():\n    time.sleep({sleep_s})\n" \
            "    open(os.environ['ORDER'], 'a').write('{name}\\n')\n    assert {ok}\n"
     for file, name, mark in (("test_slurm_cluster.py", "slurm", ""), ("test_a.py", "a", ""),
                              ("test_b.py", "b", ""), ("test_timed.py", "timed", "@pytest.mark.serial\n")):
-        (tests / file).write_text(body.format(name=name, mark=mark, ok=name != failing))
-    return subprocess.run([sys.executable, str(REPO / "tests" / "run_suite.py")], cwd=folder, capture_output=True,
-                          text=True, timeout=300, env={**os.environ, "ORDER": str(folder / "order.log")})
+        (tests / file).write_text(body.format(name=name, mark=mark, ok=name != failing, sleep_s=sleep_s))
+    return [sys.executable, str(REPO / "tests" / "run_suite.py")]
+
+
+def _mini_suite(folder: Path, failing: str | None) -> subprocess.CompletedProcess:
+    return subprocess.run(_write_mini_suite(folder, failing), cwd=folder, capture_output=True, text=True,
+                          timeout=300, env={**os.environ, "ORDER": str(folder / "order.log")})
 
 
 @pytest.mark.parametrize("failing", [None, "slurm", "a", "timed"])
@@ -63,6 +68,35 @@ def test_the_suite_runner_runs_its_three_parts_and_fails_when_a_test_fails(tmp_p
     # the serial test alone, after the others, and only when they passed
     assert ran[3:] == ([] if failing in ("slurm", "a") else ["timed"])
     assert f"--- {run_suite.SLURM_FILE}, run beside the tests above ---" in done.stdout
+
+
+def test_ctrl_c_stops_both_parts_of_the_suite_and_runs_no_serial_test(tmp_path):
+    """A Ctrl-C (SIGINT to the terminal's process group) reaches the runner and both pytest
+    processes: all end within seconds, the run fails, nothing of the serial part runs."""
+    import signal
+    import time
+
+    from testkit.processes import assert_processes_gone
+
+    from orchestrator.reaper import descendants
+
+    log = tmp_path / "run.log"
+    with log.open("w") as output:
+        runner = subprocess.Popen(_write_mini_suite(tmp_path, sleep_s=60), cwd=tmp_path, stdout=output,
+                                  stderr=subprocess.STDOUT, start_new_session=True,
+                                  env={**os.environ, "ORDER": str(tmp_path / "order.log")})
+    try:
+        time.sleep(8)  # both pytest processes are in their tests by now (collection takes ~2 s)
+        started = descendants(runner.pid)
+        assert len(started) >= 2, started
+        os.killpg(runner.pid, signal.SIGINT)
+        assert runner.wait(timeout=30) != 0, log.read_text()
+    finally:
+        if runner.poll() is None:
+            os.killpg(runner.pid, signal.SIGKILL)
+    assert_processes_gone(started)
+    assert not (tmp_path / "order.log").exists()  # no test finished, the serial one never started
+    assert f"--- {run_suite.SLURM_FILE}, run beside the tests above ---" in log.read_text()
 
 
 def test_the_readme_names_as_many_serial_tests_as_there_are():
