@@ -78,7 +78,11 @@ def init_ray(address: str | None = None, verbose: bool = False, wait_policy: str
             # in Ray's current-cluster file, which a killed `ray start --head` leaves behind (a
             # dead head then hangs every local sweep). Ray would count every CPU of the machine,
             # not the ones this process may use (taskset, cpusets): trials would share them.
-            ray.init(address="local", num_cpus=usable_cpus(), include_dashboard=False, **kwargs)
+            # Ray would also prestart one worker per CPU when the driver connects: in a sweep they
+            # stayed idle to the end (a trial's actor starts a worker with the sweep's runtime
+            # environment), each having cost about a CPU-second to start (tests/test_ray_stop.py).
+            ray.init(address="local", num_cpus=usable_cpus(), include_dashboard=False,
+                     _system_config={"prestart_worker_first_driver": False}, **kwargs)
         else:
             ray.init(address=address or os.environ["RAY_ADDRESS"], **kwargs)
         if sigterm_handler is not None:

@@ -1,4 +1,4 @@
-"""Statistics over seeds and paired predictions, on scipy.stats.
+"""Statistics over seeds and paired predictions, on scipy.special's distribution functions.
 
 * ``summarise``: mean, sample standard deviation (ddof=1) and the two-sided Student-t confidence
   interval mean ± t_{(1+c)/2, n-1} · std / sqrt(n) over seeds.
@@ -6,6 +6,10 @@
   examples: exact two-sided binomial test when b + c < 25 (the chi-square approximation is poor
   for few discordant pairs), else chi-square with continuity correction (|b - c| - 1)^2 / (b + c)
   on one degree of freedom.
+
+scipy.special, not scipy.stats: every sweep's driver loads this module for its end-of-sweep
+table, and scipy.stats takes about 1 CPU-s to import (it rewrites docstrings at import time).
+tests/test_results_units.py checks each function against scipy.stats.
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from scipy import stats
+from scipy import special
 
 EXACT_BELOW = 25  # discordant pairs under which McNemar uses the exact binomial test
 
@@ -23,7 +27,7 @@ def t_quantile(p: float, df: int) -> float:
     """The p-quantile of Student's t with ``df`` >= 1 degrees of freedom (p in (0, 1))."""
     if not 0 < p < 1 or df < 1:
         raise ValueError(f"need 0 < p < 1 and df >= 1, got p={p}, df={df}")
-    return float(stats.t.ppf(p, df))
+    return float(special.stdtrit(df, p))
 
 
 @dataclass(frozen=True)
@@ -64,10 +68,11 @@ def mcnemar(only_a_correct: int, only_b_correct: int) -> McNemarResult:
     if discordant == 0:
         return McNemarResult(b, c, "exact binomial", None, 1.0)
     if discordant < EXACT_BELOW:
-        # Under H0 each discordant pair goes either way with probability 1/2.
-        p_value = stats.binomtest(b, discordant, 0.5, alternative="two-sided").pvalue
+        # Under H0 each discordant pair goes either way with probability 1/2: Bin(b + c, 1/2) is
+        # symmetric, so the two-sided p-value is twice the smaller tail, capped at 1.
+        p_value = 2 * special.bdtr(min(b, c), discordant, 0.5)
         return McNemarResult(b, c, "exact binomial", None, float(min(1.0, p_value)))
     statistic = (abs(b - c) - 1) ** 2 / discordant
     return McNemarResult(
-        b, c, "chi-square, continuity corrected", statistic, float(stats.chi2.sf(statistic, 1))
+        b, c, "chi-square, continuity corrected", statistic, float(special.chdtrc(1, statistic))
     )

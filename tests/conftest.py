@@ -31,16 +31,19 @@ def shared_data() -> Path:
     return SHARED_DATA
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def ray_session():
-    """One real local Ray instance for the in-process sweep tests (starting one takes seconds)."""
+    """One real local Ray instance for a module's in-process sweep tests (starting one takes
+    seconds), started and stopped as a sweep does it (init_ray: a private instance even when
+    another Ray cluster runs on this machine). Per module, not per session: an idle instance
+    still uses about 5% of a core, and a worker's session lasts to the end of the suite."""
     import ray
 
-    # address="local": a private instance even when another Ray cluster runs on this machine.
-    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,
-             logging_level="WARNING")
+    from orchestrator.ray_adapter import init_ray, shutdown_ray
+
+    init_ray()
     yield ray
-    ray.shutdown()
+    shutdown_ray()
 
 
 @pytest.fixture(scope="module")

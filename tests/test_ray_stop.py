@@ -1,7 +1,12 @@
-"""The local Ray instance a sweep started stops at once and completely. Its processes start with
-SIGTERM blocked (so that a TERM to the whole process group reaches the driver alone), so Ray's
-own stop, SIGTERM then a second's wait per process then SIGKILL, spent 5 s at the end of every
-sweep and every Ctrl-C waiting for the SIGKILL."""
+"""The local Ray instance a sweep starts: no idle worker started ahead, and a stop at once and
+complete.
+
+Ray prestarts one worker per CPU when a driver connects; a sweep's trials never used them (each
+trial's actor starts a worker with the sweep's runtime environment), and each cost about a
+CPU-second to start, at every sweep. The instance's processes start with SIGTERM blocked (so that
+a TERM to the whole process group reaches the driver alone), so Ray's own stop, SIGTERM then a
+second's wait per process then SIGKILL, spent 5 s at the end of every sweep and every Ctrl-C
+waiting for the SIGKILL."""
 from __future__ import annotations
 
 import json
@@ -36,3 +41,31 @@ def test_the_local_instance_stops_within_a_second_leaving_no_process():
     assert measured["started"] >= 5  # gcs_server, raylet, monitor, log monitor, dashboard, worker
     assert measured["alive"] == []
     assert measured["seconds"] < 1.0, measured  # 5 s before: 1 s for each of 5 processes
+
+
+IDLE_PROBE = """
+import json, os, time
+from orchestrator.ray_adapter import init_ray, shutdown_ray
+from orchestrator.reaper import descendants
+init_ray()
+time.sleep(3)  # Ray starts prestarted workers as the driver registers
+commands = []
+for pid in descendants(os.getpid()):
+    try:
+        commands.append(open(f"/proc/{pid}/cmdline").read().replace(chr(0), " "))
+    except OSError:
+        pass
+shutdown_ray()
+print(json.dumps(commands))
+"""
+
+
+@pytest.mark.ray
+def test_the_local_instance_starts_no_worker_before_a_trial_asks_for_one():
+    done = run_probe(IDLE_PROBE)
+    assert done.returncode == 0, done.stderr[-2000:]
+    commands = json.loads(done.stdout.strip().splitlines()[-1])
+    assert any("raylet" in c for c in commands), commands  # the instance itself was seen
+    workers = [c for c in commands if c.startswith("ray::IDLE")  # started, or still starting:
+               or "default_worker.py" in " ".join(c.split(" ")[:3])]  # (the raylet names it later)
+    assert workers == []  # 2 before (one per CPU), idle to the end of every sweep

@@ -140,6 +140,26 @@ def test_mcnemar_chi_square_with_continuity_correction():
     assert result.p_value == pytest.approx(0.036888, abs=1e-6)  # chi2(df=1) survival at 4.3556
 
 
+def test_statistics_agree_with_scipy_stats():
+    """results.stats computes on scipy.special (a cheaper import): the same values as
+    scipy.stats' t.ppf, binomtest (two-sided, p = 1/2) and chi2.sf."""
+    from scipy import stats
+
+    for df in (1, 2, 3, 7, 29, 200):
+        for p in (0.005, 0.025, 0.3, 0.5, 0.9, 0.975):
+            assert t_quantile(p, df) == pytest.approx(float(stats.t.ppf(p, df)), rel=1e-9, abs=1e-12)
+    for b in range(25):
+        for c in range(25 - b):
+            result = mcnemar(b, c)
+            if b + c == 0:
+                continue
+            expected = stats.binomtest(b, b + c, 0.5, alternative="two-sided").pvalue
+            assert result.p_value == pytest.approx(min(1.0, expected), rel=1e-9)
+    for b, c in ((30, 15), (12, 13), (100, 40), (60, 0)):
+        result = mcnemar(b, c)
+        assert result.p_value == pytest.approx(float(stats.chi2.sf(result.statistic, 1)), rel=1e-9)
+
+
 # --- expected validation performance ---------------------------------------------------------
 
 
