@@ -22,5 +22,7 @@ SCALE_BENCHMARKS = ("scale_cluster", "scale_tracking", "scale_analysis")
 REPRODUCTION_BENCHMARKS = ("reproduce_sick",)
 # replay (name it): records a 36-trial toy grid with `orchestrate sweep` (minutes), then times
 # `orchestrate replay` of it (seconds).
-OPT_IN_BENCHMARKS = ("search_efficiency", "omp_policy", "replay", *SCALE_BENCHMARKS, *REPRODUCTION_BENCHMARKS)
+# sweep_cpu (name it): the CPU of one small sweep by process, 3 sweeps (a minute or two).
+OPT_IN_BENCHMARKS = ("search_efficiency", "omp_policy", "replay", "sweep_cpu", *SCALE_BENCHMARKS,
+                     *REPRODUCTION_BENCHMARKS)
 ALL_BENCHMARKS = DEFAULT_BENCHMARKS + OPT_IN_BENCHMARKS

@@ -40,14 +40,16 @@ _STARTING = "ray workers (starting or idle)"
 
 
 def _categorize(cmd: str) -> str:
-    """What a descendant process is, from its command line (workers rename themselves ray::...)."""
+    """What a descendant process is, from its command line (workers rename themselves ray::...).
+    The raylet's own command line names default_worker.py (the command it starts workers with):
+    it is told apart first."""
+    executable = os.path.basename(cmd.split(" ", 1)[0]) if cmd else ""
+    if executable in ("gcs_server", "raylet"):
+        return f"ray {executable}"
     if "ray::IDLE" in cmd or "default_worker.py" in cmd:
         return _STARTING
     if cmd.startswith("ray::"):
         return "trial workers"
-    executable = os.path.basename(cmd.split(" ", 1)[0]) if cmd else ""
-    if executable in ("gcs_server", "raylet"):
-        return f"ray {executable}"
     for key, name in (("dashboard/agent", "ray dashboard agent"), ("dashboard.py", "ray dashboard"),
                       ("log_monitor", "ray log_monitor"), ("runtime_env", "ray runtime_env agent")):
         if key in cmd:
@@ -75,17 +77,20 @@ def _proc_table() -> dict[int, tuple[int, float, str]]:
 
 
 class CpuSampler:
-    """Samples the CPU seconds (user + system) of this process and all its descendants (Ray's
-    GCS, raylet, dashboard, workers) from /proc every ``interval`` s in a background thread;
-    ``stop()`` returns CPU seconds per category over the sampled period. A process counts its
-    last sample minus its first (0 if born after the start), so a short-lived one loses at
-    most one interval. Without /proc (not Linux) it records nothing."""
+    """Samples the CPU seconds (user + system) of this process (or `root`, then called
+    `root_kind`) and all its descendants (Ray's GCS, raylet, dashboard, workers) from /proc
+    every ``interval`` s in a background thread; ``stop()`` returns CPU seconds per category over
+    the sampled period. A process counts its last sample minus its first (0 if born after the
+    start), so a short-lived one loses at most one interval. Without /proc (not Linux) it records
+    nothing."""
 
-    def __init__(self, interval: float = 0.5):
+    def __init__(self, interval: float = 0.5, root: int | None = None,
+                 root_kind: str = "driver (Tune loop, MLflow sender, this benchmark)"):
         import threading
 
         self.interval = interval
-        self.me = os.getpid()
+        self.me = os.getpid() if root is None else root
+        self.root_kind = root_kind
         self.first: dict[int, float] = {}
         self.last: dict[int, float] = {}
         self.kind: dict[int, str] = {}
@@ -115,7 +120,7 @@ class CpuSampler:
             _, cpu, cmd = table[pid]
             self.last[pid] = cpu
             if pid == self.me:
-                self.kind[pid] = "driver (Tune loop, MLflow sender, this benchmark)"
+                self.kind[pid] = self.root_kind
             elif self.kind.get(pid) in (None, "other children", _STARTING):
                 self.kind[pid] = _categorize(cmd)
 
