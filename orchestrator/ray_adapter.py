@@ -80,7 +80,8 @@ def init_ray(address: str | None = None, verbose: bool = False, wait_policy: str
             # not the ones this process may use (taskset, cpusets): trials would share them.
             # Ray would also prestart one worker per CPU when the driver connects: in a sweep they
             # stayed idle to the end (a trial's actor starts a worker with the sweep's runtime
-            # environment), each having cost about a CPU-second to start (tests/test_ray_stop.py).
+            # environment), and the two cost 1.0-1.2 CPU-s to start (benchmarks/README.md,
+            # section 15; tests/test_ray_stop.py checks that none starts).
             ray.init(address="local", num_cpus=usable_cpus(), include_dashboard=False,
                      _system_config={"prestart_worker_first_driver": False}, **kwargs)
         else:

@@ -8,7 +8,8 @@
   on one degree of freedom.
 
 scipy.special, not scipy.stats: every sweep's driver loads this module for its end-of-sweep
-table, and scipy.stats takes about 1 CPU-s to import (it rewrites docstrings at import time).
+table, and with scipy.stats (which rewrites docstrings at import time) it took about 0.6 CPU-s
+more to import (benchmarks/README.md, section 15).
 tests/test_results_units.py checks each function against scipy.stats.
 """
 
