@@ -42,12 +42,15 @@ _STARTING = "ray workers (starting or idle)"
 def _categorize(cmd: str) -> str:
     """What a descendant process is, from its command line (workers rename themselves ray::...).
     The raylet's own command line names default_worker.py (the command it starts workers with):
-    it is told apart first."""
+    it is told apart first. Ray's agents are ray::... too once they run."""
     executable = os.path.basename(cmd.split(" ", 1)[0]) if cmd else ""
     if executable in ("gcs_server", "raylet"):
         return f"ray {executable}"
     if "ray::IDLE" in cmd or "default_worker.py" in cmd:
         return _STARTING
+    for renamed, name in (("ray::DashboardAgent", "ray dashboard agent"), ("ray::RuntimeEnvAgent", "ray runtime_env agent")):
+        if cmd.startswith(renamed):  # Ray's agents rename themselves too
+            return name
     if cmd.startswith("ray::"):
         return "trial workers"
     for key, name in (("dashboard/agent", "ray dashboard agent"), ("dashboard.py", "ray dashboard"),

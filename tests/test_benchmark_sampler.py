@@ -1,6 +1,7 @@
 """What benchmarks.sweeps.CpuSampler counts each process of a sweep as, from its command line: the
 raylet's own command line names default_worker.py (the command it starts workers with), and was
-once counted as an idle worker."""
+once counted as an idle worker; Ray's agents rename themselves ray::..., and were once counted as
+trial workers when first seen renamed."""
 from __future__ import annotations
 
 from benchmarks.sweeps import _categorize
@@ -16,5 +17,7 @@ def test_each_process_of_a_local_ray_instance_gets_its_kind():
     starting = "/v/bin/python /v/ray/_private/workers/setup_worker.py /v/ray/_private/workers/default_worker.py"
     assert _categorize(starting) == _categorize("ray::IDLE ") == "ray workers (starting or idle)"
     assert _categorize("ray::ImplicitFunc.train ") == "trial workers"
+    assert _categorize("ray::DashboardAgent ") == "ray dashboard agent"
+    assert _categorize("ray::RuntimeEnvAgent ") == "ray runtime_env agent"
     assert _categorize("/v/bin/python /v/ray/dashboard/dashboard.py --host=127.0.0.1") == "ray dashboard"
     assert _categorize("/v/bin/python -m orchestrator.reaper 42") == "other children"
