@@ -23,10 +23,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from benchmarks.common import Context, md_table, median
-from benchmarks.sweeps import CpuSampler
+from benchmarks.sweeps import CpuSampler, write_spec
 
 NAME = "sweep_cpu"
 TITLE = "CPU of one small sweep, by process"
@@ -34,24 +32,19 @@ REPO = Path(__file__).resolve().parents[1]
 SAMPLE_S = 0.1
 
 
-def _spec(folder: Path) -> Path:
-    spec = {
-        "name": "cpu",
-        "model": {"name": "decomposable", "variant": "vanilla",
-                  "args": {"embedding_dim": 8, "projection_dim": 8, "hidden_size": 8, "dropout": 0.0}},
-        "data": {"corpus": "toy", "toy": {"size": 150, "seed": 0}},
-        "training": {"optimizer": "adam", "lr": 0.01, "batch_size": 16, "epochs": 1, "num_threads": 1},
-        "search": {"sampler": "grid", "space": {"lr": {"grid": [0.01]}}, "seeds": [1],
-                   "max_concurrent_trials": 1, "resources": {"cpu": 1},
-                   "tracking_uri": f"sqlite:///{folder / 'mlruns.db'}", "storage_path": str(folder / "ray_results")},
-    }
-    path = folder / "cpu.yaml"
-    path.write_text(yaml.safe_dump(spec, sort_keys=False))
-    return path
+SPEC: dict[str, Any] = {
+    "name": "cpu",
+    "model": {"name": "decomposable", "variant": "vanilla",
+              "args": {"embedding_dim": 8, "projection_dim": 8, "hidden_size": 8, "dropout": 0.0}},
+    "data": {"corpus": "toy", "toy": {"size": 150, "seed": 0}},
+    "training": {"optimizer": "adam", "lr": 0.01, "batch_size": 16, "epochs": 1, "num_threads": 1},
+    "search": {"sampler": "grid", "space": {"lr": {"grid": [0.01]}}, "seeds": [1],
+               "max_concurrent_trials": 1, "resources": {"cpu": 1}},
+}
 
 
 def _one_sweep(folder: Path, tree: Path) -> dict[str, Any]:
-    spec = _spec(folder)
+    spec = write_spec(SPEC, folder)  # its store and Ray results in `folder`
     env = {**os.environ, "PYTHONPATH": str(tree)}
     process = subprocess.Popen([sys.executable, "-m", "orchestrator.cli", "sweep", str(spec), "--new"],
                                cwd=tree, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
