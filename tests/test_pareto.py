@@ -1,6 +1,7 @@
-"""search.objectives through the real `orchestrate` process: a multi-objective TPE sweep (real Ray,
-real MLflow), its front (`results --pareto`, the report) checked against the store, and bad
-objective specs refused with exit 2 before anything is written."""
+"""search.objectives through the CLI: a multi-objective TPE sweep (real Ray, real MLflow; in this
+process, on the module's Ray instance: its claims are what it records), its front (`results
+--pareto`, the report) checked against the store, and a bad objective spec refused by the real
+`orchestrate` process with exit 2 before anything is written."""
 
 from __future__ import annotations
 
@@ -9,7 +10,9 @@ import pickle
 
 import pandas as pd
 import pytest
-from sweep_helpers import client_for, run_orchestrate, runs_of, write_spec
+from testkit.cli import orchestrate, run_orchestrate
+from testkit.specs import write_spec
+from testkit.store import client_for, runs_of
 
 from results import run_schema as rs
 from results.selection import SELECTION_RULE
@@ -27,16 +30,14 @@ SEARCH = {
 
 
 @pytest.fixture(scope="module")
-def swept(tmp_path_factory):
+def swept(ray_session, tmp_path_factory):
     folder = tmp_path_factory.mktemp("pareto")
     spec = write_spec(folder, {"name": "front", "training": {"epochs": 2}}, replace_search=dict(SEARCH))
-    sweep = run_orchestrate(["sweep", str(spec)], cwd=folder, timeout=900)
+    sweep = orchestrate("sweep", spec, cwd=folder)
     assert sweep.returncode == 0, sweep.stderr
-    results = run_orchestrate(
-        ["results", "front", "--tracking-uri", f"sqlite:///{folder / 'mlruns.db'}",
-         "--out", str(folder / "out" / "front.parquet"), "--pareto", str(folder / "out" / "pareto")],
-        cwd=folder,
-    )
+    results = orchestrate("results", "front", "--tracking-uri", f"sqlite:///{folder / 'mlruns.db'}",
+                          "--out", folder / "out" / "front.parquet", "--pareto", folder / "out" / "pareto",
+                          cwd=folder)
     assert results.returncode == 0, results.stderr
     return folder, sweep, results
 
@@ -114,10 +115,8 @@ def test_the_front_figure_is_written_and_logged_to_the_parent(swept):
 
 def test_the_report_draws_the_front(swept):
     folder, _, _ = swept
-    report = run_orchestrate(
-        ["report", "front", "--tracking-uri", f"sqlite:///{folder / 'mlruns.db'}", "--out", str(folder / "report")],
-        cwd=folder,
-    )
+    report = orchestrate("report", "front", "--tracking-uri", f"sqlite:///{folder / 'mlruns.db'}",
+                         "--out", folder / "report", cwd=folder)
     assert report.returncode == 0, report.stderr
     page = (folder / "report" / "front.md").read_text()
     assert "## Pareto front" in page and SELECTION_RULE in page

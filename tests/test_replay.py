@@ -1,5 +1,5 @@
-"""Issue 30 items 1 and 4: `orchestrate replay` through the real CLI, on a store that real
-`orchestrate sweep` processes recorded (module scope, one Ray instance joined with --address):
+"""Issue 30 items 1 and 4: `orchestrate replay` through the CLI, on a store that `orchestrate
+sweep` recorded (module scope, in this process on the module's Ray instance):
 a completed grid sweep whose lr=1e10 configurations diverge (so the record lacks them), and an
 experiment whose only sweep is interrupted (its time budget ran out before any trial ended)."""
 
@@ -10,7 +10,6 @@ from typing import get_args
 
 import pyarrow.parquet as pq
 import pytest
-from cluster_support import RayHead
 from testkit.cli import orchestrate, run_orchestrate
 from testkit.specs import write_spec
 from testkit.store import client_for, runs_of
@@ -31,29 +30,27 @@ GRID = {"lr": {"grid": [0.001, 0.01, 1e10]}, "dropout": {"grid": [0.0, 0.2]}}
 
 
 @pytest.fixture(scope="module")
-def store(tmp_path_factory, logs_dir):
+def store(ray_session, tmp_path_factory):
+    """The recorded sweeps, run in this process on the module's Ray instance (replay's claims are
+    about what it reads from their records, not about the sweeps' processes)."""
     folder = tmp_path_factory.mktemp("replay")
-    head = RayHead(num_cpus=2, logs=logs_dir)
-    try:
-        env = {"NLI_DATA_DIR": str(folder / "data-cache")}
-        spec = write_spec(folder, {"name": EXPERIMENT, "search": {"space": GRID}})
-        recorded = run_orchestrate(["sweep", str(spec), "--address", head.address], cwd=folder, env=env)
-        # The two lr=1e10 trials diverge (runs FAILED); the sweep completes and selects.
-        assert recorded.returncode == 0 and "2 diverged" in recorded.stdout, recorded.stdout + recorded.stderr
-        unfinished = write_spec(folder, {
-            "name": "unfinished", "data": toy_data(4000), "training": {"epochs": 40},
-            "search": {"time_budget_s": 2, "space": {"lr": {"grid": [0.001]}, "dropout": {"grid": [0.0]}}},
-        })
-        cut = run_orchestrate(["sweep", str(unfinished), "--address", head.address], cwd=folder, env=env)
-        assert cut.returncode == 3, cut.stdout + cut.stderr
-        sampled = write_spec(folder, {"name": "sampled", "training": {"epochs": 1}}, replace_search={
-            "sampler": "random", "num_samples": 2, "space": {"lr": {"loguniform": [0.001, 0.01]}},
-            "max_concurrent_trials": 2, "resources": {"cpu": 1},
-        })
-        done = run_orchestrate(["sweep", str(sampled), "--address", head.address], cwd=folder, env=env)
-        assert done.returncode == 0, done.stdout + done.stderr
-    finally:
-        head.stop()
+    env = {"NLI_DATA_DIR": str(folder / "data-cache")}
+    spec = write_spec(folder, {"name": EXPERIMENT, "search": {"space": GRID}})
+    recorded = orchestrate("sweep", spec, cwd=folder, env=env)
+    # The two lr=1e10 trials diverge (runs FAILED); the sweep completes and selects.
+    assert recorded.returncode == 0 and "2 diverged" in recorded.stdout, recorded.output
+    unfinished = write_spec(folder, {
+        "name": "unfinished", "data": toy_data(4000), "training": {"epochs": 40},
+        "search": {"time_budget_s": 2, "space": {"lr": {"grid": [0.001]}, "dropout": {"grid": [0.0]}}},
+    })
+    cut = orchestrate("sweep", unfinished, cwd=folder, env=env)
+    assert cut.returncode == 3, cut.output
+    sampled = write_spec(folder, {"name": "sampled", "training": {"epochs": 1}}, replace_search={
+        "sampler": "random", "num_samples": 2, "space": {"lr": {"loguniform": [0.001, 0.01]}},
+        "max_concurrent_trials": 2, "resources": {"cpu": 1},
+    })
+    done = orchestrate("sweep", sampled, cwd=folder, env=env)
+    assert done.returncode == 0, done.output
     return folder
 
 

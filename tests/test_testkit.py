@@ -41,16 +41,19 @@ def test_every_slurm_cluster_test_is_in_the_file_the_suite_runs_on_its_own():
 
 def _write_mini_suite(folder: Path, failing: str | None = None, sleep_s: float = 0.5) -> list[str]:
     """A suite of 4 tests, one per part of tests/run_suite.py (a SLURM file test, two others and
-    a serial one), each sleeping `sleep_s`, then writing its name to order.log; the test named
-    `failing` fails. Returns the command that runs it."""
+    a serial one), each writing its name to started/, sleeping `sleep_s`, then writing its name
+    to order.log; the test named `failing` fails. Returns the command that runs it."""
     tests = folder / "tests"
     tests.mkdir()
+    (folder / "started").mkdir()
     (folder / "pyproject.toml").write_text('[tool.pytest.ini_options]\nmarkers = ["serial: alone"]\n')
-    body = "import os, time\nimport pytest\n\n{mark}def test_{name}():\n    time.sleep({sleep_s})\n" \
+    body = "import os, time\nimport pytest\n\n{mark}def test_{name}():\n" \
+           "    open(os.path.join({started!r}, '{name}'), 'w').close()\n    time.sleep({sleep_s})\n" \
            "    open(os.environ['ORDER'], 'a').write('{name}\\n')\n    assert {ok}\n"
     for file, name, mark in (("test_slurm_cluster.py", "slurm", ""), ("test_a.py", "a", ""),
                              ("test_b.py", "b", ""), ("test_timed.py", "timed", "@pytest.mark.serial\n")):
-        (tests / file).write_text(body.format(name=name, mark=mark, ok=name != failing, sleep_s=sleep_s))
+        (tests / file).write_text(body.format(name=name, mark=mark, ok=name != failing, sleep_s=sleep_s,
+                                              started=str(folder / "started")))
     return [sys.executable, str(REPO / "tests" / "run_suite.py")]
 
 
@@ -72,7 +75,8 @@ def test_the_suite_runner_runs_its_three_parts_and_fails_when_a_test_fails(tmp_p
 
 def test_ctrl_c_stops_both_parts_of_the_suite_and_runs_no_serial_test(tmp_path):
     """A Ctrl-C (SIGINT to the terminal's process group) reaches the runner and both pytest
-    processes: all end within seconds, the run fails, nothing of the serial part runs."""
+    processes: all end (within a minute; seconds on a quiet machine), the run fails, nothing of the
+    serial part runs."""
     import signal
     import time
 
@@ -86,11 +90,20 @@ def test_ctrl_c_stops_both_parts_of_the_suite_and_runs_no_serial_test(tmp_path):
                                   stderr=subprocess.STDOUT, start_new_session=True,
                                   env={**os.environ, "ORDER": str(tmp_path / "order.log")})
     try:
-        time.sleep(8)  # both pytest processes are in their tests by now (collection takes ~2 s)
+        # Once the three tests of both parts are running: on a loaded machine xdist's workers
+        # may take longer than any fixed wait to start.
+        deadline = time.monotonic() + 120
+        while {p.name for p in (tmp_path / "started").iterdir()} != {"slurm", "a", "b"}:
+            assert time.monotonic() < deadline and runner.poll() is None, log.read_text()
+            time.sleep(0.2)
         started = descendants(runner.pid)
         assert len(started) >= 2, started
         os.killpg(runner.pid, signal.SIGINT)
-        assert runner.wait(timeout=30) != 0, log.read_text()
+        try:
+            code = runner.wait(timeout=60)  # seconds when quiet; xdist's shutdown is slower under load
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"still running 60 s after the Ctrl-C:\n{log.read_text()}")
+        assert code != 0, log.read_text()
     finally:
         if runner.poll() is None:
             os.killpg(runner.pid, signal.SIGKILL)

@@ -1,5 +1,7 @@
-"""`orchestrate sweep --warm-start EXPERIMENT` and `--extend`, through the real CLI, asserted on
-the MLflow store and on Tune's experiment folders."""
+"""`orchestrate sweep --warm-start EXPERIMENT` and `--extend`, through the CLI, asserted on the
+MLflow store and on Tune's experiment folders. The sweeps run in this process on the module's Ray
+instance (a new process costs seconds of imports and a Ray instance of its own), but for the one
+that a Ctrl-C interrupts: that claim is about the real process."""
 
 from __future__ import annotations
 
@@ -11,7 +13,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-from testkit.cli import orchestrate, run_orchestrate, start_orchestrate
+from testkit.cli import orchestrate, start_orchestrate
 from testkit.processes import kill_session, wait_while_driving
 from testkit.specs import merge, write_spec
 from testkit.store import client_for, runs_of, trial_running
@@ -46,7 +48,8 @@ def _sampler_spec(folder: Path, name: str, override: dict | None = None) -> Path
                       replace_search=merge(search, override.get("search", {})))
 
 
-def test_warm_start_tells_the_study_the_finished_trials_and_runs_none_of_them_again(workdir, earlier_store):
+def test_warm_start_tells_the_study_the_finished_trials_and_runs_none_of_them_again(ray_session, workdir,
+                                                                                   earlier_store):
     (workdir / "mlruns.db").write_bytes(earlier_store.read_bytes())  # the sweep `earlier`, completed
     _, earlier = runs_of(workdir, "earlier")
     finished = set(_points(earlier))
@@ -55,7 +58,7 @@ def test_warm_start_tells_the_study_the_finished_trials_and_runs_none_of_them_ag
     # The same sampler seed proposes the earlier sweep's points first: each is told its recorded
     # value and the sampler asked again.
     spec = _sampler_spec(workdir, "warm")
-    result = run_orchestrate(["sweep", str(spec), "--warm-start", "earlier"], workdir)
+    result = orchestrate("sweep", spec, "--warm-start", "earlier", cwd=workdir)
     _ok(result)
     (parent,), children = runs_of(workdir, "warm")
     assert len(children) == 3  # warm-start points do not count toward num_samples
@@ -81,26 +84,23 @@ def _history(client, run_id: str, metric: str) -> list[tuple[int, float]]:
     return sorted((m.step, m.value) for m in client.get_metric_history(run_id, metric))
 
 
-def test_extend_runs_only_new_points_and_tests_only_a_new_selection(workdir):
+def test_extend_runs_only_new_points_and_tests_only_a_new_selection(ray_session, workdir):
     # One configuration that learns little (lr 1e-4, 1 epoch), then an extension that adds one
     # that learns (lr 0.01): the selection changes and test data is evaluated again, as a second
     # evaluation; a further extension with a worse point changes nothing and tests nothing.
     base = {"name": "grown", "training": {"epochs": 2},
             "search": {"space": {"lr": {"grid": [0.0001]}, "dropout": {"grid": [0.0]}}}}
     spec = write_spec(workdir, base)
-    _ok(run_orchestrate(["sweep", str(spec)], workdir))
+    _ok(orchestrate("sweep", spec, cwd=workdir))
     client = client_for(workdir)
     (parent,), (first,) = runs_of(workdir, "grown")
     first_test = first.data.metrics[rs.METRIC_TEST_ACCURACY]
     first_epochs = _history(client, first.info.run_id, rs.METRIC_DEV_ACCURACY)
 
-    # Refusals and read-only commands in this process (a new one costs seconds of imports);
-    # the sweeps themselves in their own.
     nothing = orchestrate("sweep", spec, "--extend", cwd=workdir)
     assert nothing.returncode == 2 and "adds no trial" in nothing.stderr, nothing.stderr
 
-    result = run_orchestrate(["sweep", str(spec), "--extend", "--set", "search.space.lr.grid=[0.0001,0.01]"],
-                             workdir)
+    result = orchestrate("sweep", spec, "--extend", "--set", "search.space.lr.grid=[0.0001,0.01]", cwd=workdir)
     _ok(result)
     assert "(test evaluation 2)" in result.stdout
     (parent,), children = runs_of(workdir, "grown")
@@ -121,8 +121,8 @@ def test_extend_runs_only_new_points_and_tests_only_a_new_selection(workdir):
     assert tests == [(0, first_test), (1, added.data.metrics[rs.METRIC_TEST_ACCURACY])]
     assert (workdir / "ray_results" / f"grown-{parent.info.run_id[:8]}-extend1").is_dir()
 
-    again = run_orchestrate(["sweep", str(spec), "--extend", "--set", "search.space.lr.grid=[0.0001,0.01,0.00001]"],
-                            workdir)
+    again = orchestrate("sweep", spec, "--extend", "--set", "search.space.lr.grid=[0.0001,0.01,0.00001]",
+                        cwd=workdir)
     _ok(again)
     assert "the selection on dev did not change: test data was not evaluated again" in again.stderr
     (parent,), children = runs_of(workdir, "grown")
@@ -191,21 +191,21 @@ def test_bad_warm_start_or_extension_is_refused_before_anything_is_written(
 
 
 @pytest.fixture(scope="module")
-def earlier_store(tmp_path_factory) -> Path:
+def earlier_store(ray_session, tmp_path_factory) -> Path:
     """A store holding the completed 3-sample sweep `earlier` (the lr 0.01 points included)."""
     folder = tmp_path_factory.mktemp("earlier")
-    _ok(run_orchestrate(["sweep", str(_sampler_spec(folder, "earlier"))], folder))
+    _ok(orchestrate("sweep", _sampler_spec(folder, "earlier"), cwd=folder))
     _, children = runs_of(folder, "earlier")
     assert any(lr == 0.01 for lr, _ in _points(children)), _points(children)
     return folder / "mlruns.db"
 
 
-def test_an_interrupted_extension_continues_with_resume(workdir, monkeypatch):
+def test_an_interrupted_extension_continues_with_resume(ray_session, workdir, monkeypatch):
     """The extension is the sweep's lifecycle: Ctrl-C leaves it interrupted (exit 3), --resume
     finishes the same extension (its Tune run restored, its trial run reused)."""
     spec = write_spec(workdir, {"name": "paused", "training": {"epochs": 2},
                                 "search": {"space": {"lr": {"grid": [0.01]}, "dropout": {"grid": [0.0]}}}})
-    _ok(run_orchestrate(["sweep", str(spec)], workdir))
+    _ok(orchestrate("sweep", spec, cwd=workdir))
     (_,), (first,) = runs_of(workdir, "paused")
     first_epochs = _history(client_for(workdir), first.info.run_id, rs.METRIC_DEV_ACCURACY)
     more = ["--set", "search.space.dropout.grid=[0.0,0.2]"]
@@ -225,7 +225,7 @@ def test_an_interrupted_extension_continues_with_resume(workdir, monkeypatch):
     assert cut.info.status == "KILLED"
 
     monkeypatch.delenv("NLI_EPOCH_DELAY_S")
-    _ok(run_orchestrate(["sweep", str(spec), "--resume", *more], workdir))
+    _ok(orchestrate("sweep", spec, "--resume", *more, cwd=workdir))
     (parent,), children = runs_of(workdir, "paused")
     assert parent.data.tags[rs.TAG_SWEEP_STATE] == rs.SWEEP_COMPLETED
     assert parent.data.tags[rs.TAG_EXTENSIONS] == "1"  # the same extension, finished
