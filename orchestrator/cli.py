@@ -265,11 +265,7 @@ def sweep(spec_path: str, resume: bool, new: bool, warm_start: str | None, exten
     (SIGINT/SIGTERM, or a time budget that ran out before any trial ended; continue with
     --resume)."""
     from nli_models.errors import InputError
-    from orchestrator.lifecycle import SweepInterrupted
-    from orchestrator.progress import interrupted_line
-    from orchestrator.sweep import run_sweep
-    from orchestrator.sweep_records import SweepExists
-    from orchestrator.tracking import TrackingUnavailable
+    from orchestrator.spec import load_spec
 
     chosen = [name for name, given in (("--resume", resume), ("--new", new), ("--extend", extend),
                                        ("--warm-start", warm_start is not None)) if given]
@@ -277,11 +273,22 @@ def sweep(spec_path: str, resume: bool, new: bool, warm_start: str | None, exten
         _fail(f"{' and '.join(chosen)} exclude each other")
     if verbose:
         os.environ["MLFLOW_LOGGING_LEVEL"] = "INFO"  # before MLflow loads (environment.py: WARNING)
+    overrides = make_overrides(assignments, data_dir)
+    try:  # before MLflow, Ray Tune and pandas load: a bad spec is refused in half the time
+        spec = load_spec(spec_path, overrides, tracking_uri)
+    except (InputError, FileNotFoundError) as exc:
+        _fail(str(exc))
+
+    from orchestrator.lifecycle import SweepInterrupted
+    from orchestrator.progress import interrupted_line
+    from orchestrator.sweep import run_sweep
+    from orchestrator.sweep_records import SweepExists
+    from orchestrator.tracking import TrackingUnavailable
+
     try:
         summary = run_sweep(spec_path, resume=resume, new=new, verbose=verbose, address=address,
-                            overrides=make_overrides(assignments, data_dir),
-                            tracking_uri=tracking_uri, wait_for_resources_s=wait_s,
-                            warm_start=warm_start, extend=extend)
+                            overrides=overrides, tracking_uri=tracking_uri, wait_for_resources_s=wait_s,
+                            warm_start=warm_start, extend=extend, spec=spec)
     except (InputError, SweepExists, TrackingUnavailable, FileNotFoundError) as exc:
         _fail(str(exc))
     except SweepInterrupted as exc:  # before the parent run existed

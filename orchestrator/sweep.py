@@ -217,9 +217,12 @@ def run_sweep(
     wait_for_resources_s: float | None = None,
     warm_start: str | None = None,
     extend: bool = False,
+    spec: SweepSpec | None = None,
 ) -> SweepSummary:
     """Run a sweep through its lifecycle (orchestrator/lifecycle.py). Everything that can be
     checked is checked before the parent run exists; SIGINT/SIGTERM end it `interrupted`.
+    `spec`: what load_spec(spec_path, overrides, tracking_uri) returned, when the caller has read
+    it already (the CLI does, before this module's imports); None: read here.
     `wait_for_resources_s`: how long a cluster may take to add a node that holds a trial
     (ray_adapter.check_resources; None: its default). `warm_start`: an experiment whose finished
     trials seed the sampler of this new sweep (orchestrator/warm_start.py); `extend`: add the
@@ -228,7 +231,7 @@ def run_sweep(
         try:
             return _run_sweep(
                 Path(spec_path), resume, new, verbose, address, interruption, overrides, tracking_uri,
-                wait_for_resources_s, warm_start, extend,
+                wait_for_resources_s, warm_start, extend, spec,
             )
         except SweepInterrupted:
             if interruption.armed:
@@ -249,10 +252,10 @@ def trials_wait_policy(spec: SweepSpec, address: str | None) -> str | None:
 def _run_sweep(spec_path: Path, resume: bool, new: bool, verbose: int, address: str | None,
                interruption: Interruption, overrides: Overrides | None,
                tracking_uri: str | None, wait_for_resources_s: float | None,
-               warm_start: str | None, extend: bool) -> SweepSummary:
+               warm_start: str | None, extend: bool, spec: SweepSpec | None) -> SweepSummary:
     # Every check of the input runs before the first write: addresses and stores answer within
     # seconds, data and vectors are read, and the cluster can hold a trial.
-    spec = load_spec(spec_path, overrides, tracking_uri)
+    spec = spec or load_spec(spec_path, overrides, tracking_uri)
     data = check_input(spec, address)  # what `validate` checks too
     tracker = Tracker(spec.tracking_uri)  # creates a new store: only once the input is known good
     tracker.check_reachable()
