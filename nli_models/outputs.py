@@ -7,12 +7,13 @@ import os
 from pathlib import Path
 
 from nli_models.errors import InputError
+from nli_models.files import expand_user
 
 
 def check_output_path(path: str | Path, label: str, folder: bool = False) -> None:
     """InputError naming `label` (e.g. `--out`) unless `path` can be created or replaced as a
     file (or, with `folder`, used or created as a folder)."""
-    path = Path(path).expanduser().absolute()
+    path = expand_user(path, label).absolute()
     if path.exists():
         if folder and not path.is_dir():
             raise InputError(f"{label} {path}: is a file; a folder is needed here")

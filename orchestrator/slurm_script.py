@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from nli_models.errors import mask_secrets
+from nli_models.files import expand_user
 from orchestrator.cli_options import DEFAULT_SIGNAL_BEFORE_S
 from orchestrator.environment import DEFAULTS
 from orchestrator.ray_jobs import (
@@ -305,7 +306,7 @@ def build_batch_job(spec_path: str | Path, options: SlurmOptions, *, tracking_ur
             f"{Path(cwd or os.getcwd()).resolve()}; every node of the job must see that folder "
             "(a shared file system), and --resume / --requeue need it"
         )
-    log_dir = Path(options.log_dir).expanduser().resolve()
+    log_dir = expand_user(options.log_dir, "--log-dir").resolve()
     job_name = options.job_name or f"nli-{_job_slug(spec.name)}"
     flags = ["--resume"] if resume else ["--new"] if new else []
     script = render_script(

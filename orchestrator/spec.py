@@ -27,6 +27,7 @@ from nli_models.config import (
     source_name,
     validate_config,
 )
+from nli_models.files import expand_user
 from nli_models.models.arguments import ModelArgumentError
 from nli_models.registry import model_arguments
 from nli_models.strict import StrictModel, check_finite
@@ -302,7 +303,7 @@ def load_spec(
     if spec.data.data_dir is not None and not spec.data.data_dir.is_absolute():
         # Relative to where the sweep is started; trial configs saved with checkpoints are
         # read back from elsewhere.
-        spec.data.data_dir = spec.data.data_dir.expanduser().resolve()
+        spec.data.data_dir = expand_user(spec.data.data_dir, f"{source}: data.data_dir").resolve()
     _check_space(spec, source)
     return spec
 

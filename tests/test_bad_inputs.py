@@ -397,6 +397,13 @@ CASES: list[tuple[str, list[str], str]] = [
     (None, ["sweeps", "--tracking-uri", "postgresql://nli:s3cretpw@127.0.0.1:1/mlflow"],
      "postgresql://nli:***@127.0.0.1:1/mlflow is unreachable"),
     (None, ["attention", "0123456789abcdef", "--out", "afile/plots"], "afile is a file"),
+    # ~USER of a user this machine does not have (pathlib raises RuntimeError): the option named
+    (None, ["results", "existing", "--out", "~nosuchuser0/t.parquet"],
+     "--out ~nosuchuser0/t.parquet: no user 'nosuchuser0' on this machine"),
+    ("existing", ["validate", S, "--no-data", "--set", "data.data_dir=~nosuchuser0/d"],
+     "data.data_dir ~nosuchuser0/d: no user 'nosuchuser0' on this machine"),
+    ("existing", ["submit", S, "--slurm", "--dry-run", "--set", "search.tracking_uri=http://10.0.0.5:5000",
+                  "--log-dir", "~nosuchuser0/logs"], "--log-dir ~nosuchuser0/logs: no user 'nosuchuser0'"),
     (None, ["data", "download", "snli", "--data-dir", "afile/cache"], "--data-dir"),
     (None, ["data", "download", "imdb"], "'imdb' is not one of"),
     (None, ["ui", "--port", "99999"], "99999 is not in the range 1<=x<=65535"),
