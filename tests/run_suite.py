@@ -9,21 +9,43 @@
 3. The `serial` tests, which check a measured time, alone on the machine after both.
 
 Part 1's output is printed after part 2's. A Ctrl-C reaches both pytest processes (the same
-process group), and each stops as pytest does.
+process group), and each stops as pytest does, within GRACE_S; a part still running then is
+killed with all it started (twice, in the full suite on a loaded machine, pytest-xdist's part ran
+on for over a minute after the Ctrl-C that reached it).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import subprocess
 import sys
 import tempfile
+import time
+
+from orchestrator.reaper import descendants
 
 SLURM_FILE = "tests/test_slurm_cluster.py"
+GRACE_S = 20.0
 
 
 def pytest(*args: str, **popen) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "pytest", "-q", *args], **popen)
+
+
+def stop(parts: list[subprocess.Popen]) -> None:
+    """After a Ctrl-C: each part may stop as pytest does until GRACE_S have passed; then it and
+    every process it started are killed."""
+    deadline = time.monotonic() + GRACE_S
+    for part in parts:
+        try:
+            part.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            for pid in [*descendants(part.pid), part.pid]:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+            part.wait()
 
 
 def main() -> int:
@@ -34,8 +56,7 @@ def main() -> int:
         try:
             failed = int(any([rest.wait(), slurm.wait()]))  # both waited for
         except KeyboardInterrupt:  # both got the Ctrl-C: let them stop as pytest does
-            rest.wait()
-            slurm.wait()
+            stop([rest, slurm])
             failed = 130
         finally:
             slurm_output.seek(0)
@@ -48,7 +69,8 @@ def main() -> int:
     try:
         return serial.wait()
     except KeyboardInterrupt:
-        return serial.wait() or 130
+        stop([serial])
+        return serial.returncode or 130
 
 
 if __name__ == "__main__":

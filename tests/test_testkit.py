@@ -39,21 +39,24 @@ def test_every_slurm_cluster_test_is_in_the_file_the_suite_runs_on_its_own():
     assert "tests/run_suite.py" in (REPO / "Makefile").read_text()
 
 
-def _write_mini_suite(folder: Path, failing: str | None = None, sleep_s: float = 0.5) -> list[str]:
+def _write_mini_suite(folder: Path, failing: str | None = None, sleep_s: float = 0.5,
+                      deaf: str | None = None) -> list[str]:
     """A suite of 4 tests, one per part of tests/run_suite.py (a SLURM file test, two others and
     a serial one), each writing its name to started/, sleeping `sleep_s`, then writing its name
-    to order.log; the test named `failing` fails. Returns the command that runs it."""
+    to order.log; the test named `failing` fails, the one named `deaf` ignores Ctrl-C. Returns
+    the command that runs it."""
     tests = folder / "tests"
     tests.mkdir()
     (folder / "started").mkdir()
     (folder / "pyproject.toml").write_text('[tool.pytest.ini_options]\nmarkers = ["serial: alone"]\n')
-    body = "import os, time\nimport pytest\n\n{mark}def test_{name}():\n" \
+    body = "import os, signal, time\nimport pytest\n\n{mark}def test_{name}():\n" \
+           "    if {deaf}:\n        signal.signal(signal.SIGINT, signal.SIG_IGN)\n" \
            "    open(os.path.join({started!r}, '{name}'), 'w').close()\n    time.sleep({sleep_s})\n" \
            "    open(os.environ['ORDER'], 'a').write('{name}\\n')\n    assert {ok}\n"
     for file, name, mark in (("test_slurm_cluster.py", "slurm", ""), ("test_a.py", "a", ""),
                              ("test_b.py", "b", ""), ("test_timed.py", "timed", "@pytest.mark.serial\n")):
         (tests / file).write_text(body.format(name=name, mark=mark, ok=name != failing, sleep_s=sleep_s,
-                                              started=str(folder / "started")))
+                                              started=str(folder / "started"), deaf=name == deaf))
     return [sys.executable, str(REPO / "tests" / "run_suite.py")]
 
 
@@ -73,10 +76,11 @@ def test_the_suite_runner_runs_its_three_parts_and_fails_when_a_test_fails(tmp_p
     assert f"--- {run_suite.SLURM_FILE}, run beside the tests above ---" in done.stdout
 
 
-def test_ctrl_c_stops_both_parts_of_the_suite_and_runs_no_serial_test(tmp_path):
+@pytest.mark.parametrize("deaf", [None, "slurm"], ids=["both-stop", "a-part-ignores-it"])
+def test_ctrl_c_stops_both_parts_of_the_suite_and_runs_no_serial_test(tmp_path, deaf):
     """A Ctrl-C (SIGINT to the terminal's process group) reaches the runner and both pytest
     processes: all end (within a minute; seconds on a quiet machine), the run fails, nothing of the
-    serial part runs."""
+    serial part runs. A part that does not stop within run_suite.GRACE_S is killed."""
     import signal
     import time
 
@@ -86,7 +90,7 @@ def test_ctrl_c_stops_both_parts_of_the_suite_and_runs_no_serial_test(tmp_path):
 
     log = tmp_path / "run.log"
     with log.open("w") as output:
-        runner = subprocess.Popen(_write_mini_suite(tmp_path, sleep_s=60), cwd=tmp_path, stdout=output,
+        runner = subprocess.Popen(_write_mini_suite(tmp_path, sleep_s=60, deaf=deaf), cwd=tmp_path, stdout=output,
                                   stderr=subprocess.STDOUT, start_new_session=True,
                                   env={**os.environ, "ORDER": str(tmp_path / "order.log")})
     try:
