@@ -10,8 +10,8 @@
 
 Part 1's output is printed after part 2's. A Ctrl-C reaches both pytest processes (the same
 process group), and each stops as pytest does, within GRACE_S; a part still running then is
-killed with all it started (twice, in the full suite on a loaded machine, pytest-xdist's part ran
-on for over a minute after the Ctrl-C that reached it).
+killed with all it started (a process that ignores SIGINT, a test's or a library's, would
+otherwise hold the run until its tests end).
 """
 
 from __future__ import annotations

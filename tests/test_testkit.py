@@ -88,10 +88,16 @@ def test_ctrl_c_stops_both_parts_of_the_suite_and_runs_no_serial_test(tmp_path, 
 
     from orchestrator.reaper import descendants
 
+    def as_a_shell_starts_it() -> None:
+        # Ctrl-C as a terminal delivers it: this pytest process may have inherited SIGINT ignored
+        # or blocked (it did in full-suite runs), and a child would inherit that in turn.
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+
     log = tmp_path / "run.log"
     with log.open("w") as output:
         runner = subprocess.Popen(_write_mini_suite(tmp_path, sleep_s=60, deaf=deaf), cwd=tmp_path, stdout=output,
-                                  stderr=subprocess.STDOUT, start_new_session=True,
+                                  stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=as_a_shell_starts_it,
                                   env={**os.environ, "ORDER": str(tmp_path / "order.log")})
     try:
         # Once the three tests of both parts are running: on a loaded machine xdist's workers
