@@ -8,5 +8,3 @@ from testkit.processes import Group, base_env, http_ok, http_status, wait_for  #
 from testkit.ray_nodes import RayHead, RayWorker, node_ports, stop_ray_nodes  # noqa: F401
 from testkit.specs import write_quickstart as write_spec  # noqa: F401
 from testkit.tracking_server import TrackingServer  # noqa: F401
-
-from orchestrator.ports import free_port, free_ports  # noqa: F401

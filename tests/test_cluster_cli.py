@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 from testkit.cli import orchestrate
+from testkit.ports import free_port
 from testkit.specs import quickstart, write_spec
 
 from orchestrator import ray_jobs
-from orchestrator.ports import free_port
 from orchestrator.ray_jobs import JobInputError, build_submission, resolve_address
 from orchestrator.tracking_server import mask_uri, server_command
 

@@ -22,11 +22,10 @@ from pathlib import Path
 import pytest
 from testkit import BIN
 from testkit.cli import orchestrate
+from testkit.ports import free_port
 from testkit.processes import Group, base_env, wait_for
 from testkit.ray_nodes import RayHead, RayWorker, stop_ray_nodes
 from testkit.specs import write_quickstart
-
-from orchestrator.ports import free_port
 
 JOB_TIMEOUT_S = 240
 

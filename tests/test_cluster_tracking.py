@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 from testkit.cli import orchestrate
+from testkit.ports import free_port
 from testkit.specs import quickstart, write_spec
 
 from orchestrator.journal import Journal, journal_file
-from orchestrator.ports import free_port
 from orchestrator.recorder import SweepRecorder
 from orchestrator.tracking import (
     Tracker,

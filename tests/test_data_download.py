@@ -8,10 +8,10 @@ import zipfile
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+from testkit.ports import free_port
 
 from nli_models.data import DownloadError, download_corpus, read_snli
 from nli_models.errors import InputError
-from orchestrator.ports import free_port
 
 
 class CountingHandler(SimpleHTTPRequestHandler):

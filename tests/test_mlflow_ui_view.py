@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 from testkit.browser import Browser, dump_dom, screenshot
 from testkit.cli import ORCHESTRATE
+from testkit.ports import free_port
 from testkit.specs import write_spec
 
 from orchestrator.journal import Journal, journal_file
-from orchestrator.ports import free_port
 from orchestrator.recorder import SweepLog, SweepRecorder
 from orchestrator.run_view import runs_view_state, source_tags, trial_run_name, ui_hint
 from orchestrator.spec import load_spec

@@ -23,6 +23,7 @@ import torch
 import yaml
 from mlflow import MlflowClient
 from testkit.cli import ORCHESTRATE, run_orchestrate, start_orchestrate
+from testkit.ports import free_port
 from testkit.processes import kill_session, wait_while_driving
 from testkit.ray_nodes import RayHead
 from testkit.specs import write_spec
@@ -30,7 +31,6 @@ from testkit.store import runs_of, trial_running
 from testkit.toy import tiny_config
 
 from nli_models.training import CHECKPOINT_FILE, TRIAL_CONFIG_FILE
-from orchestrator.ports import free_port
 from results import run_schema as rs
 
 TINY = tiny_config()

@@ -16,11 +16,11 @@ import urllib.request
 
 import pytest
 from testkit.cli import ORCHESTRATE, run_orchestrate
+from testkit.ports import free_port
 from testkit.processes import http_status
 from testkit.specs import write_spec
 
 from nli_models.training import TRIAL_CONFIG_FILE
-from orchestrator.ports import free_port
 from results import run_schema as rs
 
 pytest.importorskip("flask_wtf", reason="MLflow's basic-auth app needs Flask-WTF")

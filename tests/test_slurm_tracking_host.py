@@ -16,9 +16,9 @@ import time
 import pytest
 from test_slurm import spec_file
 from testkit.cli import ORCHESTRATE, run_orchestrate
+from testkit.ports import free_port
 from testkit.processes import http_status
 
-from orchestrator.ports import free_port
 from orchestrator.tracking_server import allowed_hosts, host_names
 
 SEARCH = "/api/2.0/mlflow/experiments/search?max_results=1"

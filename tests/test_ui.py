@@ -11,8 +11,7 @@ import urllib.request
 from pathlib import Path
 
 from mlflow import MlflowClient
-
-from orchestrator.ports import free_port
+from testkit.ports import free_port
 
 
 def test_ui_serves_the_store(tmp_path):

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from testkit.ports import free_port
+
 INSTALL_HINT = "apt-get install -y chromium chromium-driver (.ci/run installs it)"
 
 
@@ -54,8 +56,6 @@ class Browser:
     ELEMENT = "element-6066-11e4-a52e-4f735466cecf"  # the W3C WebDriver element reference key
 
     def __init__(self, log_path: Path):
-        from orchestrator.ports import free_port
-
         driver = shutil.which("chromedriver")
         if driver is None:
             pytest.skip(f"no chromedriver on this machine: {INSTALL_HINT}")

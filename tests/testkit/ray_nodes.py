@@ -9,8 +9,8 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from orchestrator.ports import free_ports
 from testkit import BIN
+from testkit.ports import free_ports
 from testkit.processes import Group, base_env, http_ok, wait_for
 
 
@@ -22,13 +22,12 @@ def stop_ray_nodes(groups: list[Group]) -> None:
         group.stop(grace_s=0)
 
 
-def node_ports(avoid: frozenset[int] = frozenset()) -> list[str]:
-    """Distinct free ports for a Ray node's own servers, none in `avoid` (ports given to the
-    node's other servers): two nodes (or Ray instances) on one machine must not both take Ray's
-    fixed defaults."""
+def node_ports() -> list[str]:
+    """Distinct free ports for a Ray node's own servers (testkit.ports: none given out before):
+    two nodes (or Ray instances) on one machine must not both take Ray's fixed defaults."""
     flags = ("--node-manager-port", "--object-manager-port", "--dashboard-agent-listen-port",
              "--dashboard-agent-grpc-port", "--runtime-env-agent-port", "--metrics-export-port")
-    ports = free_ports(len(flags), host="127.0.0.1", avoid=avoid)
+    ports = free_ports(len(flags))
     return [item for flag, port in zip(flags, ports, strict=True) for item in (flag, str(port))]
 
 
@@ -41,7 +40,7 @@ class RayHead:
     ray.cluster_utils.AutoscalingCluster uses, which would `ray stop --force` every Ray here)."""
 
     def __init__(self, num_cpus: int, logs: Path, autoscaled_node_types: dict | None = None):
-        gcs, dashboard, client = free_ports(3, host="127.0.0.1")
+        gcs, dashboard, client = free_ports(3)
         self.address = f"127.0.0.1:{gcs}"
         self.dashboard = f"http://127.0.0.1:{dashboard}"
         self.temp_dir = tempfile.mkdtemp(prefix="nlirh", dir="/tmp")  # short: Ray's socket paths
@@ -56,7 +55,7 @@ class RayHead:
              "--port", str(gcs), "--dashboard-host", "127.0.0.1", "--dashboard-port", str(dashboard),
              "--ray-client-server-port", str(client), "--num-cpus", str(num_cpus),
              "--num-gpus", "0", "--temp-dir", self.temp_dir, "--disable-usage-stats", *autoscaling,
-             *node_ports(avoid=frozenset({gcs, dashboard, client}))],
+             *node_ports()],
             logs / "ray-head.log", env=env,
         )
         try:

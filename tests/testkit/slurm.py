@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.ports import free_ports
+from testkit.ports import free_ports
 from testkit.processes import Group, wait_for
 
 SBIN = ("/usr/sbin", "/sbin")

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.ports import free_port
 from testkit import BIN
+from testkit.ports import free_port
 from testkit.processes import Group, http_ok, wait_for
 
 
