@@ -8,6 +8,7 @@ Ray, pandas load inside the functions that need them), so collecting the suite s
 - batches: the one model-input batch builder.
 - store: a sweep's runs as MLflow holds them, and conditions on them to wait for.
 - processes: process groups, waits, kills.
+- ports: the ports the suite's own servers take, a band per test process.
 - ray_nodes, postgres, tracking_server, slurm, browser: the real components some tests drive.
 """
 
