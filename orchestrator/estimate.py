@@ -301,7 +301,7 @@ def _stopped_by_sigterm(signum, frame) -> None:
 def run_pilot(spec: SweepSpec, path: Path, slots: int) -> Pilot:
     """`orchestrate sweep` on the pilot spec at `path`, here (RAY_ADDRESS unset: this machine's
     local Ray, as the estimate is for), then its trials' times read back from its store."""
-    from mlflow import MlflowClient
+    from results.mlflow_client import mlflow_client
 
     env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "MLFLOW_TRACKING_URI")}
     started = time.time()
@@ -321,7 +321,7 @@ def run_pilot(spec: SweepSpec, path: Path, slots: int) -> Pilot:
         tail = "\n".join((errors or output).strip().splitlines()[-5:])
         raise PilotFailed(f"the estimate's pilot sweep failed (exit {child.returncode}):\n{tail}")
     uri = yaml.safe_load(path.read_text())["search"]["tracking_uri"]
-    client = MlflowClient(tracking_uri=uri)
+    client = mlflow_client(uri)
     experiment = client.get_experiment_by_name(spec.name)
     runs = client.search_runs([experiment.experiment_id], f"tags.`{rs.TAG_ROLE}` = '{rs.ROLE_TRIAL}'")
     runs.sort(key=lambda run: run.info.start_time)

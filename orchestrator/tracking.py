@@ -22,15 +22,13 @@ import os
 import urllib.parse
 from pathlib import Path
 
-from mlflow import MlflowClient
-
 from results import run_schema as rs
+from results.mlflow_client import mlflow_client
 from results.sweep_records import sweep_runs, trial_runs
 from results.sweeps import observed_state
 from results.tracking_uri import (
     PROBE_TIMEOUT_S,
     check_tracking_uri,
-    client_uri,
     probe_database,
     probe_http,
     unreachable_message,
@@ -144,7 +142,7 @@ class Tracker:
         self._raise_unavailable(probe_database(tracking_uri))
         try:
             with _store_creation_lock(tracking_uri):
-                self.client = MlflowClient(tracking_uri=client_uri(tracking_uri))
+                self.client = mlflow_client(tracking_uri)
         except Exception as exc:  # MLflow and SQLAlchemy raise many types for a bad store
             self._raise_unavailable(str(exc))
 
@@ -195,5 +193,5 @@ def sweep_views(tracking_uri: str) -> dict[str, str]:
         if not Path(tracking_uri.removeprefix("sqlite:///").split("?")[0]).exists():
             return {}
     key = rs.EXPERIMENT_TAG_SHARED_VIEW_PREFIX + rs.RUNS_VIEW_KEY
-    experiments = MlflowClient(client_uri(tracking_uri)).search_experiments(filter_string=f"tags.`{key}` != ''")
+    experiments = mlflow_client(tracking_uri).search_experiments(filter_string=f"tags.`{key}` != ''")
     return {e.name: e.experiment_id for e in sorted(experiments, key=lambda e: e.name)}

@@ -21,6 +21,7 @@ from mlflow.exceptions import MlflowException
 
 from nli_models.errors import mask_secrets
 from results.errors import ResultsError, ResultsWarning
+from results.mlflow_client import mlflow_client
 from results.run_schema import (
     ARTIFACT_TEST_PREDICTIONS,
     CLASS_ACCURACY_PREFIX,
@@ -39,7 +40,7 @@ from results.run_schema import (
     evaluation_of,
 )
 from results.selection import TrialRecord
-from results.tracking_uri import check_tracking_uri, client_uri, unreachable_store
+from results.tracking_uri import check_tracking_uri, unreachable_store
 from results.trial_result import TrialResult
 
 TRIAL_FILTER = f"tags.`{TAG_ROLE}` = '{ROLE_TRIAL}'"
@@ -73,7 +74,7 @@ def open_client(tracking_uri: str) -> MlflowClient:
             f"MLflow tracking store {mask_secrets(tracking_uri)} is unreachable: "
             f"{mask_secrets(unreachable)}"
         )
-    return MlflowClient(tracking_uri=client_uri(tracking_uri))
+    return mlflow_client(tracking_uri)
 
 
 def _local_store_path(tracking_uri: str) -> Path | None:
