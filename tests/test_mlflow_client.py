@@ -4,8 +4,10 @@ process instead of before every request, and still adds the Databricks headers w
 from __future__ import annotations
 
 import json
+import re
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 import pytest
 from mlflow.tracking.request_header import registry
@@ -28,6 +30,20 @@ class _Counted:
             return answer
 
         self.method = method
+
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_every_client_of_orchestrator_and_results_is_opened_by_mlflow_client():
+    """ARCHITECTURE.md: no other module builds an MlflowClient or uses MLflow's fluent API."""
+    opened = re.compile(r"MlflowClient\(|\bmlflow\.(set_tracking_uri|start_run|log_\w+|search_runs|get_run)\(")
+    elsewhere = [f"{path.relative_to(REPO)}:{number}"
+                 for package in ("orchestrator", "results") for path in sorted((REPO / package).rglob("*.py"))
+                 if path.name != "mlflow_client.py"
+                 for number, line in enumerate(path.read_text().splitlines(), 1) if opened.search(line)]
+    assert elsewhere == []
+    assert opened.search((REPO / "results" / "mlflow_client.py").read_text())  # the pattern finds one
 
 
 def _providers() -> list:
