@@ -80,6 +80,7 @@ EPOCHS = 3
 EPOCH_S = 1.0  # mean stand-in epoch; Ray's own 10,000-trial release test uses 1 s trials
 CHECKPOINT_BYTES = 64 * 1024
 RATIO_TARGET = 1.10
+CPU_GAP_TARGET_MS = 20.0  # issue 26: our driver's CPU per trial at most this above plain Tune's
 
 
 # -- the stand-in trial (runs in Ray workers: keep its imports light) ---------------------------
@@ -447,9 +448,53 @@ def run(ctx: Context) -> dict[str, Any]:
     sizes = tuple(int(s) for s in os.environ.get("NLI_SCALE_SIZES", "").split(",") if s) or (
         (20, 60) if ctx.quick else (100, 300, 1000))
     measured = measure(ctx, sizes)
-    runs, slots = measured["runs"], measured["slots"]
+    runs = measured["runs"]
     fit = fits(runs)
-    largest = runs[str(max(sizes))]
+    return {"sizes": list(sizes), "nodes": NODES, "gpus_per_node": GPUS_PER_NODE, "epochs": EPOCHS,
+            "epoch_s": EPOCH_S, "cluster_start_s": measured["cluster_start_s"], "runs": runs, "fits": fit,
+            "targets": targets(sizes, runs, fit), "summary_md": summary_md(sizes, runs, fit, measured["slots"])}
+
+
+def targets(sizes: tuple[int, ...], runs: dict[str, Any], fit: dict[str, Any]) -> list[dict[str, Any]]:
+    """The benchmark's goals. The 10,000-trial ratio and the memory slope need a fit, hence two
+    sizes or more; issue 26's goal at the largest size (ratio and driver CPU gap) is one run's
+    figure, of which the issue takes the median of 3 runs."""
+    largest_n = max(sizes)
+    largest = runs[str(largest_n)]
+    fitted = len(set(sizes)) >= 2
+    measured_10k = 10_000 in sizes
+    x10k = fit["extrapolated_10000"]
+    if measured_10k:
+        ratio_10k, how = largest["ratio_ours_to_plain"], "measured"
+    elif fitted:
+        ratio_10k = x10k["ratio"]
+        how = (f"extrapolated from linear fits over N={', '.join(map(str, sizes))}; "
+               f"measured {largest['ratio_ours_to_plain']:.3f}x at N={largest_n}")
+    else:
+        ratio_10k, how = None, f"not extrapolated: one size measured (N={largest_n}); a fit needs two or more"
+    gap_ms = (largest["ours"]["driver_cpu_s"] - largest["plain"]["driver_cpu_s"]) / largest_n * 1000
+    memory = fit["ours_peak_rss_mb"]
+    return [
+        target("our wall / plain Tune's wall", f"<= {RATIO_TARGET:.2f}x at 10,000 trials",
+               (f"{ratio_10k:.3f}x " if ratio_10k is not None else "") + how,
+               None if ratio_10k is None else ratio_10k <= RATIO_TARGET),
+        target(f"this run at N={largest_n}: our wall / plain Tune's, driver CPU gap",
+               f"<= {RATIO_TARGET:.2f}x and <= {CPU_GAP_TARGET_MS:g} ms/trial (issue 26: median of 3 runs at N=1000)",
+               f"{largest['ratio_ours_to_plain']:.3f}x, {gap_ms:+.1f} ms/trial",
+               largest["ratio_ours_to_plain"] <= RATIO_TARGET and gap_ms <= CPU_GAP_TARGET_MS),
+        target("driver memory", "linear in N, per-trial cost stated",
+               f"peak RSS {memory['intercept']:.0f} MB + {memory['slope'] * 1024:.1f} KB x N (R² {memory['r2']:.3f}); "
+               f"plain Tune {fit['plain_peak_rss_mb']['slope'] * 1024:.1f} KB x N" if fitted
+               else "no per-trial cost: one size measured", None),
+        target("no trial event lost", "dev_accuracy rows in MLflow == results reported, none doubled",
+               "; ".join(f"N={n}: {runs[str(n)]['tracking_check']['rows_in_mlflow']}/"
+                         f"{runs[str(n)]['tracking_check']['events_reported']}" for n in sizes),
+               all(runs[str(n)]["tracking_check"]["lost"] == 0 and runs[str(n)]["tracking_check"]["doubled"] == 0
+                   for n in sizes)),
+    ]
+
+
+def summary_md(sizes: tuple[int, ...], runs: dict[str, Any], fit: dict[str, Any], slots: int) -> str:
     rows = []
     for n in sizes:
         r = runs[str(n)]
@@ -463,33 +508,8 @@ def run(ctx: Context) -> dict[str, Any]:
                      f"{r['tracking_check']['rows_in_mlflow']}/{r['tracking_check']['events_reported']}",
                      f"{r['loadavg_before'][0]:.1f}"))
     x10k = fit["extrapolated_10000"]
-    check_ok = all(runs[str(n)]["tracking_check"]["lost"] == 0 and runs[str(n)]["tracking_check"]["doubled"] == 0
-                   for n in sizes)
-    measured_10k = 10_000 in sizes
-    ratio_10k = largest["ratio_ours_to_plain"] if measured_10k else x10k["ratio"]
-    targets = [
-        target("our wall / plain Tune's wall", f"<= {RATIO_TARGET:.2f}x at 10,000 trials",
-               f"{ratio_10k:.3f}x " + ("measured" if measured_10k else
-                                       f"extrapolated from linear fits over N={', '.join(map(str, sizes))}; "
-                                       f"measured {largest['ratio_ours_to_plain']:.3f}x at N={max(sizes)}"),
-               ratio_10k <= RATIO_TARGET),
-        target("driver memory", "linear in N, per-trial cost stated",
-               f"peak RSS {fit['ours_peak_rss_mb']['intercept']:.0f} MB + {fit['ours_peak_rss_mb']['slope'] * 1024:.1f} KB"
-               f" x N (R² {fit['ours_peak_rss_mb']['r2']:.3f}); plain Tune "
-               f"{fit['plain_peak_rss_mb']['slope'] * 1024:.1f} KB x N", None),
-        target("no trial event lost", "dev_accuracy rows in MLflow == results reported, none doubled",
-               "; ".join(f"N={n}: {runs[str(n)]['tracking_check']['rows_in_mlflow']}/"
-                         f"{runs[str(n)]['tracking_check']['events_reported']}" for n in sizes), check_ok),
-    ]
-    summary = (
-        f"{NODES} simulated nodes x {GPUS_PER_NODE} logical GPUs, {GPUS_PER_TRIAL} per trial ({slots} trials at once); "
-        f"stand-in trials of {EPOCHS} epochs x {EPOCH_S:g} s x U[0.5, 1.5], checkpoint every epoch; Optuna random "
-        "searcher, FIFO; ours = run_sweep with `orchestrate server` over PostgreSQL; plain = Tuner, no tracking. "
-        "Same cluster, each path in its own process (peak RSS = its ru_maxrss), order alternating per N.\n\n"
-        + md_table(["N", "ideal s", "plain s", "ours s", "ours/plain", "ours/ideal", "our driver CPU ms/trial",
-                    "of it uploader thread", "plain driver CPU ms/trial", "our peak RSS MB", "plain peak RSS MB", "tracking events/s",
-                    "uploader backlog max", "drain after Tune s", "MLflow rows/reported", "load"], rows)
-        + f"\n\nFits over N (least squares): ours wall = {fit['ours_wall_s']['intercept']:.1f} + "
+    fits_text = (
+        f"Fits over N (least squares): ours wall = {fit['ours_wall_s']['intercept']:.1f} + "
         f"{fit['ours_wall_s']['slope'] * 1000:.1f} ms x N; plain = {fit['plain_wall_s']['intercept']:.1f} + "
         f"{fit['plain_wall_s']['slope'] * 1000:.1f} ms x N; ideal = {fit['ideal_s']['slope'] * 1000:.1f} ms x N. "
         f"Our driver CPU {fit['ours_driver_cpu_s']['slope'] * 1000:.1f} ms/trial (plain "
@@ -497,11 +517,17 @@ def run(ctx: Context) -> dict[str, Any]:
         f"(plain {fit['plain_peak_rss_mb']['slope'] * 1024:.1f}). Extrapolated to 10,000 trials: ours "
         f"{x10k['ours_wall_s']:.0f} s, plain {x10k['plain_wall_s']:.0f} s (ratio {x10k['ratio']:.3f}), ideal "
         f"{x10k['ideal_s']:.0f} s."
+    ) if len(set(sizes)) >= 2 else "No fits over N: one size measured (a fit needs two or more)."
+    return (
+        f"{NODES} simulated nodes x {GPUS_PER_NODE} logical GPUs, {GPUS_PER_TRIAL} per trial ({slots} trials at once); "
+        f"stand-in trials of {EPOCHS} epochs x {EPOCH_S:g} s x U[0.5, 1.5], checkpoint every epoch; Optuna random "
+        "searcher, FIFO; ours = run_sweep with `orchestrate server` over PostgreSQL; plain = Tuner, no tracking. "
+        "Same cluster, each path in its own process (peak RSS = its ru_maxrss), order alternating per N.\n\n"
+        + md_table(["N", "ideal s", "plain s", "ours s", "ours/plain", "ours/ideal", "our driver CPU ms/trial",
+                    "of it uploader thread", "plain driver CPU ms/trial", "our peak RSS MB", "plain peak RSS MB", "tracking events/s",
+                    "uploader backlog max", "drain after Tune s", "MLflow rows/reported", "load"], rows)
+        + "\n\n" + fits_text
     )
-    return {"sizes": list(sizes), "nodes": NODES, "gpus_per_node": GPUS_PER_NODE, "epochs": EPOCHS,
-            "epoch_s": EPOCH_S, "cluster_start_s": measured["cluster_start_s"], "runs": runs, "fits": fit,
-            "targets": targets, "summary_md": summary}
-
 
 if __name__ == "__main__":
     main()
