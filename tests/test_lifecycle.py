@@ -273,6 +273,7 @@ def test_failed_data_check_writes_nothing_then_ctrl_c_during_the_test_evaluation
          "data": {"corpus": "jsonl", "data_dir": str(data),
                   "files": {"train": "train.jsonl", "dev": "dev.jsonl", "test": "test.jsonl"}},
          "search": {"space": {"lr": {"grid": [0.003]}, "dropout": {"grid": [0.0]}}}},
+        new_store=True,
     )
     raw = yaml.safe_load(spec.read_text())
     del raw["data"]["toy"]  # the base spec's toy options do not apply to jsonl

@@ -126,7 +126,8 @@ def test_the_report_draws_the_front(swept):
 def test_a_bad_objective_spec_exits_2_before_anything_is_written(tmp_path):
     """As a user meets it (every other refusal is in test_bad_inputs' table)."""
     objectives = [{"dev_accuracy": "max"}, {"params": "min"}]
-    spec = write_spec(tmp_path, {"name": "bad"}, replace_search={**SEARCH, "objectives": objectives})
+    spec = write_spec(tmp_path, {"name": "bad"}, replace_search={**SEARCH, "objectives": objectives},
+                      new_store=True)
     result = run_orchestrate(["sweep", str(spec)], cwd=tmp_path)
     assert result.returncode == 2, result.stderr
     assert (f"{spec}: search: objectives[1]: unknown objective 'params'; allowed: dev_accuracy, "

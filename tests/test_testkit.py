@@ -3,8 +3,10 @@ conftest.py imports) loads no heavy library; the README says so."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -129,3 +131,35 @@ def test_the_readme_names_as_many_serial_tests_as_there_are():
     assert done.returncode == 0, done.stdout[-2000:]
     collected = int(re.search(r"^(\d+)/\d+ tests collected", done.stdout, re.M).group(1))
     assert f"then the {collected} tests marked `serial`" in (REPO / "README.md").read_text().replace("\n  ", " ")
+
+
+def test_a_seeded_store_is_a_new_store_that_mlflow_opens_without_migrating(tmp_path):
+    """write_spec puts an empty store copy in the test's folder (saving each sweep MLflow's
+    schema migrations); MLflow must take it as its own, pointing at that folder, and a store
+    already there is kept."""
+    from mlflow import MlflowClient
+    from testkit.specs import write_spec
+    from testkit.store import client_for
+
+    write_spec(tmp_path / "seeded", {"name": "seeded"})
+    write_spec(tmp_path / "new", {"name": "new"}, new_store=True)
+    assert not (tmp_path / "new" / "mlruns.db").exists()
+    client = client_for(tmp_path / "seeded")
+    assert client.get_experiment("0").artifact_location == str(tmp_path / "seeded" / "mlruns" / "0")
+    experiment = client.create_experiment("seeded")
+    client.create_run(experiment)
+    write_spec(tmp_path / "seeded", {"name": "again"})  # the store with a run is not replaced
+    assert len(client_for(tmp_path / "seeded").search_runs([experiment])) == 1
+    fresh = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'fresh.db'}")
+    fresh.search_experiments()
+    assert _schema(tmp_path / "fresh.db") == _schema(tmp_path / "seeded" / "mlruns.db")
+
+
+def _schema(store: Path) -> tuple:
+    """Tables, their columns and indexes, and the migration version (not the DDL text, in which
+    MLflow's migrations order a table's constraints differently from one process to the next)."""
+    with contextlib.closing(sqlite3.connect(store)) as db:
+        names = [row[0] for row in db.execute("SELECT name FROM sqlite_master ORDER BY name")]
+        tables = [row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")]
+        columns = {t: db.execute(f"PRAGMA table_info('{t}')").fetchall() for t in tables}
+        return names, columns, db.execute("SELECT version_num FROM alembic_version").fetchall()

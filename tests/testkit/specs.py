@@ -11,6 +11,7 @@ from typing import Any
 import yaml
 
 from testkit import REPO
+from testkit.store import seed_store
 from testkit.toy import decomposable, toy_data
 
 QUICKSTART_PATH = REPO / "search_spaces" / "quickstart.yaml"
@@ -51,21 +52,26 @@ def merge(base: dict, override: dict) -> dict:
 
 
 def write_spec(folder: Path, override: dict | None = None, replace_search: dict | None = None, *,
-               base: dict | None = None, local_store: bool = True, file_name: str | None = None) -> Path:
+               base: dict | None = None, local_store: bool = True, new_store: bool = False,
+               file_name: str | None = None) -> Path:
     """`base` (BASE_SPEC unless given, e.g. `quickstart()`) with `override` merged in (a `model`
     or `search.space` in it replaces the base's: arguments of two models or two grids do not
     mix), or with `replace_search` as its whole search block. With `local_store`, it logs to
-    `folder`/mlruns.db and keeps Ray results in `folder`/ray_results unless it says otherwise.
-    Written to `folder`/`file_name` (NAME.yaml by default)."""
+    `folder`/mlruns.db and keeps Ray results in `folder`/ray_results unless it says otherwise;
+    that store is there already, empty (store.seed_store), unless `new_store` leaves it to the
+    sweep to make. Written to `folder`/`file_name` (NAME.yaml by default)."""
     spec = merge(BASE_SPEC if base is None else base, override or {})
     if override and "model" in override:
         spec["model"] = copy.deepcopy(override["model"])
     if replace_search is not None:
         spec["search"] = replace_search
-    if local_store:
-        spec["search"].setdefault("tracking_uri", f"sqlite:///{folder / 'mlruns.db'}")
-        spec["search"].setdefault("storage_path", str(folder / "ray_results"))
     folder.mkdir(parents=True, exist_ok=True)
+    if local_store:
+        default_store = f"sqlite:///{folder / 'mlruns.db'}"
+        spec["search"].setdefault("tracking_uri", default_store)
+        spec["search"].setdefault("storage_path", str(folder / "ray_results"))
+        if spec["search"]["tracking_uri"] == default_store and not new_store:
+            seed_store(folder)
     path = folder / (file_name or f"{spec['name']}.yaml")
     path.write_text(yaml.safe_dump(spec, sort_keys=False))
     return path

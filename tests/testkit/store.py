@@ -3,6 +3,12 @@ them, and conditions on them for processes.wait_while_driving."""
 
 from __future__ import annotations
 
+import atexit
+import contextlib
+import functools
+import shutil
+import sqlite3
+import tempfile
 from pathlib import Path
 
 
@@ -10,6 +16,30 @@ def client_for(folder: Path):
     from mlflow import MlflowClient
 
     return MlflowClient(tracking_uri=f"sqlite:///{folder / 'mlruns.db'}")
+
+
+@functools.cache
+def _empty_store() -> Path:
+    """A new MLflow SQLite store, its schema made by MLflow, once per test process."""
+    folder = Path(tempfile.mkdtemp(prefix="nli-empty-store-"))
+    atexit.register(shutil.rmtree, folder, True)
+    client_for(folder).search_experiments()
+    return folder / "mlruns.db"
+
+
+def seed_store(folder: Path) -> None:
+    """`folder`/mlruns.db as a new store, copied from `_empty_store` unless it exists. Making a
+    store runs MLflow's schema migrations, ~1.2 CPU-s in every sweep that makes its own; the
+    store a sweep makes itself is still tested where a spec names one that does not exist (the
+    quickstart and demo, `--tracking-uri` to a new file, write_spec(new_store=True)). The Default
+    experiment's artifact location is the one a driver run in `folder` would give it."""
+    store = folder / "mlruns.db"
+    if store.exists():
+        return
+    shutil.copyfile(_empty_store(), store)
+    with contextlib.closing(sqlite3.connect(store)) as db, db:
+        db.execute("UPDATE experiments SET artifact_location = ? WHERE experiment_id = 0",
+                    (str(folder / "mlruns" / "0"),))
 
 
 def runs_of(folder: Path, experiment: str) -> tuple[list, list]:
