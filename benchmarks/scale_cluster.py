@@ -455,13 +455,18 @@ def run(ctx: Context) -> dict[str, Any]:
             "targets": targets(sizes, runs, fit), "summary_md": summary_md(sizes, runs, fit, measured["slots"])}
 
 
+def _fitted(sizes: tuple[int, ...]) -> bool:
+    """Whether `fits` drew lines: it needs two sizes or more (linear_fit gives nan otherwise)."""
+    return len(set(sizes)) >= 2
+
+
 def targets(sizes: tuple[int, ...], runs: dict[str, Any], fit: dict[str, Any]) -> list[dict[str, Any]]:
     """The benchmark's goals. The 10,000-trial ratio and the memory slope need a fit, hence two
     sizes or more; issue 26's goal at the largest size (ratio and driver CPU gap) is one run's
     figure, of which the issue takes the median of 3 runs."""
     largest_n = max(sizes)
     largest = runs[str(largest_n)]
-    fitted = len(set(sizes)) >= 2
+    fitted = _fitted(sizes)
     measured_10k = 10_000 in sizes
     x10k = fit["extrapolated_10000"]
     if measured_10k:
@@ -517,7 +522,7 @@ def summary_md(sizes: tuple[int, ...], runs: dict[str, Any], fit: dict[str, Any]
         f"(plain {fit['plain_peak_rss_mb']['slope'] * 1024:.1f}). Extrapolated to 10,000 trials: ours "
         f"{x10k['ours_wall_s']:.0f} s, plain {x10k['plain_wall_s']:.0f} s (ratio {x10k['ratio']:.3f}), ideal "
         f"{x10k['ideal_s']:.0f} s."
-    ) if len(set(sizes)) >= 2 else "No fits over N: one size measured (a fit needs two or more)."
+    ) if _fitted(sizes) else "No fits over N: one size measured (a fit needs two or more)."
     return (
         f"{NODES} simulated nodes x {GPUS_PER_NODE} logical GPUs, {GPUS_PER_TRIAL} per trial ({slots} trials at once); "
         f"stand-in trials of {EPOCHS} epochs x {EPOCH_S:g} s x U[0.5, 1.5], checkpoint every epoch; Optuna random "
