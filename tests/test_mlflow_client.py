@@ -7,13 +7,13 @@ import json
 import re
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 
 import pytest
 from mlflow.tracking.request_header import registry
 from mlflow.tracking.request_header.databricks_request_header_provider import (
     DatabricksRequestHeaderProvider,
 )
+from testkit import REPO
 
 from results.mlflow_client import DatabricksContextOnce, ask_databricks_once, mlflow_client
 
@@ -30,9 +30,6 @@ class _Counted:
             return answer
 
         self.method = method
-
-
-REPO = Path(__file__).resolve().parents[1]
 
 
 def test_every_client_of_orchestrator_and_results_is_opened_by_mlflow_client():
