@@ -33,21 +33,13 @@ def _record(name: str, utime: float, stime: float, pid: int, ppid: int, start: s
 # pytest worker 10 -> orchestrate 11 -> (python 12, raylet 13 -> ray::ImplicitFu 14);
 # mlflow 20 -> python 21; slurm_script 30 -> bash 31 -> python 32; python 40 whose parent
 # outlived accounting; git 41 under the worker.
-DUMP = "\n".join([
-    "some line dump-acct does not print",
-    _record("orchestrate", 650.0, 50.0, 11, 10),
-    _record("python", 30.0, 10.0, 12, 11),
-    _record("raylet", 5.0, 4.0, 13, 11),
-    _record("ray::ImplicitFu", 346.0, 57.0, 14, 13),
-    _record("mlflow", 577.0, 65.0, 20, 10),
-    _record("python", 240.0, 26.0, 21, 20),
-    _record("slurm_script", 0.0, 0.0, 30, 1),
-    _record("bash", 1.0, 0.0, 31, 30),
-    _record("python", 700.0, 100.0, 32, 31),
-    _record("python", 2377.0, 49.0, 40, 1),
-    _record("git", 0.0, 1.0, 41, 10),
-    _record("python", 14000.0, 600.0, 10, 5),
-])
+RECORDS = [  # name, user and system CPU (hundredths of a second), pid, parent pid
+    ("orchestrate", 650.0, 50.0, 11, 10), ("python", 30.0, 10.0, 12, 11), ("raylet", 5.0, 4.0, 13, 11),
+    ("ray::ImplicitFu", 346.0, 57.0, 14, 13), ("mlflow", 577.0, 65.0, 20, 10), ("python", 240.0, 26.0, 21, 20),
+    ("slurm_script", 0.0, 0.0, 30, 1), ("bash", 1.0, 0.0, 31, 30), ("python", 700.0, 100.0, 32, 31),
+    ("python", 2377.0, 49.0, 40, 1), ("git", 0.0, 1.0, 41, 10), ("python", 14000.0, 600.0, 10, 5),
+]
+DUMP = "\n".join(["some line dump-acct does not print", *(_record(*record) for record in RECORDS)])
 
 
 def test_cpu_is_user_plus_system_in_hundredths_and_other_lines_are_skipped():
