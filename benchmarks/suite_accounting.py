@@ -27,6 +27,7 @@ from benchmarks.common import md_table
 # the start to the second.
 TICKS_PER_S = 100.0
 START_FORMAT = "%a %b %d %H:%M:%S %Y"
+NAME_WIDTH = 16
 SLACK_S = 2.0
 
 RAY_OWN = ("gcs_server", "raylet", "ray::DashboardA", "ray::RuntimeEnv", "ray-dashboard-")
@@ -55,12 +56,16 @@ class Process:
     end: float
 
 
+Index = dict[int, list[Process]]  # a pid's records, in the order the processes exited
+
+
 def parse(text: str) -> list[Process]:
-    """dump-acct's lines: name|version|utime|stime|etime|uid|gid|mem|io|pid|ppid|flags|exit|tty|start"""
+    """dump-acct's lines: name|version|utime|stime|etime|uid|gid|mem|io|pid|ppid|flags|exit|tty|start,
+    the name padded to NAME_WIDTH (a process may put a "|" in its name)."""
     processes = []
     for line in text.splitlines():
-        fields = [field.strip() for field in line.split("|")]
-        if len(fields) < 15 or not fields[1].startswith("v"):
+        fields = [line[:NAME_WIDTH].strip(), *(f.strip() for f in line[NAME_WIDTH + 1:].split("|"))]
+        if line[NAME_WIDTH:NAME_WIDTH + 1] != "|" or len(fields) < 15 or not fields[1].startswith("v"):
             continue
         cpu = (float(fields[2]) + float(fields[3])) / TICKS_PER_S
         start = time.mktime(time.strptime(fields[14], START_FORMAT))
@@ -89,9 +94,6 @@ def kind(process: Process, by_pid: Index) -> str:
     if name == "python":
         return PYTHON_UNDER_DRIVERS if ancestors[:1] == ["orchestrate"] else PYTHON_OTHER
     return OTHER
-
-
-Index = dict[int, list[Process]]
 
 
 def _parent(process: Process, by_pid: Index) -> Process | None:

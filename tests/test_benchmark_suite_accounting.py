@@ -32,12 +32,12 @@ def _record(name: str, utime: float, stime: float, pid: int, ppid: int, start: s
 
 # pytest worker 10 -> orchestrate 11 -> (python 12, raylet 13 -> ray::ImplicitFu 14);
 # mlflow 20 -> python 21; slurm_script 30 -> bash 31 -> python 32; python 40 whose parent
-# outlived accounting; git 41 under the worker.
+# outlived accounting; a process that named itself "a|b" (41) under the worker.
 RECORDS = [  # name, user and system CPU (hundredths of a second), pid, parent pid
     ("orchestrate", 650.0, 50.0, 11, 10), ("python", 30.0, 10.0, 12, 11), ("raylet", 5.0, 4.0, 13, 11),
     ("ray::ImplicitFu", 346.0, 57.0, 14, 13), ("mlflow", 577.0, 65.0, 20, 10), ("python", 240.0, 26.0, 21, 20),
     ("slurm_script", 0.0, 0.0, 30, 1), ("bash", 1.0, 0.0, 31, 30), ("python", 700.0, 100.0, 32, 31),
-    ("python", 2377.0, 49.0, 40, 1), ("git", 0.0, 1.0, 41, 10), ("python", 14000.0, 600.0, 10, 5),
+    ("python", 2377.0, 49.0, 40, 1), ("a|b", 0.0, 1.0, 41, 10), ("python", 14000.0, 600.0, 10, 5),
 ]
 DUMP = "\n".join(["some line dump-acct does not print", *(_record(*record) for record in RECORDS)])
 
@@ -48,6 +48,7 @@ def test_cpu_is_user_plus_system_in_hundredths_and_other_lines_are_skipped():
     driver = next(p for p in processes if p.name == "orchestrate")
     assert (driver.cpu_s, driver.pid, driver.ppid) == (7.0, 11, 10)
     assert driver.end - driver.start == 10.0  # elapsed, in hundredths
+    assert processes[-2].name == "a|b" and processes[-2].pid == 41
 
 
 def test_python_is_told_apart_by_its_nearest_recorded_ancestor():
@@ -59,7 +60,7 @@ def test_python_is_told_apart_by_its_nearest_recorded_ancestor():
     assert rows[MLFLOW] == (2, 9.08)  # the server (6.42) and its worker (2.66)
     assert rows[SLURM_JOBS] == (3, 8.01)  # slurm_script, its bash (0.01), python two levels below (8.0)
     assert rows[PYTHON_OTHER] == (2, 170.26)  # the orphan (24.26) and the pytest worker (146.0)
-    assert rows[OTHER] == (1, 0.01)  # git
+    assert rows[OTHER] == (1, 0.01)  # "a|b"
 
 
 def test_a_pid_that_comes_round_again_is_the_parent_alive_when_the_child_started():
