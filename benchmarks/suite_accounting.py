@@ -145,11 +145,12 @@ def main(argv: list[str]) -> int:
         return 2
     dump = Path(argv[0])
     if not dump.is_file():
-        print(f"error: {dump} is not a file (dump-acct's output is expected)", file=sys.stderr)
+        # repr: a name with a control character (a newline, an escape) is shown, not obeyed
+        print(f"error: {str(dump)!r} is not a file (dump-acct's output is expected)", file=sys.stderr)
         return 2
     processes = parse(dump.read_text(errors="replace"))
     if not processes:
-        print(f"error: {dump} holds no dump-acct record (name|v3|utime|stime|...)", file=sys.stderr)
+        print(f"error: {str(dump)!r} holds no dump-acct record (name|v3|utime|stime|...)", file=sys.stderr)
         return 2
     print(table(processes))
     return 0

@@ -89,9 +89,12 @@ def test_a_missing_or_foreign_file_is_exit_2_naming_it(tmp_path):
                               capture_output=True, text=True, timeout=60)
 
     missing = run(tmp_path / "nope.txt")
-    assert missing.returncode == 2 and "nope.txt is not a file" in missing.stderr
+    assert missing.returncode == 2 and "nope.txt' is not a file" in missing.stderr
+    control = run(tmp_path / "a\nb\x1b[2J")  # shown escaped, on one line
+    assert control.returncode == 2 and "a\\nb\\x1b[2J' is not a file" in control.stderr
+    assert control.stderr.count("\n") == 1 and "\x1b" not in control.stderr
     foreign = tmp_path / "pacct"
     foreign.write_bytes(b"\x00\x03\xff\xfe binary accounting, not dump-acct's output")
     wrong = run(foreign)
-    assert wrong.returncode == 2 and f"{foreign} holds no dump-acct record" in wrong.stderr
+    assert wrong.returncode == 2 and f"{str(foreign)!r} holds no dump-acct record" in wrong.stderr
     assert not wrong.stdout
