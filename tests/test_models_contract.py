@@ -36,7 +36,7 @@ def _build(name: str, config: dict, num_classes: int = 3, seed: int = 0):
     torch.manual_seed(seed)
     arguments = model_arguments(name)
     optional = {k: v for k, v in TINY_OPTIONAL.items() if k in arguments}
-    return build_model(name, **TINY, **optional, num_classes=num_classes, **config)
+    return build_model(name, **{**TINY, **optional, "num_classes": num_classes, **config})
 
 
 def _is_valid(name: str, config: dict) -> bool:

@@ -46,7 +46,7 @@ from torch import nn
 from nli_models.data.text import UNK_INDEX
 from nli_models.embeddings import PAD_INDEX, WordEmbeddings
 from nli_models.models.arguments import ModelArguments, Rate, Size, variant_of
-from nli_models.models.layers import Dropout, masked_mean
+from nli_models.models.layers import Dropout, masked_mean, on_host
 from nli_models.models.pair_classifier import PairClassifier, Sentences
 from nli_models.registry import PaperConfig, register_model
 
@@ -100,6 +100,10 @@ def nonoverlapping(sentence: Sentences, other: Sentences) -> Sentences:
     empty = ~keep[:, 0]
     ids[:, 0] = torch.where(empty, torch.full_like(ids[:, 0], UNK_INDEX), ids[:, 0])
     keep[:, 0] = True
+    if not on_host(keep):
+        # The longest kept row's length is a host read: off the CPU the padded length stays (the
+        # extra columns are padding, which every block masks).
+        return Sentences(ids, keep)
     length = int(keep.sum(dim=1).max())
     return Sentences(ids[:, :length], keep[:, :length])
 
@@ -279,9 +283,11 @@ class ABCNN(PairClassifier):
         ids, mask = sentences
         if ids.shape[1] <= self.max_length:
             return sentences
-        if bool(mask[:, self.max_length :].any()):
-            raise ValueError(
-                f"a sentence has {int(mask.sum(dim=1).max())} tokens but the model was built "
-                f"with max_length={self.max_length}"
-            )
+        beyond = mask[:, self.max_length :].any()
+        if not on_host(mask):
+            # Checked on the device, without waiting for it (a host read would stall every step).
+            torch._assert_async(~beyond, f"a sentence is longer than max_length={self.max_length}")
+        elif bool(beyond):
+            raise ValueError(f"a sentence has {int(mask.sum(dim=1).max())} tokens but the model "
+                             f"was built with max_length={self.max_length}")
         return Sentences(ids[:, : self.max_length], mask[:, : self.max_length])

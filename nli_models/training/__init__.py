@@ -2,6 +2,7 @@
 
 from nli_models.training.fingerprint import protocol_fingerprint
 from nli_models.training.metrics import Evaluation, evaluate
+from nli_models.training.optimizers import make_optimizer
 from nli_models.training.refit import refit_and_test, train_plus_dev
 from nli_models.training.trainer import (
     CHECKPOINT_FILE,
@@ -14,7 +15,6 @@ from nli_models.training.trainer import (
     TrainState,
     build_for_data,
     check_fits_data,
-    make_optimizer,
     make_trainer,
     read_checkpoint,
     resolve_device,

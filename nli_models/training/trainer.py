@@ -35,6 +35,7 @@ from nli_models.data import PreparedData, batch_indices, iterate_batches
 from nli_models.errors import InputError, InputFileMissing
 from nli_models.registry import build_model, count_parameters
 from nli_models.training.metrics import Evaluation, evaluate
+from nli_models.training.optimizers import make_optimizer
 
 CHECKPOINT_FILE = "checkpoint.pt"
 TRIAL_CONFIG_FILE = "config.yaml"  # the RunConfig saved beside a sweep trial's checkpoint
@@ -150,28 +151,6 @@ def build_for_data(config: RunConfig, data: PreparedData) -> nn.Module:
         weight, trainable_rows = data.embedding_init
         model.word_embeddings.load(weight, trainable_rows)
     return model
-
-
-def make_optimizer(model: nn.Module, config: TrainingConfig,
-                   params: list[nn.Parameter] | None = None) -> torch.optim.Optimizer:
-    """The configured optimizer over the model's trainable parameters (or `params`, those
-    trainable when it was asked for), in two groups."""
-    # ℓ2 applies to non-embedding parameters only (the papers regularise the network, not the
-    # word vectors); both optimizers add it to the gradient, i.e. classic ℓ2 regularisation.
-    embedding_ids = {id(p) for p in model.word_embeddings.parameters()}
-    params = [p for p in model.parameters() if p.requires_grad] if params is None else params
-    groups = [
-        {"params": [p for p in params if id(p) not in embedding_ids], "weight_decay": config.l2},
-        {"params": [p for p in params if id(p) in embedding_ids], "weight_decay": 0.0},
-    ]
-    groups = [g for g in groups if g["params"]]
-    # fused: one kernel over all parameters instead of a Python loop per tensor; the optimizer
-    # step was about half of a CPU training step at paper size (benchmarks/throughput.py).
-    if config.optimizer == "adam":
-        return torch.optim.Adam(groups, lr=config.lr, betas=(0.9, 0.999), fused=True)
-    return torch.optim.Adagrad(
-        groups, lr=config.lr, initial_accumulator_value=config.adagrad_accumulator, fused=True
-    )
 
 
 class Trainer:

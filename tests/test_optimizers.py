@@ -1,0 +1,68 @@
+"""The optimizer's implementation follows what torch offers for the parameters' device: fused
+where torch's fused kernel takes a step there, foreach where it does not (torch 2.11's CUDA
+Adagrad refused ``fused=True`` at the first step and two of the four papers could not train on a
+GPU). The meta device stands in for a device without fused kernels: no fused kernel supports it."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from test_models_contract import _batch, _build
+
+from nli_models.config import TrainingConfig
+from nli_models.training.optimizers import fused_kernel_available, make_optimizer
+
+OPTIMIZERS = ("adam", "adagrad")
+
+
+def _step(model, optimizer):
+    device = next(model.parameters()).device
+    logits = model(*(t.to(device) for t in _batch()))
+    optimizer.zero_grad(set_to_none=True)
+    logits.float().pow(2).mean().backward()
+    optimizer.step()
+
+
+@pytest.mark.parametrize("name", OPTIMIZERS)
+def test_cpu_parameters_get_the_fused_kernel(name):
+    model = _build("decomposable", {"variant": "intra"})
+    optimizer = make_optimizer(model, TrainingConfig(optimizer=name, l2=1e-4))
+    assert all(group["fused"] for group in optimizer.param_groups)
+    before = [p.detach().clone() for p in model.parameters()]
+    _step(model, optimizer)
+    assert any(not torch.equal(b, p) for b, p in zip(before, model.parameters(), strict=True))
+
+
+@pytest.mark.parametrize("name", OPTIMIZERS)
+def test_a_device_without_fused_kernels_gets_foreach_and_steps(name):
+    assert not fused_kernel_available(name, torch.device("meta"), torch.float32)
+    model = _build("abcnn", {"variant": "abcnn3", "nonover": True}).to("meta")
+    optimizer = make_optimizer(model, TrainingConfig(optimizer=name, l2=1e-4))
+    assert all(group["foreach"] and not group["fused"] for group in optimizer.param_groups)
+    _step(model, optimizer)  # fused=True would raise here, at the first step
+    assert all(optimizer.state[p] for p in model.parameters() if p.requires_grad)
+
+
+@pytest.mark.parametrize("name", OPTIMIZERS)
+def test_fused_and_foreach_take_the_same_step(name):
+    """The choice changes speed only: both implementations of torch's update rule agree."""
+    config = TrainingConfig(optimizer=name, l2=1e-3, lr=0.05)
+    models = [_build("cam", {"variant": "full"}, seed=3) for _ in range(2)]
+    fused = make_optimizer(models[0], config)
+    plain = make_optimizer(models[1], config)
+    for group in plain.param_groups:
+        group.update(foreach=True, fused=False)
+    for _ in range(3):
+        for model, optimizer in zip(models, (fused, plain), strict=True):
+            torch.manual_seed(0)
+            _step(model, optimizer)
+    for a, b in zip(models[0].parameters(), models[1].parameters(), strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_a_capturable_step_is_refused_for_adagrad_without_its_fused_kernel():
+    model = _build("decomposable", {"variant": "vanilla"}).to("meta")
+    with pytest.raises(ValueError, match="fused kernel"):
+        make_optimizer(model, TrainingConfig(optimizer="adagrad"), capturable=True)
+    adam = make_optimizer(model, TrainingConfig(optimizer="adam"), capturable=True)
+    assert all(group["capturable"] for group in adam.param_groups)
