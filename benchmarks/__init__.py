@@ -23,6 +23,7 @@ REPRODUCTION_BENCHMARKS = ("reproduce_sick",)
 # replay (name it): records a 36-trial toy grid with `orchestrate sweep` (minutes), then times
 # `orchestrate replay` of it (seconds).
 # sweep_cpu (name it): the CPU of one small sweep by process, 3 sweeps (a minute or two).
-OPT_IN_BENCHMARKS = ("search_efficiency", "omp_policy", "replay", "sweep_cpu", *SCALE_BENCHMARKS,
+# static_shapes (name it): the padding that CUDA graphs' static batch shapes cost (seconds).
+OPT_IN_BENCHMARKS = ("search_efficiency", "omp_policy", "replay", "sweep_cpu", "static_shapes", *SCALE_BENCHMARKS,
                      *REPRODUCTION_BENCHMARKS)
 ALL_BENCHMARKS = DEFAULT_BENCHMARKS + OPT_IN_BENCHMARKS

@@ -107,6 +107,13 @@ class TrainingConfig(StrictModel):
         "on CUDA as well; an op without a deterministic implementation then raises",
     )
     num_threads: int | None = Field(None, ge=1, description="torch CPU threads")
+    cuda_graphs: Literal["auto", "on", "off"] = Field(
+        "auto",
+        description="the training step (forward, backward, optimizer) captured as one CUDA graph "
+        "per batch shape and replayed: one launch instead of hundreds of kernels per step. Batches "
+        "are then padded to a few fixed lengths. auto: on CUDA, eager where capture fails "
+        "(said once); on: CUDA required, a failed capture is an error; off: eager",
+    )
 
     @field_validator("precision", mode="before")
     @classmethod

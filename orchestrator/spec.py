@@ -35,7 +35,9 @@ from results import run_schema as rs
 from results.run_schema import OBJECTIVE_METRICS
 from results.tracking_uri import resolve_tracking_uri
 
-TRAINING_KEYS = frozenset(TrainingConfig.model_fields) - {"seed", "device", "num_threads"}
+# How a trial runs, not what it trains: neither searched nor logged as a hyperparameter.
+EXECUTION_KEYS = frozenset({"device", "num_threads", "cuda_graphs"})
+TRAINING_KEYS = frozenset(TrainingConfig.model_fields) - EXECUTION_KEYS - {"seed"}
 RESERVED_KEYS = frozenset({"seed", "model", "vocab_size", "num_classes"})
 
 
@@ -332,7 +334,7 @@ def logged_params(config: RunConfig) -> dict[str, Any]:
         for k, v in model_arguments(config.model.name).items()
         if k not in ("vocab_size", "num_classes") and v is not inspect.Parameter.empty
     }
-    training = config.training.model_dump(exclude={"device", "num_threads"})
+    training = config.training.model_dump(exclude=EXECUTION_KEYS)
     return {
         "model": config.model.name,
         "variant": config.model.variant or defaults.pop("variant", None),

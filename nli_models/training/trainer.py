@@ -21,6 +21,7 @@ import math
 import os
 import pickle
 import random
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -34,6 +35,7 @@ from nli_models.config import RunConfig, TrainingConfig
 from nli_models.data import PreparedData, batch_indices, iterate_batches
 from nli_models.errors import InputError, InputFileMissing
 from nli_models.registry import build_model, count_parameters
+from nli_models.training.cuda_graphs import GraphCaptureFailed, GraphedTrainingStep
 from nli_models.training.metrics import Evaluation, evaluate
 from nli_models.training.optimizers import make_optimizer
 
@@ -166,6 +168,13 @@ class Trainer:
             torch.set_flush_denormal(True)
         self.model = model.to(self.device)
         self._optimizer: torch.optim.Optimizer | None = None
+        # The training step as CUDA graphs (training.cuda_graphs), built with the optimizer.
+        self._graphed: GraphedTrainingStep | None = None
+        if config.cuda_graphs == "on" and self.device.type != "cuda":
+            raise DeviceUnavailable(
+                f"training.cuda_graphs='on' needs a CUDA device, but training runs on "
+                f"{self.device.type} (use 'auto': graphs where CUDA is, eager elsewhere)"
+            )
         # The optimizer holds the parameters trainable now, however late it is built (layerwise
         # training freezes blocks before the first step).
         self._trainable = [p for p in self.model.parameters() if p.requires_grad]
@@ -195,7 +204,10 @@ class Trainer:
             epoch=epoch,
             pool_batches=self.config.bucket_pool_batches if bucketed else None,
         )
+        static = self._graphed is not None and split == "train"
         for batch in iterate_batches(examples, rows):
+            if static:  # one captured graph per shape: a few shapes, not one per batch
+                batch = batch.padded_to_static_lengths()
             yield batch.pin_memory() if pin else batch
 
     def train_epoch(self, epoch: int) -> tuple[float, float]:
@@ -210,18 +222,14 @@ class Trainer:
             if self.steps_exhausted():
                 break
             batch = batch.to(self.device, non_blocking=True)
-            with torch.autocast(
-                self.device.type, dtype=self.autocast_dtype, enabled=self.autocast_dtype is not None
-            ):
-                logits = self.model(*batch.inputs())
-            loss = nn.functional.cross_entropy(logits.float(), batch.label)
-            if check_each_step and not math.isfinite(float(loss.detach())):
-                raise TrainingDiverged(epoch, step, float(loss.detach()))
-            self.optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            if self.config.grad_clip is not None:
-                nn.utils.clip_grad_norm_(self.model.parameters(), self.config.grad_clip)
-            self.optimizer.step()
+            if self._graphed is not None:
+                loss, logits = self._graphed(batch)
+            else:
+                loss, logits = self._loss(batch)
+                if check_each_step and not math.isfinite(float(loss.detach())):
+                    raise TrainingDiverged(epoch, step, float(loss.detach()))
+                self.optimizer.zero_grad(set_to_none=True)
+                self._apply_gradients(loss)
             self.state.steps += 1
             # Accumulate on the device: a .item() per step would synchronise a GPU every batch.
             total_loss += loss.detach() * len(batch)
@@ -231,6 +239,27 @@ class Trainer:
         if not math.isfinite(float(total_loss)):
             raise TrainingDiverged(epoch, step, float(total_loss))
         return float(total_loss) / seen, float(correct) / seen
+
+    def _loss(self, batch) -> tuple[torch.Tensor, torch.Tensor]:
+        """(loss, logits) of a training batch. Autocast's cache of cast weights cannot outlive a
+        CUDA graph's capture, so it is off while graphs are."""
+        with torch.autocast(self.device.type, dtype=self.autocast_dtype,
+                            enabled=self.autocast_dtype is not None,
+                            cache_enabled=self._graphed is None):
+            logits = self.model(*batch.inputs())
+        return nn.functional.cross_entropy(logits.float(), batch.label), logits
+
+    def _apply_gradients(self, loss: torch.Tensor) -> None:
+        loss.backward()
+        if self.config.grad_clip is not None:
+            nn.utils.clip_grad_norm_(self.model.parameters(), self.config.grad_clip)
+        self.optimizer.step()
+
+    def _graphed_training_step(self, batch) -> tuple[torch.Tensor, torch.Tensor]:
+        """The step a CUDA graph captures: forward, loss, backward, clipping, optimizer step."""
+        loss, logits = self._loss(batch)
+        self._apply_gradients(loss)
+        return loss, logits
 
     def evaluate(self, split: str) -> Evaluation:
         return evaluate(
@@ -301,6 +330,8 @@ class Trainer:
             self.model.load_state_dict(self.best_model_state)
         self.state.phase += 1
         self.state.phase_start_epoch = self.state.epoch
+        if self._graphed is not None:  # other parameters train now: capture the step anew
+            self._graphed = self._new_graphed_step()
         self.state.best_dev_accuracy = -1.0
         self.state.epochs_without_improvement = 0
         self.best_model_state = None
@@ -340,15 +371,36 @@ class Trainer:
 
     def _built_optimizer(self) -> torch.optim.Optimizer:
         if self._optimizer is None:
-            self._optimizer = make_optimizer(self.model, self.config, self._trainable)
+            graphs = self.config.cuda_graphs == "on" or (
+                self.config.cuda_graphs == "auto" and self.device.type == "cuda")
+            self._optimizer = self._make_optimizer(capturable=graphs)
+            graphs = graphs and self._optimizer_is_capturable()
             if self._optimizer_state is not None:
                 self._optimizer.load_state_dict(self._optimizer_state)
                 self._optimizer_state = None
+            self._graphed = self._new_graphed_step() if graphs else None
         return self._optimizer
+
+    def _make_optimizer(self, capturable: bool) -> torch.optim.Optimizer:
+        try:
+            return make_optimizer(self.model, self.config, self._trainable, capturable=capturable)
+        except ValueError as exc:  # no capturable step for this optimizer here
+            if self.config.cuda_graphs == "on":
+                raise GraphCaptureFailed(f"training.cuda_graphs='on': {exc}") from None
+            print(f"note: the training step runs eagerly: {exc}", file=sys.stderr)
+            return make_optimizer(self.model, self.config, self._trainable)
+
+    def _optimizer_is_capturable(self) -> bool:
+        """Adam built capturable, or fused Adagrad (its step count lives on the device)."""
+        return all(g.get("capturable") or g.get("fused") for g in self._optimizer.param_groups)
+
+    def _new_graphed_step(self) -> GraphedTrainingStep:
+        return GraphedTrainingStep(self._graphed_training_step, self.model, self._optimizer,
+                                   required=self.config.cuda_graphs == "on")
 
     @optimizer.setter
     def optimizer(self, optimizer: torch.optim.Optimizer) -> None:
-        self._optimizer, self._optimizer_state = optimizer, None
+        self._optimizer, self._optimizer_state, self._graphed = optimizer, None, None
 
     # -- checkpoints ----------------------------------------------------------------------
     def save_checkpoint(self, directory: str | Path) -> Path:
@@ -383,7 +435,7 @@ class Trainer:
         on the CPU, where training keeps them."""
         payload = read_checkpoint(Path(directory) / CHECKPOINT_FILE, "cpu")
         self.model.load_state_dict(payload["model"])
-        self._optimizer, self._optimizer_state = None, payload["optimizer"]
+        self._optimizer, self._optimizer_state, self._graphed = None, payload["optimizer"], None
         state = payload["state"]
         state["history"] = [EpochResult(**row) for row in state["history"]]
         self.state = TrainState(**state)
