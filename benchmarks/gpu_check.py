@@ -11,8 +11,14 @@ is SKIP, with the reason. Checks, on the device:
   Trainer in fp32 and bf16: finite training and dev loss;
 - checkpoint: saved and loaded into a fresh trainer on the device, same weights, same dev result;
 - determinism: training.deterministic: true, the same seed twice, parameters bit-identical;
-- throughput: pairs/s of the training step (Trainer's optimizer, autocast as configured; SNLI
-  dev lengths, else synthetic ones) at batch 32 and 128 in fp32 and bf16, with peak GPU memory;
+- step: pairs/s of the trainer's training step (``Trainer.training_step``: Adam, autocast as
+  configured; SNLI dev lengths, else synthetic ones) at batch 32 and 128 in fp32 and bf16, eager
+  and as CUDA graphs (batches padded to the static lengths), with peak GPU memory, kernel and
+  graph launches per step and host syncs per step (a sync is a FAIL);
+- graphs_match: the same seed trained with graphs and eagerly (dropout off): equal losses;
+- packing: 1, 2, 4 and 8 decomposable-attention trial processes training at once on the GPU:
+  aggregate pairs/s, and 8 against 1 (goal >= 5x);
+- goal rows: b32 fp32 pairs/s per model against the goals, b128 >= 3x b32, bf16 >= fp32;
 - sweep: `orchestrate sweep search_spaces/quickstart.yaml` with resources.gpu 0.5: its exit code
   and whether two trials ran at once (MLflow run times).
 
@@ -53,7 +59,7 @@ TINY_WIDTHS = {"embedding_dim": 8, "hidden_size": 8, "projection_dim": 8}
 class Sizes:
     train_steps: int
     batch_sizes: tuple[int, ...]
-    timed_batches: int  # per throughput pass
+    timed_batches: int  # per timed pass of the step check
     min_seconds: float  # timed passes repeat until this much time has passed
     tiny: bool  # tiny model widths (the CPU dry run)
     toy_pairs: int
@@ -159,31 +165,197 @@ def check_determinism(model: str, precision: str, device: str, sizes: Sizes, dat
                f"same seed twice, deterministic: true: {differing} of {len(first)} tensors differ")
 
 
-def check_throughput(model: str, batch_size: int, precision: str, device: str, sizes: Sizes, batches) -> Row:
+MODES = ("eager", "graphs")
+# Issue 43's goals on one H100/H200 (paper size, SNLI lengths, pairs/s of a training step, b32 fp32,
+# the step as it trains by default: graphs); b128 >= 3x b32; bf16 >= fp32; 8 packed >= 5x one.
+B32_FP32_GOALS = {"decomposable": 10_000, "abcnn": 8_000, "cam": 6_000, "rocktaschel": 4_000}
+B128_OVER_B32 = 3.0
+PACKED_GOAL = 5.0
+
+
+def _labelled(batch, classes: int, static: bool):
+    """A pool batch with labels in range, padded to the static lengths where graphs train."""
+    from dataclasses import replace
+
+    batch = replace(batch, label=batch.label % classes)
+    return batch.padded_to_static_lengths() if static else batch
+
+
+def _launches_and_syncs(trainer, batch) -> tuple[int, int]:
+    """Kernel and graph launches (CUDA runtime calls) and host synchronisations of one step."""
+    import warnings
+
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        trainer.training_step(batch)
+        torch.cuda.synchronize(trainer.device)
+    launches = sum(1 for e in prof.events()
+                   if e.name.startswith(("cudaLaunchKernel", "cuLaunchKernel", "cudaGraphLaunch")))
+    torch.cuda.set_sync_debug_mode("warn")
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            trainer.training_step(batch)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    syncs = sum(1 for w in caught if "synchroniz" in str(w.message))
+    return launches, syncs
+
+
+def check_step(model: str, batch_size: int, precision: str, mode: str, device: str, sizes: Sizes,
+               batches) -> Row:
+    """Pairs/s of the trainer's own training step (``Trainer.training_step``: the CUDA graphs'
+    replay with ``mode`` graphs, on batches padded to the static lengths as the trainer pads them),
+    peak GPU memory, and on CUDA kernel launches and host syncs per step."""
     import torch
 
-    from benchmarks.throughput import paper_trainer, train_pass
+    from benchmarks.throughput import paper_trainer
 
+    name = f"step.{model}.b{batch_size}.{precision}.{mode}"
+    if mode == "graphs" and device != "cuda":
+        return Row(name, "SKIP", "CUDA graphs need a CUDA device")
     pc = paper_config(model)
     if sizes.tiny:
         pc = type(pc)(**{**asdict(pc), "config": {**pc.config, **{k: v for k, v in TINY_WIDTHS.items()
                                                                     if k in pc.config}}})
-    trainer = paper_trainer(pc, device, precision, batch_size)
+    trainer = paper_trainer(pc, device, precision, batch_size, cuda_graphs="on" if mode == "graphs" else "off")
     classes = pc.config["num_classes"]
-    train_pass(trainer, batches[:1], classes)  # warm-up: allocator, cuDNN plans
+    prepared = [_labelled(b, classes, static=mode == "graphs").to(trainer.device) for b in batches]
+    trainer.model.train()
+    trainer.optimizer  # noqa: B018 - built (and graphs set up) before the clock starts
+    for batch in prepared:  # warm-up: allocator, cuDNN plans, each shape's capture
+        trainer.training_step(batch)
     cuda = trainer.device.type == "cuda"
     if cuda:
+        torch.cuda.synchronize(trainer.device)
         torch.cuda.reset_peak_memory_stats(trainer.device)
     pairs, seconds = 0, 0.0
     while seconds == 0.0 or seconds < sizes.min_seconds:
-        seconds += train_pass(trainer, batches, classes)["total"]
-        pairs += sum(len(b) for b in batches)
-    peak = torch.cuda.max_memory_allocated(trainer.device) / 2**20 if cuda else None
-    rate = pairs / seconds
-    return Row(f"throughput.{model}.b{batch_size}.{precision}", "INFO",
-               f"{rate:,.0f} pairs/s" + (f", peak {peak:,.0f} MiB" if peak is not None else ""),
-               {"model": model, "batch_size": batch_size, "precision": precision, "pairs_per_s": rate,
-                "peak_mib": peak, "pairs": pairs, "seconds": seconds})
+        started = time.perf_counter()
+        for batch in prepared:
+            trainer.training_step(batch)
+        if cuda:
+            torch.cuda.synchronize(trainer.device)
+        seconds += time.perf_counter() - started
+        pairs += sum(len(b) for b in prepared)
+    data = {"model": model, "batch_size": batch_size, "precision": precision, "mode": mode,
+            "pairs_per_s": pairs / seconds, "pairs": pairs, "seconds": seconds,
+            "peak_mib": torch.cuda.max_memory_allocated(trainer.device) / 2**20 if cuda else None}
+    detail = f"{data['pairs_per_s']:,.0f} pairs/s"
+    status = "INFO"
+    if cuda:
+        data["launches_per_step"], data["syncs_per_step"] = _launches_and_syncs(trainer, prepared[-1])
+        detail += (f", peak {data['peak_mib']:,.0f} MiB, {data['launches_per_step']} launches and "
+                   f"{data['syncs_per_step']} host syncs per step")
+        status = "FAIL" if data["syncs_per_step"] else "INFO"
+    return Row(name, status, detail, data)
+
+
+def check_graphs_match_eager(model: str, device: str, sizes: Sizes, batches) -> Row:
+    """The same seed trained with graphs and eagerly (dropout off: the two draw masks in another
+    order): the losses of every step agree."""
+    import torch
+
+    from benchmarks.throughput import paper_trainer
+
+    name = f"graphs_match.{model}"
+    if device != "cuda":
+        return Row(name, "SKIP", "CUDA graphs need a CUDA device")
+    pc = paper_config(model)
+    pc = type(pc)(**{**asdict(pc), "config": {**pc.config, **({"dropout": 0.0} if "dropout" in pc.config else {})}})
+    losses = {}
+    for mode in ("off", "on"):
+        trainer = paper_trainer(pc, device, "fp32", 32, cuda_graphs=mode)
+        trainer.model.train()
+        steps = []
+        for batch in batches * 2:  # every shape twice: captured, then replayed
+            batch = _labelled(batch, pc.config["num_classes"], static=True).to(trainer.device)
+            steps.append(float(trainer.training_step(batch)[0]))
+        losses[mode] = torch.tensor(steps)
+    worst = float((losses["on"] - losses["off"]).abs().max())
+    ok = torch.allclose(losses["on"], losses["off"], rtol=1e-4, atol=1e-5)
+    return Row(name, "PASS" if ok else "FAIL",
+               f"{len(losses['on'])} steps, graphs against eager: largest loss difference {worst:.2e}",
+               {"max_abs_difference": worst})
+
+
+PACKED_TRIALS = (1, 2, 4, 8)
+PACKED_SCRIPT = """
+import sys, time, torch
+from benchmarks.gpu_check import _labelled, paper_config
+from benchmarks.throughput import make_pool, paper_trainer, select_batches
+from benchmarks.common import Context
+pool, _ = make_pool(Context())
+batches = [_labelled(b, 3, static=True).to("cuda") for b in select_batches(pool, 8, 32)]
+trainer = paper_trainer(paper_config("decomposable"), "cuda", "fp32", 32, cuda_graphs="auto")
+trainer.model.train()
+for b in batches:
+    trainer.training_step(b)
+torch.cuda.synchronize()
+deadline, pairs = float(sys.argv[1]), 0
+while time.time() < deadline:
+    for b in batches:
+        trainer.training_step(b)
+    torch.cuda.synchronize()
+    pairs += 32 * len(batches)
+print(pairs)
+"""
+
+
+def check_packing(device: str, seconds: float = 10.0) -> list[Row]:
+    """k decomposable-attention trials (separate processes, as Ray runs trials) training at once
+    on one GPU: aggregate pairs/s for k = 1, 2, 4, 8, and 8 against 1."""
+    if device != "cuda":
+        return [Row("packing", "SKIP", "packing trials on a GPU needs a CUDA device")]
+    rows, rates = [], {}
+    env = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    for k in PACKED_TRIALS:
+        # Every process starts (imports, captures) before the shared deadline; each counts its pairs.
+        deadline = time.time() + 20.0 + seconds
+        processes = [subprocess.Popen([sys.executable, "-c", PACKED_SCRIPT, str(deadline)], cwd=REPO,
+                                      env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                     for _ in range(k)]
+        outputs = [p.communicate(timeout=120) for p in processes]
+        if any(p.returncode for p in processes):
+            err = next(o[1] for o, p in zip(outputs, processes, strict=True) if p.returncode)
+            rows.append(Row(f"packing.{k}", "FAIL", f"a trial process failed: {err.strip()[-300:]}"))
+            continue
+        rates[k] = sum(int(o[0].split()[-1]) for o in outputs) / seconds
+        rows.append(Row(f"packing.{k}", "INFO",
+                        f"{k} trials at once: {rates[k]:,.0f} pairs/s in all, "
+                        f"{rates[k] * 3600 / 549_367:,.1f} SNLI epochs/hour in all",
+                        {"trials": k, "pairs_per_s": rates[k]}))
+    if 1 in rates and 8 in rates:
+        gain = rates[8] / rates[1]
+        rows.append(Row("packing.goal", "PASS" if gain >= PACKED_GOAL else "FAIL",
+                        f"8 packed trials give {gain:.2f}x the throughput of one (goal >= {PACKED_GOAL}x)"))
+    return rows
+
+
+def check_goals(rows: list[Row]) -> list[Row]:
+    """The goals over the step rows (CUDA only): b32 fp32 pairs/s, b128 over b32, bf16 over fp32,
+    each for the step as it trains by default (graphs)."""
+    steps = {(r.data["model"], r.data["batch_size"], r.data["precision"], r.data["mode"]): r.data["pairs_per_s"]
+             for r in rows if r.check.startswith("step.") and r.data.get("pairs_per_s")}
+    found = []
+    for model, goal in B32_FP32_GOALS.items():
+        b32 = steps.get((model, 32, "fp32", "graphs"))
+        if b32 is None:
+            continue
+        found.append(Row(f"goal.{model}.b32", "PASS" if b32 >= goal else "FAIL",
+                         f"{b32:,.0f} pairs/s at b32 fp32 (goal >= {goal:,})"))
+        b128 = steps.get((model, 128, "fp32", "graphs"))
+        if b128 is not None:
+            found.append(Row(f"goal.{model}.b128", "PASS" if b128 >= B128_OVER_B32 * b32 else "FAIL",
+                             f"b128 gives {b128 / b32:.2f}x b32 (goal >= {B128_OVER_B32}x)"))
+        for batch_size in (32, 128):
+            fp32, bf16 = (steps.get((model, batch_size, p, "graphs")) for p in PRECISIONS)
+            if fp32 and bf16:
+                found.append(Row(f"goal.{model}.b{batch_size}.bf16", "PASS" if bf16 >= fp32 else "FAIL",
+                                 f"bf16 {bf16:,.0f} against fp32 {fp32:,.0f} pairs/s (goal: bf16 >= fp32)"))
+    return found
 
 
 def missing_packages(*names: str) -> list[str]:
@@ -266,15 +438,19 @@ def run_checks(device: str, out: Path, budget_s: float, only: set[str] | None = 
     rows = [environment(device)]
     data = prepare_data({"corpus": "toy", "toy": {"size": sizes.toy_pairs, "seed": 0}}, cache_dir=out / "prepared")
     pool, _ = make_pool(Context())
-    pools = {b: select_batches(pool, sizes.timed_batches, b) for b in sizes.batch_sizes}
+    pools = {b: select_batches(pool, sizes.timed_batches, b) for b in {32, *sizes.batch_sizes}}
     jobs = [(f"train.{m}.{p}", lambda m=m, p=p: [check_training(m, p, device, sizes, data)])
             for m in CHECKED for p in PRECISIONS]
     jobs += [(f"checkpoint.{m}", lambda m=m: [check_checkpoint(m, device, sizes, data, out / f"checkpoint_{m}")])
              for m in CHECKED]
     jobs += [(f"determinism.{m}.{p}", lambda m=m, p=p: [check_determinism(m, p, device, sizes, data)])
              for m in CHECKED for p in PRECISIONS]
-    jobs += [(f"throughput.{m}.b{b}.{p}", lambda m=m, b=b, p=p: [check_throughput(m, b, p, device, sizes, pools[b])])
-             for m in CHECKED for b in sizes.batch_sizes for p in PRECISIONS]
+    jobs += [(f"step.{m}.b{b}.{p}.{mode}",
+              lambda m=m, b=b, p=p, mode=mode: [check_step(m, b, p, mode, device, sizes, pools[b])])
+             for m in CHECKED for b in sizes.batch_sizes for p in PRECISIONS for mode in MODES]
+    jobs += [(f"graphs_match.{m}", lambda m=m: [check_graphs_match_eager(m, device, sizes, pools[32][:4])])
+             for m in CHECKED]
+    jobs.append(("packing", lambda: check_packing(device)))
     # The sweep gets what is left of the budget (at least 30 s): the whole run ends by budget + 30 s.
     jobs.append(("sweep", lambda: check_sweep(device, out, max(30.0, budget_s - (time.perf_counter() - started)))))
     for name, job in jobs:
@@ -292,6 +468,7 @@ def run_checks(device: str, out: Path, budget_s: float, only: set[str] | None = 
         for row in new:
             print(f"{row.status:4s} {row.check}: {row.detail}", flush=True)
         rows += new
+    rows += check_goals(rows)
     rows.append(Row("total", "INFO", f"{time.perf_counter() - started:.0f} s"))
     return rows
 
@@ -305,7 +482,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="no check starts after this; the sweep stops at it (at least 30 s); "
                         "default 420 on cuda, 3600 on cpu")
     parser.add_argument("--only", default=None,
-                        help="comma-separated check kinds: train,checkpoint,determinism,throughput,sweep")
+                        help="comma-separated check kinds: train,checkpoint,determinism,step,graphs_match,"
+                        "packing,sweep")
     args = parser.parse_args(argv)
     # Read when cuBLAS starts: set before any CUDA work so that the determinism check can pass.
     os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")

@@ -127,9 +127,11 @@ def shape_of(batch) -> BatchShape:
     )
 
 
-def paper_trainer(paper_config, device: str = "cpu", precision: str = "fp32", batch_size: int = BATCH_SIZE):
+def paper_trainer(paper_config, device: str = "cpu", precision: str = "fp32", batch_size: int = BATCH_SIZE,
+                  cuda_graphs: str = "off"):
     """The paper configuration built at paper size, wrapped in the project's Trainer (for its
-    optimizer: Adam with the trainer's parameter groups) on ``device``."""
+    optimizer: Adam with the trainer's parameter groups) on ``device``; ``cuda_graphs`` as
+    ``training.cuda_graphs`` (off: the eager step these CPU figures time)."""
     from nli_models.config import TrainingConfig
     from nli_models.data import PreparedData, Vocabulary
     from nli_models.registry import build_model
@@ -138,7 +140,8 @@ def paper_trainer(paper_config, device: str = "cpu", precision: str = "fp32", ba
     torch.manual_seed(0)
     model = build_model(paper_config.model, vocab_size=VOCAB_SIZE, **paper_config.config)
     stub = PreparedData("synthetic", Vocabulary(["<pad>", "<unk>"]), ("a", "b", "c"), {})
-    return Trainer(model, stub, TrainingConfig(device=device, precision=precision, batch_size=batch_size))
+    return Trainer(model, stub, TrainingConfig(device=device, precision=precision, batch_size=batch_size,
+                                               cuda_graphs=cuda_graphs))
 
 
 def train_pass(trainer, batches, num_classes: int) -> dict[str, float]:

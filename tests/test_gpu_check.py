@@ -18,11 +18,15 @@ import pytest
 import torch
 
 from benchmarks.gpu_check import (
+    B32_FP32_GOALS,
     CHECKED,
     GPU_SIZES,
     PRECISIONS,
+    Row,
     check_checkpoint,
     check_determinism,
+    check_goals,
+    check_graphs_match_eager,
     check_training,
     main,
 )
@@ -59,8 +63,12 @@ def test_the_cpu_dry_run_passes_on_a_machine_with_only_torch_and_nli_models(tmp_
         assert rows[check]["status"] == "PASS", rows.get(check)
     for model in CHECKED:
         for precision in PRECISIONS:
-            measured = rows[f"throughput.{model}.b32.{precision}"]["data"]
+            measured = rows[f"step.{model}.b32.{precision}.eager"]["data"]
             assert measured["pairs_per_s"] > 0 and measured["pairs"] >= 32
+            graphs = rows[f"step.{model}.b32.{precision}.graphs"]
+            assert graphs["status"] == "SKIP" and "need a CUDA device" in graphs["detail"]
+        assert rows[f"graphs_match.{model}"]["status"] == "SKIP"
+    assert rows["packing"]["status"] == "SKIP"
     assert rows["sweep"]["status"] == "SKIP" and "ray" in rows["sweep"]["detail"]
     assert "| train.cam.bf16 | PASS |" in (tmp_path / "summary.md").read_text()
     assert rows["environment"]["data"]["missing_packages"] == ["ray", "mlflow", "optuna", "pandas"]
@@ -71,8 +79,27 @@ def test_no_check_starts_once_the_budget_is_spent(tmp_path, monkeypatch):
     assert main(["--device", "cpu", "--budget-s", "0", "--out", str(tmp_path)]) == 0
     rows = rows_of(tmp_path)
     checks = [r for name, r in rows.items() if name not in ("environment", "total")]
-    assert len(checks) == 4 * 2 + 4 + 4 * 2 + 4 * 2 + 1  # train, checkpoint, determinism, throughput, sweep
+    # train, checkpoint, determinism, step (eager and graphs), graphs_match, packing, sweep
+    assert len(checks) == 4 * 2 + 4 + 4 * 2 + 4 * 2 * 2 + 4 + 1 + 1
     assert all(r["status"] == "SKIP" and "budget of 0 s was spent" in r["detail"] for r in checks)
+
+
+def _step_row(model, batch_size, precision, pairs_per_s):
+    return Row(f"step.{model}.b{batch_size}.{precision}.graphs", "INFO", "",
+               {"model": model, "batch_size": batch_size, "precision": precision, "mode": "graphs",
+                "pairs_per_s": pairs_per_s})
+
+
+def test_a_missed_goal_is_a_fail_row():
+    """b32 fp32 at the goal passes, below it fails; b128 under 3x b32 and bf16 under fp32 fail."""
+    goal = B32_FP32_GOALS["decomposable"]
+    rows = [_step_row("decomposable", 32, "fp32", goal), _step_row("decomposable", 128, "fp32", 2.9 * goal),
+            _step_row("decomposable", 32, "bf16", goal * 1.1), _step_row("decomposable", 128, "bf16", 2.8 * goal),
+            _step_row("cam", 32, "fp32", B32_FP32_GOALS["cam"] - 1)]
+    status = {r.check: r.status for r in check_goals(rows)}
+    assert status == {"goal.decomposable.b32": "PASS", "goal.decomposable.b128": "FAIL",
+                      "goal.decomposable.b32.bf16": "PASS", "goal.decomposable.b128.bf16": "FAIL",
+                      "goal.cam.b32": "FAIL"}
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")
@@ -130,4 +157,16 @@ def test_a_checkpoint_saved_on_cuda_loads_on_cuda(model, gpu_toy, tmp_path):
 @pytest.mark.parametrize("model", list(CHECKED))
 def test_deterministic_cuda_runs_are_bit_identical(model, precision, gpu_toy):
     row = check_determinism(model, precision, "cuda", GPU_SIZES, gpu_toy)
+    assert row.status == "PASS", row.detail
+
+
+@pytest.mark.gpu
+@needs_cuda
+@pytest.mark.parametrize("model", list(CHECKED))
+def test_cuda_graphs_train_as_eager_training_does(model):
+    from benchmarks.common import Context
+    from benchmarks.throughput import make_pool, select_batches
+
+    pool, _ = make_pool(Context())
+    row = check_graphs_match_eager(model, "cuda", GPU_SIZES, select_batches(pool, 4, 32))
     assert row.status == "PASS", row.detail

@@ -33,6 +33,7 @@ from torch import nn
 
 from nli_models.config import RunConfig, TrainingConfig
 from nli_models.data import PreparedData, batch_indices, iterate_batches
+from nli_models.data.batch import Batch
 from nli_models.errors import InputError, InputFileMissing
 from nli_models.registry import build_model, count_parameters
 from nli_models.training.cuda_graphs import GraphCaptureFailed, GraphedTrainingStep
@@ -222,14 +223,7 @@ class Trainer:
             if self.steps_exhausted():
                 break
             batch = batch.to(self.device, non_blocking=True)
-            if self._graphed is not None:
-                loss, logits = self._graphed(batch)
-            else:
-                loss, logits = self._loss(batch)
-                if check_each_step and not math.isfinite(float(loss.detach())):
-                    raise TrainingDiverged(epoch, step, float(loss.detach()))
-                self.optimizer.zero_grad(set_to_none=True)
-                self._apply_gradients(loss)
+            loss, logits = self.training_step(batch, (epoch, step) if check_each_step else None)
             self.state.steps += 1
             # Accumulate on the device: a .item() per step would synchronise a GPU every batch.
             total_loss += loss.detach() * len(batch)
@@ -240,7 +234,26 @@ class Trainer:
             raise TrainingDiverged(epoch, step, float(total_loss))
         return float(total_loss) / seen, float(correct) / seen
 
-    def _loss(self, batch) -> tuple[torch.Tensor, torch.Tensor]:
+    def training_step(self, batch: Batch, check_at: tuple[int, int] | None = None
+                      ) -> tuple[torch.Tensor, torch.Tensor]:
+        """One optimizer step on a batch already on the trainer's device (a CUDA graph's replay
+        where graphs are on): (loss, logits), neither read on the host.
+
+        Args:
+            batch: the batch (padded to static lengths where graphs are on: ``_batches``).
+            check_at: (epoch, step): a non-finite loss raises TrainingDiverged before the step
+                (a host read: the CPU's check; a GPU checks once per epoch).
+        """
+        if self._graphed is not None:
+            return self._graphed(batch)
+        loss, logits = self._loss(batch)
+        if check_at is not None and not math.isfinite(float(loss.detach())):
+            raise TrainingDiverged(*check_at, float(loss.detach()))
+        self.optimizer.zero_grad(set_to_none=True)
+        self._apply_gradients(loss)
+        return loss, logits
+
+    def _loss(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
         """(loss, logits) of a training batch. Autocast's cache of cast weights cannot outlive a
         CUDA graph's capture, so it is off while graphs are."""
         with torch.autocast(self.device.type, dtype=self.autocast_dtype,
