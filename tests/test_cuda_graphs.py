@@ -22,7 +22,12 @@ from testkit.toy import decomposable, toy_run_config
 from nli_models.config import TrainingConfig
 from nli_models.data.batch import LONG_LENGTH_STEP, STATIC_LENGTHS, Batch, static_length
 from nli_models.training import make_trainer
-from nli_models.training.cuda_graphs import GraphCaptureFailed, GraphedTrainingStep, _restore, _snapshot
+from nli_models.training.cuda_graphs import (
+    GraphCaptureFailed,
+    GraphedTrainingStep,
+    restore_state,
+    snapshot_state,
+)
 from nli_models.training.optimizers import make_optimizer
 from nli_models.training.trainer import DeviceUnavailable
 
@@ -77,13 +82,13 @@ def test_warm_up_steps_are_undone_by_the_restore(optimizer_name):
     batch = _full_batch()
     warmed, fresh = (_build("cam", {"variant": "full"}, seed=5) for _ in range(2))
     warmed_optimizer, fresh_optimizer = make_optimizer(warmed, config), make_optimizer(fresh, config)
-    saved = _snapshot(warmed, warmed_optimizer)
+    saved = snapshot_state(warmed, warmed_optimizer)
     step = _step_function(warmed, warmed_optimizer)
     for _ in range(3):
         warmed_optimizer.zero_grad(set_to_none=True)
         step(batch)
     assert any(not torch.equal(a, b) for a, b in zip(warmed.parameters(), fresh.parameters(), strict=True))
-    _restore(warmed, warmed_optimizer, saved)
+    restore_state(warmed, warmed_optimizer, saved)
     for model, optimizer in ((warmed, warmed_optimizer), (fresh, fresh_optimizer)):
         optimizer.zero_grad(set_to_none=True)
         _step_function(model, optimizer)(batch)

@@ -90,7 +90,7 @@ class GraphedTrainingStep:
     def _capture(self, batch: Batch) -> _Captured | None:
         inputs = Batch(*(t.clone() for t in _tensors(batch)))
         device = inputs.label.device
-        saved = _snapshot(self.model, self.optimizer)
+        saved = snapshot_state(self.model, self.optimizer)
         rng = None
         try:
             rng = torch.cuda.get_rng_state(device)
@@ -103,7 +103,7 @@ class GraphedTrainingStep:
                     self.optimizer.zero_grad(set_to_none=True)
                     self.step(inputs)
             torch.cuda.current_stream().wait_stream(side)
-            _restore(self.model, self.optimizer, saved)
+            restore_state(self.model, self.optimizer, saved)
             torch.cuda.set_rng_state(rng, device)
             graph = torch.cuda.CUDAGraph()
             self.optimizer.zero_grad(set_to_none=True)
@@ -111,7 +111,7 @@ class GraphedTrainingStep:
                 loss, logits = self.step(inputs)
             # Capture records the step without running it: the state is still as it was.
         except Exception as exc:  # noqa: BLE001 - any op that refuses capture: fall back to eager
-            _restore(self.model, self.optimizer, saved)
+            restore_state(self.model, self.optimizer, saved)
             if rng is not None:
                 torch.cuda.set_rng_state(rng, device)
             if self.required:
@@ -131,7 +131,7 @@ def _tensors(batch: Batch) -> tuple[torch.Tensor, ...]:
     return batch.premise, batch.premise_mask, batch.hypothesis, batch.hypothesis_mask, batch.label
 
 
-def _snapshot(model: nn.Module, optimizer: torch.optim.Optimizer) -> list[tuple[torch.Tensor, torch.Tensor]]:
+def snapshot_state(model: nn.Module, optimizer: torch.optim.Optimizer) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """(tensor, copy) of every parameter, buffer and optimizer state tensor, to put back in place
     (the graph captures their addresses, so they are restored with copy_, never replaced)."""
     tensors = [*model.parameters(), *model.buffers()]
@@ -139,7 +139,7 @@ def _snapshot(model: nn.Module, optimizer: torch.optim.Optimizer) -> list[tuple[
     return [(t, t.detach().clone()) for t in tensors]
 
 
-def _restore(model: nn.Module, optimizer: torch.optim.Optimizer,
+def restore_state(model: nn.Module, optimizer: torch.optim.Optimizer,
              saved: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
     known = {id(t) for t, _ in saved}
     with torch.no_grad():
@@ -147,7 +147,7 @@ def _restore(model: nn.Module, optimizer: torch.optim.Optimizer,
             tensor.copy_(copy)
     # State the warm-up created (the optimizer's first step builds it) goes back to its start.
     for state in optimizer.state.values():
-        for name, value in state.items():
+        for value in state.values():
             if torch.is_tensor(value) and id(value) not in known:
                 with torch.no_grad():
                     value.zero_()
