@@ -199,7 +199,7 @@ def validate(spec_path: str, no_data: bool, estimate: bool, assignments: tuple[s
     every configuration's model fits them; RAY_ADDRESS and the store answer; a trial fits this
     machine, or with --slurm-* the allocation), except --no-data's."""
     from nli_models.config import ConfigError
-    from orchestrator.plan import check_input, check_local_capacity, describe_plan
+    from orchestrator.plan import check_input, check_local_capacity, describe_gpu_fit, describe_plan
     from orchestrator.spec import load_spec
 
     if estimate and no_data:
@@ -213,6 +213,8 @@ def validate(spec_path: str, no_data: bool, estimate: bool, assignments: tuple[s
         if report is None and not os.environ.get("RAY_ADDRESS"):
             check_local_capacity(spec)  # where `sweep` without --address runs its trials
         click.echo(describe_plan(spec, data))
+        if data is not None and spec.search.resources.gpu > 0:
+            click.echo(describe_gpu_fit(spec, data))
         if overrides:
             click.echo(f"  overrides: {', '.join(overrides.describe())}")
         if report:

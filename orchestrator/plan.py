@@ -11,6 +11,9 @@ from orchestrator.ray_address import check_ray_address
 from orchestrator.spec import SweepSpec, apply_hyperparameters
 from results.tracking_uri import check_tracking_uri, unreachable_message, unreachable_store
 
+# The GPU `validate` sizes packing for when it runs without one (an H100's 80 GiB).
+REFERENCE_GPU_BYTES = 80 * 2**30
+
 
 def check_input(spec: SweepSpec, address: str | None = None) -> PreparedData:
     """Every check of a loaded spec's input that writes nothing, as `sweep` runs it before its
@@ -31,6 +34,55 @@ def check_input(spec: SweepSpec, address: str | None = None) -> PreparedData:
         for params in [{}, *searched]:
             check_fits_data(apply_hyperparameters(base, {**configuration, **params}), data)
     return data
+
+
+def largest_configurations(spec: SweepSpec) -> list[dict]:
+    """Per configuration of the spec, every searched domain at its largest value (numbers; the
+    first value of others): the trial that needs the most memory of each architecture."""
+    def largest(values):
+        numbers = [v for v in values if isinstance(v, int | float) and not isinstance(v, bool)]
+        return max(numbers) if numbers else values[0]
+
+    searched = {key: largest(domain.values) for key, domain in spec.search.space.items()}
+    return [{**configuration, **searched} for configuration in spec.search.configurations or [{}]]
+
+
+def describe_gpu_fit(spec: SweepSpec, data: PreparedData) -> str:
+    """How many trials of the spec fit one GPU by memory, from the measured need of its largest
+    trial (``nli_models.training.gpu_memory``), and what its ``resources.gpu`` packs."""
+    import torch
+
+    from nli_models.training import build_for_data
+    from nli_models.training.gpu_memory import CUDA_CONTEXT_BYTES, training_step_memory
+
+    train = data.splits["train"]
+    lengths = int(train.premise_lengths.max()), int(train.hypothesis_lengths.max())
+    needs = []
+    for params in largest_configurations(spec):
+        config = apply_hyperparameters(spec.base_config(), params)
+        training = config.training
+        needs.append(training_step_memory(build_for_data(config, data), training.optimizer,
+                                          training.batch_size, *lengths))
+    need = max(needs, key=lambda m: m.per_process)
+    if torch.cuda.is_available():
+        gpu_bytes, gpu = torch.cuda.get_device_properties(0).total_memory, torch.cuda.get_device_name(0)
+    else:
+        gpu_bytes, gpu = REFERENCE_GPU_BYTES, "an 80 GiB GPU (H100; no CUDA device here)"
+    mib = 2**20
+    lines = [
+        f"  GPU memory per trial: {need.per_process / mib:,.0f} MiB (largest trial, measured: "
+        f"weights {need.parameters / mib:,.0f}, gradients and optimizer state "
+        f"{(need.gradients + need.optimizer_state) / mib:,.0f}, activations "
+        f"{need.saved_activations / mib:,.0f} at lengths {lengths[0]}/{lengths[1]}; CUDA context "
+        f"{CUDA_CONTEXT_BYTES // mib} assumed): {gpu_bytes // need.per_process} trials fit {gpu} by memory"
+    ]
+    share = spec.search.resources.gpu
+    if 0 < share < 1:
+        packed = round(1 / share, 6)
+        verdict = "fits" if share * gpu_bytes >= need.per_process else "is TOO SMALL: raise resources.gpu"
+        lines.append(f"  resources.gpu {share:g} packs {packed:g} trials per GPU, each capped at "
+                     f"{share * gpu_bytes / mib:,.0f} MiB: {verdict}")
+    return "\n".join(lines)
 
 
 def check_local_capacity(spec: SweepSpec) -> None:

@@ -27,6 +27,7 @@ from nli_models.training import (
     make_trainer,
 )
 from nli_models.training.device_info import describe_device
+from nli_models.training.gpu_memory import cap_memory
 from orchestrator.environment import trial_threads
 from orchestrator.spec import apply_hyperparameters
 from results import run_schema as rs
@@ -117,8 +118,10 @@ def run_trial(tune_config: dict[str, Any], *, base: dict, search: dict, data: Pr
     config = config.model_copy(
         update={"training": training.model_copy(update={"device": trial_device(training.device)})}
     )
-    torch.set_num_threads(trial_threads(tune.get_context().get_trial_resources().required_resources.get("CPU", 1)))
+    resources = tune.get_context().get_trial_resources().required_resources
+    torch.set_num_threads(trial_threads(resources.get("CPU", 1)))
     trainer = make_trainer(config, data)
+    cap_memory(trainer.device, resources.get("GPU", 0))  # a packed trial keeps to its share
     config_yaml = yaml.safe_dump(config.model_dump(mode="json", exclude_unset=True), sort_keys=False)
     device = device_tags(trainer)  # once: this process trains on one device throughout
     checkpoint = tune.get_checkpoint()
