@@ -98,7 +98,9 @@ class TrainingConfig(StrictModel):
     precision: Literal["fp32", "bf16"] = Field(
         "fp32",
         description="bf16: autocast to bfloat16 on any device, the recurrent layers (LSTMs, "
-        "word-by-word attention's recurrence) kept in float32",
+        "word-by-word attention's recurrence) kept in float32. fp32 on CUDA: matmuls, "
+        "convolutions and RNNs use TF32 tensor cores (Ampere and newer: float32 range and "
+        "accumulation, 10-bit mantissa inputs)",
     )
     deterministic: bool = Field(
         False,

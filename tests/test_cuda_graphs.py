@@ -141,3 +141,4 @@ def test_on_without_cuda_is_refused(toy, tmp_path):
     assert done.returncode == 2, done.output
     assert "cuda_graphs='on' needs a CUDA device" in done.stderr
     assert not (tmp_path / "ckpt" / "checkpoint.pt").exists()
+

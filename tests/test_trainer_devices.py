@@ -197,3 +197,17 @@ def test_same_seed_same_parameters_with_two_threads(toy, model, deterministic, t
     if deterministic:
         assert not torch.backends.cudnn.benchmark
         assert os.environ["CUBLAS_WORKSPACE_CONFIG"] == ":4096:8"
+
+
+def test_fp32_matmuls_use_tf32_on_cuda_only():
+    from nli_models.training.trainer import use_tf32_matmuls
+
+    before = torch.backends.cuda.matmul.fp32_precision
+    try:
+        torch.backends.cuda.matmul.fp32_precision = "ieee"
+        use_tf32_matmuls(torch.device("cpu"))
+        assert torch.backends.cuda.matmul.fp32_precision == "ieee"
+        use_tf32_matmuls(torch.device("cuda", 0))
+        assert torch.backends.cuda.matmul.fp32_precision == "tf32"
+    finally:
+        torch.backends.cuda.matmul.fp32_precision = before

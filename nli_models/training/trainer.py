@@ -126,6 +126,14 @@ def use_deterministic_algorithms(enabled: bool) -> None:
         torch.use_deterministic_algorithms(enabled)
 
 
+def use_tf32_matmuls(device: torch.device) -> None:
+    """On CUDA, fp32 matmuls run on TF32 tensor cores (Ampere and newer; 10-bit mantissa inputs,
+    float32 accumulation), as cuDNN's convolutions and RNNs already do by default: several times
+    the fp32 matmul rate. A process-wide setting; nothing changes on the CPU."""
+    if device.type == "cuda":
+        torch.backends.cuda.matmul.fp32_precision = "tf32"
+
+
 def seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed % 2**32)
@@ -162,6 +170,7 @@ class Trainer:
         self.data = data
         self.device = resolve_device(config.device)
         use_deterministic_algorithms(config.deterministic)
+        use_tf32_matmuls(self.device)
         if self.device.type == "cpu":
             # Saturated tanh and softmax gradients underflow into denormal floats, which x86 CPUs
             # compute ~100x slower: a word-by-word step went from 112 to 210 ms once the model
