@@ -17,7 +17,7 @@ from test_models_contract import CASES, _batch, _build
 from testkit.toy import decomposable, toy_run_config
 
 from nli_models.data import batch_indices, iterate_batches
-from nli_models.models import abcnn, layers, word_by_word
+from nli_models.models import layers, word_by_word
 from nli_models.registry import paper_configs
 from nli_models.training.metrics import evaluate
 from nli_models.training.trainer import build_for_data
@@ -64,21 +64,26 @@ def test_a_training_step_reads_nothing_on_the_host(name, config, host_reads_rais
 
 def _logits_and_gradients(name, config):
     model = _build(name, config).double().train()
-    logits = model(*_batch())
+    logits, attention = model(*_batch(), return_attention=True)
     weights = torch.linspace(-1, 1, logits.numel(), dtype=torch.float64).view_as(logits)
     (logits * weights).sum().backward()
-    return logits.detach(), {k: p.grad for k, p in model.named_parameters() if p.grad is not None}
+    gradients = {k: p.grad for k, p in model.named_parameters() if p.grad is not None}
+    return logits.detach(), gradients, {k: a.detach() for k, a in attention.items()}
 
 
 @pytest.mark.parametrize("name, config", STEP_CASES)
 def test_the_off_cpu_path_computes_what_the_cpu_path_does(name, config, monkeypatch):
     if "dropout" in config:  # the two paths draw their masks differently
         config = {**config, "dropout": 0.0}
-    logits, grads = _logits_and_gradients(name, config)
-    for module in (layers, word_by_word, abcnn):
+    logits, grads, attention = _logits_and_gradients(name, config)
+    for module in (layers, word_by_word):
         monkeypatch.setattr(module, "on_host", lambda tensor: False)
-    dense_logits, dense_grads = _logits_and_gradients(name, config)
+    dense_logits, dense_grads, dense_attention = _logits_and_gradients(name, config)
     torch.testing.assert_close(dense_logits, logits, rtol=0, atol=1e-10)
+    # The attention maps too, at the sentences' own lengths (the GPU path may pad them).
+    assert dense_attention.keys() == attention.keys()
+    for key, value in attention.items():
+        torch.testing.assert_close(dense_attention[key], value, rtol=0, atol=1e-10, msg=key)
     assert dense_grads.keys() == grads.keys()
     for key, grad in grads.items():
         torch.testing.assert_close(dense_grads[key], grad, rtol=0, atol=1e-10, msg=key)

@@ -45,8 +45,9 @@ from torch import nn
 
 from nli_models.data.text import UNK_INDEX
 from nli_models.embeddings import PAD_INDEX, WordEmbeddings
+from nli_models.models import layers
 from nli_models.models.arguments import ModelArguments, Rate, Size, variant_of
-from nli_models.models.layers import Dropout, masked_mean, on_host
+from nli_models.models.layers import Dropout, masked_mean, on_both_sentences, same_length
 from nli_models.models.pair_classifier import PairClassifier, Sentences
 from nli_models.registry import PaperConfig, register_model
 
@@ -100,7 +101,7 @@ def nonoverlapping(sentence: Sentences, other: Sentences) -> Sentences:
     empty = ~keep[:, 0]
     ids[:, 0] = torch.where(empty, torch.full_like(ids[:, 0], UNK_INDEX), ids[:, 0])
     keep[:, 0] = True
-    if not on_host(keep):
+    if not layers.on_host(keep):  # read through the module: one switch for every model
         # The longest kept row's length is a host read: off the CPU the padded length stays (the
         # extra columns are padding, which every block masks).
         return Sentences(ids, keep)
@@ -145,22 +146,26 @@ class _Block(nn.Module):
             f0 = a @ self.attention_weight[:, : x1.shape[1]].T  # eq. 3
             f1 = a.transpose(1, 2) @ self.attention_weight[:, : x0.shape[1]].T  # eq. 4
             x0, x1 = torch.cat([x0, f0], dim=-1), torch.cat([x1, f1], dim=-1)
-        c0, conv_mask0 = self._convolve(x0, mask0)
-        c1, conv_mask1 = self._convolve(x1, mask1)
+        # The convolution's weights are shared by both sentences: one pass over both.
+        (c0, conv_mask0), (c1, conv_mask1) = on_both_sentences(self._convolve, (x0, mask0), (x1, mask1))
         if self.attention_pooling:
             a = euclidean_match(c0, c1, conv_mask0, conv_mask1)
             attention["conv"] = a
             # §4.2: a unit's weight is the sum of its row (s_0) or column (s_1) of A.
             c0 = c0 * a.sum(dim=2, keepdim=True)
             c1 = c1 * a.sum(dim=1).unsqueeze(-1)
-            pooled0, pooled1 = _window_sum(c0, self.width), _window_sum(c1, self.width)
-        else:
-            pooled0 = _window_sum(c0, self.width) / self.width
-            pooled1 = _window_sum(c1, self.width) / self.width
-        pooled0 = pooled0 * mask0.unsqueeze(-1)
-        pooled1 = pooled1 * mask1.unsqueeze(-1)
-        summary = (masked_mean(c0, conv_mask0), masked_mean(c1, conv_mask1))  # all-ap
-        return (pooled0, pooled1), summary, attention
+        (pooled0, summary0), (pooled1, summary1) = on_both_sentences(
+            self._pool, (c0, conv_mask0, mask0), (c1, conv_mask1, mask1))
+        return (pooled0, pooled1), (summary0, summary1), attention
+
+    def _pool(self, columns: torch.Tensor, conv_mask: torch.Tensor, mask: torch.Tensor
+              ) -> tuple[torch.Tensor, torch.Tensor]:
+        """w-ap back to the input's positions (zero at padding) and all-ap (the masked mean) of a
+        sentence's convolution columns [B, L + w - 1, D']."""
+        pooled = _window_sum(columns, self.width)
+        if not self.attention_pooling:
+            pooled = pooled / self.width
+        return pooled * mask.unsqueeze(-1), masked_mean(columns, conv_mask)
 
     def _convolve(self, x: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Wide convolution (eq. 1) -> ([B, L + w - 1, D'], mask of each row's n + w - 1 columns)."""
@@ -250,6 +255,10 @@ class ABCNN(PairClassifier):
         [B, Lh + w - 1, Lp + w - 1] over convolution columns ("block{i}_conv", ABCNN-2/3)."""
         if self.attention_input:
             premise, hypothesis = self._fit(premise), self._fit(hypothesis)
+        lengths = {"premise": premise.ids.shape[1], "hypothesis": hypothesis.ids.shape[1]}
+        # Off the CPU both sentences take one length, so the shared layers run once over both.
+        premise_ids, premise_mask, hypothesis_ids, hypothesis_mask = same_length(*premise, *hypothesis)
+        premise, hypothesis = Sentences(premise_ids, premise_mask), Sentences(hypothesis_ids, hypothesis_mask)
         scores, weights = self._scores(self.blocks, premise, hypothesis)
         if self.nonover_blocks is not None:
             nonover, _ = self._scores(
@@ -261,16 +270,22 @@ class ABCNN(PairClassifier):
             scores = [s for pair in zip(scores, nonover, strict=True) for s in pair]
         features = torch.cat(scores, dim=-1)
         logits = F.linear(features, self.output.weight[:, : features.shape[-1]], self.output.bias)
-        return logits, weights
+        return logits, self._at_lengths(weights, lengths["hypothesis"], lengths["premise"])
+
+    def _at_lengths(self, weights: dict[str, torch.Tensor], hypothesis_length: int, premise_length: int
+                    ) -> dict[str, torch.Tensor]:
+        """The maps cut back to the sentences' own lengths (``same_length`` may have padded them):
+        "blockI_input" over words, "blockI_conv" over a wide convolution's n + w - 1 columns."""
+        extra = {"input": 0, "conv": self.blocks[0].width - 1}
+        return {name: weight[:, : hypothesis_length + extra[name.rsplit("_", 1)[1]],
+                             : premise_length + extra[name.rsplit("_", 1)[1]]]
+                for name, weight in weights.items()}
 
     def _scores(self, blocks: nn.ModuleList, premise: Sentences, hypothesis: Sentences):
         """The similarity scores [B, 2] of the input block and of each active block, and the
         attention maps by name."""
-        x0 = self.dropout(self.word_embeddings(premise.ids)) * premise.mask.unsqueeze(-1)
-        x1 = self.dropout(self.word_embeddings(hypothesis.ids)) * hypothesis.mask.unsqueeze(-1)
-        scores = [
-            _similarity_scores(masked_mean(x0, premise.mask), masked_mean(x1, hypothesis.mask))
-        ]
+        (x0, mean0), (x1, mean1) = on_both_sentences(self._embed, premise, hypothesis)
+        scores = [_similarity_scores(mean0, mean1)]
         weights = {}
         for i, block in enumerate(blocks[: self.active_blocks], start=1):
             (x0, x1), summary, attention = block(x0, premise.mask, x1, hypothesis.mask)
@@ -278,13 +293,18 @@ class ABCNN(PairClassifier):
             weights.update({f"block{i}_{k}": a.transpose(1, 2) for k, a in attention.items()})
         return scores, weights
 
+    def _embed(self, ids: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The input block b_1: word vectors (zero at padding) and their all-ap."""
+        x = self.dropout(self.word_embeddings(ids)) * mask.unsqueeze(-1)
+        return x, masked_mean(x, mask)
+
     def _fit(self, sentences: Sentences) -> Sentences:
         """Drop padding columns beyond max_length (W_0 has max_length columns)."""
         ids, mask = sentences
         if ids.shape[1] <= self.max_length:
             return sentences
         beyond = mask[:, self.max_length :].any()
-        if not on_host(mask):
+        if not layers.on_host(mask):
             # Checked on the device, without waiting for it (a host read would stall every step).
             torch._assert_async(~beyond, f"a sentence is longer than max_length={self.max_length}")
         elif bool(beyond):

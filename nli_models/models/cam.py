@@ -36,10 +36,13 @@ from nli_models.models.arguments import ModelArguments, Rate, Size, one_of, vari
 from nli_models.models.layers import (
     AdditiveAttention,
     Dropout,
+    attention_at_lengths,
     masked_max,
     masked_mean,
     masked_softmax,
+    on_both_sentences,
     run_lstm,
+    same_length,
 )
 from nli_models.models.pair_classifier import PairClassifier, Sentences
 from nli_models.registry import PaperConfig, register_model
@@ -127,12 +130,15 @@ class CombinedAttentionModel(PairClassifier):
     def classify(self, premise: Sentences, hypothesis: Sentences):
         """Attention: "premise_intra" [B, 1, Lp], "hypothesis_intra" [B, 1, Lh] (eq. 4) and
         "hypothesis_to_premise" [B, Lh, Lp], "premise_to_hypothesis" [B, Lp, Lh] (eq. 7-8)."""
-        premise_mask, hypothesis_mask = premise.mask, hypothesis.mask
-        r_p, r_h = self._encode(premise), self._encode(hypothesis)
+        lengths = premise.ids.shape[1], hypothesis.ids.shape[1]
+        premise_ids, premise_mask, hypothesis_ids, hypothesis_mask = same_length(
+            premise.ids, premise.mask, hypothesis.ids, hypothesis.mask)
+        # The encoder and intra-attention are shared by both sentences: one pass over both.
+        (r_p, *alpha_p), (r_h, *alpha_h) = on_both_sentences(
+            self._encode_and_attend, (premise_ids, premise_mask), (hypothesis_ids, hypothesis_mask))
         weights = {}
         if self.intra_attention is not None:
-            r_p, weights["premise_intra"] = self._intra(r_p, premise_mask)
-            r_h, weights["hypothesis_intra"] = self._intra(r_h, hypothesis_mask)
+            weights["premise_intra"], weights["hypothesis_intra"] = alpha_p[0], alpha_h[0]  # [B, L]
         f_p, f_h = r_p, r_h
         if self.variant != "intra_only":
             e = torch.bmm(r_p, r_h.transpose(1, 2))  # eq. 6, [B, Lp, Lh]
@@ -141,27 +147,30 @@ class CombinedAttentionModel(PairClassifier):
             f_p = torch.bmm(to_h, r_h) * r_p  # eq. 7, 9
             f_h = torch.bmm(to_p, r_p) * r_h  # eq. 8, 10
             weights.update(premise_to_hypothesis=to_h, hypothesis_to_premise=to_p)
-        relation = torch.cat(  # eq. 11-13
-            [
-                masked_mean(f_p, premise_mask),
-                masked_max(f_p, premise_mask),
-                masked_mean(f_h, hypothesis_mask),
-                masked_max(f_h, hypothesis_mask),
-            ],
-            dim=-1,
-        )
+        pooled_p, pooled_h = on_both_sentences(_pooled, (f_p, premise_mask), (f_h, hypothesis_mask))
+        relation = torch.cat([*pooled_p, *pooled_h], dim=-1)  # eq. 11-13
+        weights = attention_at_lengths(weights, {"premise": lengths[0], "hypothesis": lengths[1]})
+        for name in ("premise_intra", "hypothesis_intra"):
+            if name in weights:
+                weights[name] = weights[name].unsqueeze(1)
         return self.classifier(relation), weights
 
-    def _encode(self, sentences: Sentences) -> torch.Tensor:
-        ids, mask = sentences
+    def _encode_and_attend(self, ids: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """Eq. 1-2 (the BiLSTM), then eq. 3-5 where there is intra-attention -> (r [B, L, 2d],)
+        or (r, α [B, 1, L])."""
         outputs, _ = run_lstm(self.encoder, self.dropout(self.word_embeddings(ids)), mask)
-        return outputs  # eq. 1-2
+        return self._intra(outputs, mask) if self.intra_attention is not None else (outputs,)
 
     def _intra(self, y: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Eq. 3-5 with R_avg the masked average of Y -> (r_p or r_h [B, L, 2d], α [B, 1, L])."""
+        """Eq. 3-5 with R_avg the masked average of Y -> (r_p or r_h [B, L, 2d], α [B, L])."""
         r, alpha = self.intra_attention(y, mask, masked_mean(y, mask))
         if self.intra_output == "repeat":  # the literal reading: uniform inter-attention
             sequence = r.unsqueeze(1).expand_as(y)
         else:  # "scale", the reconstruction: r_i = α_i ȳ_i, one vector per word
             sequence = alpha.unsqueeze(-1) * y
-        return sequence, alpha.unsqueeze(1)
+        return sequence, alpha
+
+
+def _pooled(f: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Eq. 11-12: the average and the max over a sentence's words -> ([B, 2d], [B, 2d])."""
+    return masked_mean(f, mask), masked_max(f, mask)

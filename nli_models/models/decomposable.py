@@ -38,9 +38,11 @@ from nli_models.models.arguments import ModelArguments, Rate, Size, one_of, vari
 from nli_models.models.layers import (
     Dropout,
     RealPositions,
+    attention_at_lengths,
     distinct_words,
     gather_rows,
     masked_softmax,
+    same_length,
 )
 from nli_models.models.pair_classifier import PairClassifier, Sentences
 from nli_models.registry import PaperConfig, register_model
@@ -147,7 +149,12 @@ class DecomposableAttention(PairClassifier):
         """Attention: "premise_to_hypothesis" [B, 1+Lp, 1+Lh], "hypothesis_to_premise"
         [B, 1+Lh, 1+Lp] (eq. 2) and with intra, "premise_intra" [B, 1+Lp, 1+Lp] and
         "hypothesis_intra" [B, 1+Lh, 1+Lh] (eq. 6): the NULL position is index 0 of every axis."""
-        (a, a_mask), (b, b_mask) = self._represent(premise, hypothesis)
+        # Off the CPU both sentences take one length, so F_intra, F and G run once over both.
+        lengths = {"premise": 1 + premise.ids.shape[1], "hypothesis": 1 + hypothesis.ids.shape[1]}
+        premise_ids, premise_mask, hypothesis_ids, hypothesis_mask = same_length(
+            premise.ids, premise.mask, hypothesis.ids, hypothesis.mask)
+        (a, a_mask), (b, b_mask) = self._represent(
+            Sentences(premise_ids, premise_mask), Sentences(hypothesis_ids, hypothesis_mask))
         # F_intra, F and G act on each word on its own: they run once over the real words of both
         # sentences, not over padding (RealPositions).
         words = RealPositions(a_mask, b_mask)
@@ -166,7 +173,7 @@ class DecomposableAttention(PairClassifier):
         )
         logits = self.output(self.aggregate(torch.cat([v1, v2], dim=-1)))  # eq. 5
         weights.update(premise_to_hypothesis=to_b, hypothesis_to_premise=to_a)
-        return logits, weights
+        return logits, attention_at_lengths(weights, lengths)
 
     def _represent(self, premise: Sentences, hypothesis: Sentences):
         """Unit-norm embeddings with NULL prepended, projected -> ([B, 1+Lp, P], mask [B, 1+Lp]),

@@ -23,6 +23,8 @@ from torch import nn
 from torch.nn import functional as F
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
+from nli_models.embeddings import PAD_INDEX
+
 
 class Dropout(nn.Dropout):
     """nn.Dropout with a cheaper mask on CPU; the same module (state, repr, eval behaviour).
@@ -127,7 +129,12 @@ class RealPositions:
         return layer(words).split(self.counts)
 
     def _padded(self, layer: nn.Module, values: Sequence[torch.Tensor]) -> list[torch.Tensor]:
-        """The dense path: the layer over every position, zero (not 0 x value) at padding."""
+        """The dense path: the layer over every position, zero (not 0 x value) at padding; batches
+        of one shape (``same_length``) go through it as one."""
+        if len({v.shape[:2] for v in values}) == 1:
+            joint = layer(torch.cat(list(values)))
+            masks = torch.cat(list(self.masks)).unsqueeze(-1)
+            return list(torch.where(masks, joint, 0.0).split(values[0].shape[0]))
         return [
             torch.where(mask.unsqueeze(-1), layer(v), 0.0)
             for v, mask in zip(values, self.masks, strict=True)
@@ -151,6 +158,57 @@ class RealPositions:
             words.new_zeros(mask.shape[0], words.shape[-1]).index_add(0, rows, words)
             for words, mask, rows in zip(self._stacked(layer, values), self.masks, self.rows, strict=True)
         ]
+
+
+def same_length(a_ids: torch.Tensor, a_mask: torch.Tensor, b_ids: torch.Tensor, b_mask: torch.Tensor
+                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Off the CPU, both sentences' ids and masks padded to the longer one's length (with
+    ``PAD_INDEX`` and False), so that layers shared by both run as one batch (``on_both_sentences``)
+    and nothing needs cutting back; on the CPU, as they are (padding would cost compute there)."""
+    if on_host(a_mask):
+        return a_ids, a_mask, b_ids, b_mask
+    length = max(a_ids.shape[1], b_ids.shape[1])
+
+    def pad(ids: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        extra = length - ids.shape[1]
+        return F.pad(ids, (0, extra), value=PAD_INDEX), F.pad(mask, (0, extra), value=False)
+
+    return (*pad(a_ids, a_mask), *pad(b_ids, b_mask))
+
+
+def attention_at_lengths(weights: dict[str, torch.Tensor], lengths: dict[str, int]) -> dict[str, torch.Tensor]:
+    """Attention maps cut back to the sentences' own lengths after ``same_length`` padded them
+    (views: no kernel). A map "X_to_Y" is [B, L_X, L_Y]; a map "X_intra" has every axis after
+    the batch over sentence X. ``lengths``: each sentence's length by name ("premise", ...)."""
+    cut = {}
+    for name, weight in weights.items():
+        if name.endswith("_intra"):
+            length = lengths[name.removesuffix("_intra")]
+            cut[name] = weight[(slice(None), *(slice(length) for _ in weight.shape[1:]))]
+        else:
+            rows, columns = name.split("_to_")
+            cut[name] = weight[:, : lengths[rows], : lengths[columns]]
+    return cut
+
+
+def on_both_sentences(function, a: Sequence[torch.Tensor], b: Sequence[torch.Tensor]
+                      ) -> tuple[tuple[torch.Tensor, ...], tuple[torch.Tensor, ...]]:
+    """``function(*a)`` and ``function(*b)``: a layer shared by both sentences (its inputs, e.g.
+    values and mask, are [B, L, ...] per sentence; it returns a tuple of [B, ...] tensors).
+
+    Off the CPU both go through it as one batch of 2B rows (``same_length`` gave them one length)
+    and are split: half the kernel launches of two calls, where a step is launch-bound, and the
+    same values (tests/test_host_sync.py checks the two paths agree). The CPU makes two calls: it
+    keeps each sentence at its own length, where padding would cost compute.
+    """
+    if on_host(a[0]):
+        return function(*a), function(*b)
+    if [t.shape[1] for t in a] != [t.shape[1] for t in b]:
+        raise ValueError("on_both_sentences needs sentences of one length off the CPU (same_length)")
+    joint = function(*(torch.cat([x, y]) for x, y in zip(a, b, strict=True)))
+    # split, not two slices: its backward is one kernel, theirs two each.
+    halves = [output.split(a[0].shape[0]) for output in joint]
+    return tuple(first for first, _ in halves), tuple(second for _, second in halves)
 
 
 def sequence_lengths(mask: torch.Tensor) -> torch.Tensor:
