@@ -8,7 +8,7 @@ one launch. Manual capture (``torch.cuda.CUDAGraph``) rather than ``torch.compil
 re-records per padded length (pytorch#188150) and does not take LSTMs (pytorch#149909).
 
 How: batches are padded to ``nli_models.data.batch.STATIC_LENGTHS`` (the trainer does it while
-graphs are on), so an epoch has a handful of shapes (benchmarks/static_shapes.py: 19 at batch
+graphs are on), so an epoch has a handful of shapes (benchmarks/static_shapes.py: 24 at batch
 32 on SNLI dev's lengths). The first batch of a shape is copied into static input buffers, the
 step runs three times on a side stream to warm up (cuDNN plans, the optimizer's state), the
 parameters, the optimizer's state and the RNG are put back as they were, and the step is
