@@ -34,7 +34,11 @@ from orchestrator.environment import cache_dir, trial_threads
 from orchestrator.spec import SweepSpec, apply_hyperparameters, grid_points, logged_params
 from results import run_schema as rs
 
-PROBE_BATCHES = 20
+# Batches each probed configuration trains: the probe's speeds set how much faster or slower each
+# configuration is than the first, and on a shared machine a step's time varies several-fold from
+# second to second (issue 44: epochs of one trial 0.4-2.4 s), so 20 batches (a tenth of a second
+# for the quickstart) let one busy moment make a configuration look 1.6x slower than it trains.
+PROBE_BATCHES = 60
 WARMUP_BATCHES = 2
 MAX_PROBED = 8  # grid points the probe times (a larger grid: evenly spread ones)
 PILOT_STEPS = 50  # training batches of a pilot trial (its dev evaluation is whole)

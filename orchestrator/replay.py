@@ -75,6 +75,25 @@ def params_key(params: Mapping[str, Any], names: list[str]) -> str:
     return json.dumps([[name, params.get(name)] for name in sorted(names)], default=str)
 
 
+CONTINUOUS = ("uniform", "loguniform")  # Domain kinds with no finite set of points
+
+
+def check_replayable(spec: SweepSpec, where: str) -> None:
+    """A replay looks each proposal up among the configurations the sweep trained. A continuous
+    range has no finite set of points: every sampler draws values no recorded trial trained
+    (only the recorded sampler and seed would repeat the record), so every strategy would replay
+    nothing but missing trials. Refused, saying so."""
+    ranges = {n: d for n, d in spec.search.space.items() if d.kind in CONTINUOUS}
+    if ranges:
+        raise InputError(
+            f"{where}: its search space cannot be replayed: "
+            + ", ".join(f"{n} is a continuous range ({d.kind} {list(d.values)})" for n, d in ranges.items())
+            + " with no finite set of points to look up in the record; a sampler would draw "
+            "values no recorded trial trained. Replay a sweep whose space is grid, choice or "
+            "randint values"
+        )
+
+
 def strategy_spec(spec: SweepSpec, strategy: Strategy, seed: int) -> SweepSpec:
     """The recorded spec with the strategy's sampler, sampler seed and scheduler. An Optuna
     sampler over a grid's space samples each grid's values as a categorical (`choice`), the

@@ -98,6 +98,7 @@ def _compute(experiment, samplers, schedulers, repeats, budget, tracking_uri, ou
     from orchestrator.replay import (
         Budget,
         Strategy,
+        check_replayable,
         recorded_trials,
         replay,
         searched_names,
@@ -125,8 +126,9 @@ def _compute(experiment, samplers, schedulers, repeats, budget, tracking_uri, ou
         raise InputError(str(exc)) from None
     except MlflowException as exc:
         raise click.ClickException(f"reading the tracking store failed: {exc}") from None
-    spec = validate_config(SweepSpec, load_yaml(record.spec_text),
-                           f"{experiment}: sweep {record.parent_run_id}: spec.yaml")
+    where = f"{experiment}: sweep {record.parent_run_id}"
+    spec = validate_config(SweepSpec, load_yaml(record.spec_text), f"{where}: spec.yaml")
+    check_replayable(spec, where)
     grid = all(domain.kind == "grid" for domain in spec.search.space.values())
     chosen = samplers or tuple(s for s in SAMPLERS if grid or s != "grid")
     strategies = [Strategy(a, b) for a, b in itertools.product(chosen, schedulers or SCHEDULERS)]

@@ -22,6 +22,7 @@ from nli_models.cpus import usable_cpus
 from nli_models.data import PreparedData
 from nli_models.errors import mask_secrets
 from nli_models.training import make_trainer, refit_and_test
+from nli_models.training.refit import refit_epochs
 from orchestrator import extend as extension_of
 from orchestrator.environment import trials_own_cores, users_wait_policy, wait_policy
 from orchestrator.journal import Journal, journal_file
@@ -108,12 +109,30 @@ def _test_evaluation(spec, config, data, trainer, outcome: TrialOutcome):
     phases) and wall time."""
     if spec.search.protocol.refit_on_train_dev:
         started = time.perf_counter()
-        refit, evaluation = refit_and_test(config, data, outcome.result.best_epoch)
+        refit, evaluation = refit_and_test(
+            config, data, outcome.result.best_epoch, _refit_progress(config, data, outcome, started)
+        )
         return evaluation, {
             rs.METRIC_REFIT_EPOCHS: refit.state.epoch,
             rs.METRIC_REFIT_TIME: time.perf_counter() - started,
         }
     return trainer.evaluate_best("test"), {}
+
+
+def _refit_progress(config, data, outcome: TrialOutcome, started: float):
+    """A line per refit epoch on stderr, so that minutes of refit are not silent."""
+    total = refit_epochs(config, outcome.result.best_epoch)
+    pairs = len(data.splits["train"]) + len(data.splits["dev"])
+    print(f"refit of {outcome.params} on train + dev ({pairs:,} pairs): {total} epochs "
+          f"(the selection run's best epoch {outcome.result.best_epoch}), then test", file=sys.stderr)
+
+    def progress(trainer, result) -> None:
+        elapsed = time.perf_counter() - started
+        left = elapsed / result.epoch * (total - result.epoch)
+        print(f"  refit epoch {result.epoch}/{total}: {elapsed:.0f} s, about {left:.0f} s left",
+              file=sys.stderr)
+
+    return progress
 
 
 def _evaluate_selected(spec: SweepSpec, data: PreparedData, outcome: TrialOutcome) -> tuple[dict[str, float], bytes]:

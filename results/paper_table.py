@@ -2,12 +2,14 @@
 
 One row per published result with a test accuracy and each of our rows that matches it (or none):
 the paper's label, |θ|M, train / dev / test accuracy (mean ± std over the selected configuration's
-seeds, and how many), the epochs and optimizer steps it trained, the published test accuracy, the
+seeds, and how many), the epochs and optimizer steps that produced the test accuracy (a refit's on
+train + dev where the sweep refits, not the selection run's), the published test accuracy, the
 difference, the known public reproductions of that row, and every way our run's protocol differs
 from everything the paper states (``results.published.PROTOCOLS`` and the row's own settings). A
 row with any difference is marked not comparable: its Δ measures the protocol as much as the
 model. A published system this code does not run (Yin et al.'s feature-based Table 6 rows) gets
-no Δ at all.
+no Δ at all. A published row none of ours matches says why (the dataset, model, variant or size
+that did not run).
 
 Our train accuracy is the running accuracy over the training batches (run_schema), the papers'
 an evaluation; the column says so.
@@ -30,6 +32,7 @@ from results.published import (
     reproductions,
     same_corpus,
     theta_m_at_paper_setup,
+    why_unmatched,
 )
 from results.render import render
 from results.schema import arrow_table, describe, table_columns
@@ -80,13 +83,15 @@ def paper_table(results: pd.DataFrame, paper: str) -> pa.Table:
                     "test": test,
                     "test_std": None if row is None else _percent(row.get("test_accuracy_std")),
                     "seeds": None if row is None else _int(row.get("n_seeds")),
-                    "epochs_trained": None if row is None else _float(row.get("epochs_trained")),
+                    "epochs_trained": None if row is None else _test_epochs(row),
+                    "refit": None if row is None else _refit(row),
                     "steps_trained": None if setup is None else _int(setup.get("steps_trained")),
                     "published_test": theirs["test_accuracy"],
                     "delta": delta,
                     "reproductions": reproductions(paper, published),
                     "comparable": None if differences is None else not differences,
                     "differences": None if differences is None else json.dumps(differences),
+                    "unmatched_because": why_unmatched(published, results) if row is None else None,
                     "note": published.note,
                 }
             )
@@ -102,7 +107,17 @@ def _setup(row: pd.Series) -> dict[str, object] | None:
     text = row.get("protocol")
     fingerprint = json.loads(text) if isinstance(text, str) else None
     params = json.loads(row["hyperparameters"])
-    return our_setup(fingerprint, params, _float(row.get("epochs_trained")))
+    return our_setup(fingerprint, params, _test_epochs(row), _refit(row))
+
+
+def _refit(row: pd.Series) -> bool:
+    return _float(row.get("refit_epochs")) is not None
+
+
+def _test_epochs(row: pd.Series) -> float | None:
+    """The epochs whose weights were tested: the refit's where there is one."""
+    refit = _float(row.get("refit_epochs"))
+    return refit if refit is not None else _float(row.get("epochs_trained"))
 
 
 def _float(value: object) -> float | None:
@@ -142,10 +157,10 @@ def _spread(test: float, std: float, seeds: float) -> str:
     return f"{test:.2f} ± {std:.2f} ({int(seeds)} seeds)"
 
 
-def _budget(epochs: float, steps: float) -> str:
+def _budget(epochs: float, steps: float, refit: object) -> str:
     if pd.isna(epochs):
         return ""
-    shown = f"{epochs:g}"
+    shown = f"{epochs:g}" + (" refit" if refit is True else "")
     return shown if pd.isna(steps) else f"{shown} ({int(steps):,})"
 
 
@@ -181,8 +196,11 @@ def describe_paper_table(table: pa.Table, fmt: str = "md") -> str:
             "test": [_spread(t, s, n) for t, s, n in zip(frame["test"], frame["test_std"], frame["seeds"], strict=True)],
             "paper test": frame["published_test"],
             "Δ": [_delta(d, t) for d, t in zip(frame["delta"], frame["test"], strict=True)],
-            "epochs (steps)": [
-                _budget(e, s) for e, s in zip(frame["epochs_trained"], frame["steps_trained"], strict=True)
+            "epochs (steps) of test": [
+                _budget(e, s, r)
+                for e, s, r in zip(
+                    frame["epochs_trained"], frame["steps_trained"], frame["refit"], strict=True
+                )
             ],
             "reproductions": frame["reproductions"],
             "protocol": [
@@ -197,7 +215,12 @@ def describe_paper_table(table: pa.Table, fmt: str = "md") -> str:
             lines.append(f"- {row['row']} [{row['model_config']}] ({row['experiment']}):")
             lines += [f"    {item}" for item in json.loads(row["differences"])]
     if len(lines) == 3:
-        lines.append("- none")
+        compared = frame["comparable"].notna().any()
+        lines.append("- none" if compared else "- none compared: no row of ours matches a published row")
+    unmatched = frame[frame["unmatched_because"].notna()]
+    if len(unmatched):
+        lines += ["", "Published rows no row of ours matches:"]
+        lines += [f"- {r.row} ({r.table}): {r.unmatched_because}" for r in unmatched.itertuples()]
     notes = sorted({n for n in frame["note"] if isinstance(n, str) and n})
     if notes:
         lines += ["", "Notes:", *(f"- {n}" for n in notes)]

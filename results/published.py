@@ -25,14 +25,16 @@ numerically, booleans case-insensitively; see ``results.params.same_value``) and
 nli.corpus) is the published row's dataset.
 
 Protocols: ``PROTOCOLS`` holds every setting each paper states about how it trained (training
-file and size, vectors and their dimension, whether they are tuned, OOV policy, optimiser and its
+file and size, the dev and test sets' sizes, the vectors file by its content and its coverage of
+the vocabulary, whether they are tuned, OOV policy, optimiser and its
 parameters, budget, patience, initialisation, batch size, each model hyperparameter, the reading
 of each reconstructed part, layerwise training, refit), in the names of a run's protocol
 fingerprint (run_schema.PROTOCOL_FIELDS) and of its logged params; a published row's ``setup``
 adds what the paper states for that row alone (Yin Table 2, Parikh's learning rates).
 ``our_setup`` gathers the same names for one of our rows and ``protocol_differences`` lists every
 one that differs. A published row whose system cannot be run here (``runnable`` false: Yin Table
-6's feature-based rows) is never comparable. ``REPRODUCTIONS`` holds known public reproductions
+6's feature-based rows) is never comparable. A published row none of ours matches gets the reason
+(``why_unmatched``: the dataset ours ran on, the model, variant or size not run). ``REPRODUCTIONS`` holds known public reproductions
 of a row (results.paper_table shows both).
 """
 
@@ -80,6 +82,43 @@ class OneOf:
 
     def __str__(self) -> str:
         return "one of " + ", ".join(_show(v) for v in self.values)
+
+
+@dataclass(frozen=True)
+class VectorsFile:
+    """Word vectors by what the file holds, not only its name: the published file (compared
+    without its extension), its word count and dimension. A run's also has its SHA-256 (None for
+    the papers' files: their hashes are not recorded here, so words and dimension identify them)."""
+
+    name: str
+    words: int | None
+    dim: int | None
+    sha256: str | None = None
+
+    def __str__(self) -> str:
+        if self.words is None:
+            return f"{self.name}: {self.dim}-d, word count and content hash not recorded"
+        held = f"{self.name}: {self.words:,} words, {self.dim}-d"
+        return held + (f", sha256 {self.sha256[:12]}" if self.sha256 else "")
+
+    def same_file(self, ours: object) -> bool:
+        return (
+            isinstance(ours, VectorsFile)
+            and _stem(ours.name) == self.name
+            and (ours.words, ours.dim) == (self.words, self.dim)
+        )
+
+
+@dataclass(frozen=True)
+class AtLeast:
+    """A share every paper's setup reaches without stating it (its vectors' coverage of the
+    vocabulary): any share from ``floor`` up is the paper's."""
+
+    floor: float
+    why: str
+
+    def __str__(self) -> str:
+        return f"at least {self.floor:.0%}: {self.why}"
 
 
 @dataclass(frozen=True)
@@ -234,11 +273,28 @@ GAJBHIYE2018 = tuple(_cam(*row) for row in (
 # Every setting each paper states, in the names of a run's protocol fingerprint
 # (run_schema.PROTOCOL_FIELDS), of its logged params (model and training hyperparameters) and of
 # what our_setup derives (steps_trained, vectors_tuned); only what the paper states is listed, and
-# all of it is compared. Vector files are compared without their extension
-# (glove.840B.300d.zip = glove.840B.300d.txt).
-_SNLI_TRAIN = {"corpus": "snli", "train_file": "snli_1.0_train.jsonl", "train_size": 549_367}
-_GLOVE_840B = {"vectors": "glove.840B.300d", "vectors_dim": 300}
-_WORD2VEC = {"vectors": "GoogleNews-vectors-negative300", "vectors_dim": 300}
+# all of it is compared. Vector files are compared by name without their extension
+# (glove.840B.300d.zip = glove.840B.300d.txt), word count and dimension (the published files:
+# GloVe 840B's 2,196,017 lines, word2vec GoogleNews's header "3000000 300"). The dev and test
+# sets are the official splits in full (data/README of shared data: SNLI 9,842 / 9,824 after
+# dropping '-' labels, SICK TRIAL / TEST 495 / 4,906, SciTail 1,304 / 2,126).
+_SNLI_TRAIN = {
+    "corpus": "snli",
+    "train_file": "snli_1.0_train.jsonl",
+    "train_size": 549_367,
+    "dev_size": 9_842,
+    "test_size": 9_824,
+}
+# No paper states its coverage; each used a general English vector set, which covers nearly all
+# of a corpus's words (GloVe 6B 50d: 99.2% of SICK's vocabulary, 99.3% of the SNLI train
+# sample's, measured here). Below half, the file is not such a set, whatever its name.
+_COVERAGE = {
+    "vector_coverage": AtLeast(
+        0.5, "the papers' general English vectors cover nearly all of a corpus's words"
+    )
+}
+_GLOVE_840B = {"vectors": VectorsFile("glove.840B.300d", 2_196_017, 300), **_COVERAGE}
+_WORD2VEC = {"vectors": VectorsFile("GoogleNews-vectors-negative300", 3_000_000, 300), **_COVERAGE}
 _CAM = {  # §IV "Hyperparameters": GloVe "to initialize the word embeddings" (so tuned)
     **_GLOVE_840B,
     "vectors_policy": "train_oov",  # OOV U(-0.05, 0.05)
@@ -277,6 +333,8 @@ PROTOCOLS: dict[tuple[str, str], Mapping[str, object]] = {
         "corpus": "sick",
         "train_file": "SICK.txt",
         "train_size": 4_439,
+        "dev_size": 495,
+        "test_size": 4_906,
         **_WORD2VEC,
         "vectors_policy": "single_unk",
         "vectors_tuned": False,
@@ -296,6 +354,8 @@ PROTOCOLS: dict[tuple[str, str], Mapping[str, object]] = {
         "corpus": "scitail",
         "train_file": "scitail_1.0_train.tsv",
         "train_size": 23_596,
+        "dev_size": 1_304,
+        "test_size": 2_126,
         **_CAM,
         "dropout": 0.3,  # "to each feed forward connection ... for SciTail"
         "dropout_at": "feed_forward",
@@ -340,19 +400,31 @@ def our_setup(
     fingerprint: Mapping[str, str] | None,
     params: Mapping[str, object],
     epochs_trained: float | None = None,
+    refit: bool = False,
 ) -> dict[str, object] | None:
     """One of our rows in the names of paper_setup: its protocol fingerprint (tag values, as
-    text), its params, and what follows from them: ``vectors_tuned`` (no OOV policy tunes the
+    text), its params, and what follows from them: ``vectors`` as a VectorsFile (name, word
+    count, dimension, hash), ``vectors_tuned`` (no OOV policy tunes the
     pretrained rows, nli_models.data.vectors, unless data.vectors.tune, which the fingerprint of
     newer runs records) and ``steps_trained`` (the epochs it trained times
-    the batches of an epoch, capped by max_steps). None when the run has no fingerprint."""
+    the batches of an epoch, capped by max_steps; with ``refit``, the epochs are the refit's on
+    train + dev). None when the run has no fingerprint."""
     if fingerprint is None:
         return None
     ours: dict[str, object] = {**params, **fingerprint}
+    has_vectors = str(fingerprint.get("vectors")) not in ("None", "")
+    if has_vectors:  # runs from before vector fingerprints recorded no word count nor hash
+        ours["vectors"] = VectorsFile(
+            str(fingerprint["vectors"]),
+            as_int(fingerprint.get("vectors_words")),
+            as_int(fingerprint.get("vectors_dim")),
+            str(fingerprint["vectors_sha256"]) if "vectors_sha256" in fingerprint else None,
+        )
     if "vectors_tuned" not in fingerprint:  # runs from before data.vectors.tune never tuned them
-        has_vectors = str(fingerprint.get("vectors")) not in ("None", "")
         ours["vectors_tuned"] = False if has_vectors else None
     train_size, batch_size = as_int(ours.get("train_size")), as_int(ours.get("batch_size"))
+    if refit and train_size:
+        train_size += as_int(ours.get("dev_size")) or 0
     if epochs_trained is not None and not math.isnan(epochs_trained) and train_size and batch_size:
         steps = math.ceil(epochs_trained) * math.ceil(train_size / batch_size)
         max_steps = as_int(ours.get("max_steps"))
@@ -374,7 +446,7 @@ def protocol_differences(
     for name, theirs in paper_setup(paper, published).items():
         mine = ours.get(name, MISSING)
         if not _same_setting(name, mine, theirs):
-            shown = "not recorded" if mine is MISSING else _show(mine)
+            shown = "not recorded" if mine is MISSING else _show_ours(theirs, mine)
             differences.append(f"{name} {shown} (paper {_show(theirs)})")
     return differences
 
@@ -394,7 +466,12 @@ def theta_m_at_paper_setup(
 
     name = str(published.match["model"])
     arguments = set(model_arguments(name)) - {"vocab_size", "num_classes", "embedding_dim"}
-    stated = {k: v for k, v in paper_setup(paper, published).items() if not isinstance(v, OneOf | Present)}
+    stated = {
+        k: v
+        for k, v in paper_setup(paper, published).items()
+        if not isinstance(v, OneOf | Present | VectorsFile | AtLeast)
+    }
+    vectors = paper_setup(paper, published).get("vectors")
     setup = {**params, **published.match, **stated}
     model_args = {k: parse_param(v) for k, v in setup.items() if k in arguments}
     try:
@@ -403,7 +480,7 @@ def theta_m_at_paper_setup(
             **model_args,
             vocab_size=10,
             num_classes=CLASSES[published.dataset],
-            embedding_dim=int(stated.get("vectors_dim", 300)),
+            embedding_dim=vectors.dim if isinstance(vectors, VectorsFile) else 300,
         )
     except (ValueError, TypeError):
         return None
@@ -420,8 +497,11 @@ def _same_setting(name: str, ours: object, theirs: object) -> bool:
         return any(same_value(value, ours) for value in theirs.values)
     if isinstance(theirs, Present):
         return not same_value(None, ours)
-    if name == "vectors":
-        return _stem(str(ours)) == theirs
+    if isinstance(theirs, VectorsFile):
+        return theirs.same_file(ours)
+    if isinstance(theirs, AtLeast):
+        share = parse_param(ours)
+        return isinstance(share, int | float) and share >= theirs.floor
     return same_value(theirs, ours)
 
 
@@ -431,8 +511,15 @@ def _stem(name: str) -> str:
     return name
 
 
+def _show_ours(theirs: object, mine: object) -> str:
+    share = parse_param(mine)
+    if isinstance(theirs, AtLeast) and isinstance(share, int | float):
+        return f"{share:.1%}"
+    return _show(mine)
+
+
 def _show(value: object) -> str:
-    if isinstance(value, OneOf | Present):
+    if isinstance(value, OneOf | Present | VectorsFile | AtLeast):
         return str(value)
     value = parse_param(value)  # tag values are text: '4439' -> 4,439, 'False' -> false
     if isinstance(value, bool) or value is None:
@@ -502,6 +589,29 @@ def same_corpus(row: pd.Series, dataset: str) -> bool:
 
     corpus = row.get("corpus")
     return corpus is None or pd.isna(corpus) or corpus == dataset  # untagged rows still match
+
+
+def why_unmatched(published: PublishedRow, results: pd.DataFrame) -> str:
+    """Why no row of ``results`` matches ``published``: the dataset ours ran on when none ran on
+    the row's, then the first of the row's params (model, variant, architecture, in the row's
+    order) that no run on that dataset (or, failing it, any run) has, with the values that ran."""
+    if results.empty:
+        return "no run of ours to compare"
+    rows = [(row, json.loads(row["hyperparameters"])) for _, row in results.iterrows()]
+    reasons = []
+    candidates = [(row, params) for row, params in rows if same_corpus(row, published.dataset)]
+    if not candidates:
+        ran = sorted({str(row.get("corpus")) for row, _ in rows})
+        reasons.append(f"dataset is {', '.join(ran)}, not {published.dataset}")
+        candidates = rows
+    for name, value in published.match.items():
+        hits = [(r, p) for r, p in candidates if name in p and same_value(value, p[name])]
+        if not hits:
+            ran = sorted({_show(p.get(name)) for _, p in candidates})
+            reasons.append(f"{name} {_show(value)} was not run (ran: {', '.join(ran)})")
+            break
+        candidates = hits
+    return "; ".join(reasons)
 
 
 def matches_row(match: Mapping[str, object], params: Mapping[str, object]) -> bool:

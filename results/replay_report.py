@@ -17,6 +17,7 @@ import numpy as np
 import pyarrow as pa
 from matplotlib import ticker
 from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
 
 from results.figures import new_figure
 from results.render import format_hyperparameters
@@ -121,11 +122,11 @@ def strategy_table(rows: list[dict], **metadata: object) -> pa.Table:
             "best_dev_accuracy_median": statistics.median(best) if best else None,
             "best_dev_accuracy_min": min(best, default=None),
             "best_dev_accuracy_max": max(best, default=None),
-            "selected_dev_accuracy": statistics.fmean(selected) if selected else None,
+            "selected_dev_accuracy_mean": statistics.fmean(selected) if selected else None,
             "selection": common[0][0] if common else None,
             "selection_repeats": common[0][1] if common else 0,
             "same_as_sweep": sum(r["same_as_sweep"] for r in group),
-            "test_accuracy": statistics.fmean(tests) if tests else None,
+            "test_accuracy_mean": statistics.fmean(tests) if tests else None,
             "test_recorded_repeats": len(tests),
         })
     return arrow_table(summary, COLUMNS, "replay", **metadata)
@@ -133,7 +134,8 @@ def strategy_table(rows: list[dict], **metadata: object) -> pa.Table:
 
 def strategy_view(table: pa.Table):
     """The strategy table as a reader reads it: accuracies in percent, the test column saying
-    `not recorded` where no selection has a recorded test accuracy."""
+    `not recorded` where no selection has a recorded test accuracy, and each header naming the
+    statistic over repeats it shows (a mean, or the median and range)."""
     frame = table.to_pandas()
 
     def percent(value) -> str:
@@ -143,55 +145,65 @@ def strategy_view(table: pa.Table):
         best_dev=[f"{percent(m)} ({percent(lo)}-{percent(hi)})" for m, lo, hi in zip(
             frame["best_dev_accuracy_median"], frame["best_dev_accuracy_min"],
             frame["best_dev_accuracy_max"], strict=True)],
-        selected_dev=frame["selected_dev_accuracy"].map(percent),
+        selected_dev=frame["selected_dev_accuracy_mean"].map(percent),
         test=[percent(t) + f" ({n}/{r} repeats)" if n else NOT_RECORDED for t, n, r in zip(
-            frame["test_accuracy"], frame["test_recorded_repeats"], frame["repeats"], strict=True)],
+            frame["test_accuracy_mean"], frame["test_recorded_repeats"], frame["repeats"], strict=True)],
         selection=[f"{s} ({n}/{r})" if s else "-" for s, n, r in zip(
             frame["selection"], frame["selection_repeats"], frame["repeats"], strict=True)],
         simulated=frame["simulated_hours"].map(lambda h: f"{h * 60:.1f} min" if h < 1 else f"{h:.2f} h"),
     )[["strategy", "repeats", "trials", "missing", "trial_epochs", "simulated", "best_dev",
        "selected_dev", "selection", "same_as_sweep", "test"]].rename(columns={
-        "trial_epochs": "trial-epochs", "best_dev": "best dev (median, min-max)",
-        "selected_dev": "selected dev", "same_as_sweep": "= sweep's", "test": "test of selection",
+        "trials": "trials (mean)", "missing": "missing (mean)",
+        "trial_epochs": "trial-epochs (mean)", "simulated": "simulated (mean)",
+        "best_dev": "best dev (median, min-max)", "selected_dev": "selected dev (mean)",
+        "selection": "selection (most often)", "same_as_sweep": "= sweep's (repeats)",
+        "test": "test of selection (mean)",
     })
 
 
 def plot_replay(runs: Sequence[ReplayRun], title: str) -> Figure:
-    """Best dev accuracy so far per strategy, against simulated wall time (left) and trial-epochs
-    spent (right): the median over repeats, shaded between the 25th and 75th percentile. Colour
-    is the sampler, line style the scheduler, and line width falls with each sampler drawn."""
-    by_strategy: dict[str, list[ReplayRun]] = defaultdict(list)
+    """Best dev accuracy so far, small multiples: one column per sampler, against simulated wall
+    time (top row) and trial-epochs spent (bottom row), each panel holding that sampler's
+    schedulers only (at most three lines), all on one y scale. Each line is the median over
+    repeats, shaded between the 25th and 75th percentile."""
+    by_sampler: dict[str, dict[str, list[ReplayRun]]] = defaultdict(lambda: defaultdict(list))
     for run in runs:
         if run.epochs:
-            by_strategy[run.strategy].append(run)
+            sampler, scheduler = run.strategy.split("+")
+            by_sampler[sampler][scheduler].append(run)
     longest = max((run.epochs[-1][0] for run in runs if run.epochs), default=1.0)
     scale, unit = (3600.0, "hours") if longest >= 3600 else (60.0, "minutes")
-    samplers = list(dict.fromkeys(s.split("+")[0] for s in by_strategy))
-    colours = {s: f"C{i}" for i, s in enumerate(samplers)}
-    styles = dict(zip(("fifo", "asha", "median"), ("-", "--", ":"), strict=True))
-    figure = new_figure(12, 5.5)
-    time_axes, epoch_axes = figure.subplots(1, 2, sharey=True)
-    for strategy, group in by_strategy.items():  # in the order replayed: the table's
-        sampler, scheduler = strategy.split("+")
-        # Samplers drawn later are drawn thinner: where two follow the same curve (small spaces,
-        # which every sampler covers), both colours stay visible.
-        width = 1.0 + 0.7 * (len(samplers) - 1 - samplers.index(sampler))
-        style = {"color": colours[sampler], "linestyle": styles.get(scheduler, "-")}
-        for axes, position, per in ((time_axes, _times, scale), (epoch_axes, _epoch_counts, 1.0)):
-            grid, low, median, high = _spread(group, position)
-            axes.plot(grid / per, median * 100, label=strategy, linewidth=width, **style)
-            axes.fill_between(grid / per, low * 100, high * 100, color=style["color"], alpha=0.08)
-    time_axes.set_xlabel(f"simulated wall time ({unit})")
-    epoch_axes.set_xlabel("trial-epochs spent")
-    time_axes.set_ylabel("best dev accuracy so far")
-    for axes in (time_axes, epoch_axes):
-        axes.yaxis.set_major_formatter(ticker.PercentFormatter(decimals=1))
-        axes.grid(alpha=0.3)
-    repeats = max((len(g) for g in by_strategy.values()), default=0)
-    figure.suptitle(f"{title}: median over {repeats} repeats, shaded 25th-75th percentile",
-                    fontsize="medium")
-    handles, labels = epoch_axes.get_legend_handles_labels()
-    figure.legend(handles, labels, loc="outside right center", fontsize="small")
+    schedulers = list(dict.fromkeys(s for group in by_sampler.values() for s in group))
+    colours = {s: f"C{i}" for i, s in enumerate(schedulers)}
+    # Schedulers often follow one curve (on small spaces every one finds the same best): each
+    # later one is drawn narrower and dashed over the earlier ones, so all stay visible.
+    styles = {s: {"color": colours[s], "linewidth": 3.0 - 0.9 * i, "linestyle": ("-", "--", ":")[i % 3]}
+              for i, s in enumerate(schedulers)}
+    columns = max(1, len(by_sampler))
+    figure = new_figure(3.2 * columns + 1.5, 6.5)
+    axes = figure.subplots(2, columns, sharey=True, squeeze=False)
+    for column, (sampler, groups) in enumerate(by_sampler.items()):  # in the order replayed
+        time_axes, epoch_axes = axes[0, column], axes[1, column]
+        time_axes.set_title(sampler, fontsize="medium")
+        for scheduler, group in groups.items():
+            for panel, position, per in ((time_axes, _times, scale), (epoch_axes, _epoch_counts, 1.0)):
+                grid, low, median, high = _spread(group, position)
+                panel.plot(grid / per, median * 100, label=scheduler, **styles[scheduler])
+                panel.fill_between(grid / per, low * 100, high * 100, color=colours[scheduler],
+                                   alpha=0.15)
+        time_axes.set_xlabel(f"simulated wall time ({unit})", fontsize="small")
+        epoch_axes.set_xlabel("trial-epochs spent", fontsize="small")
+    for row in range(2):
+        axes[row, 0].set_ylabel("best dev accuracy so far")
+    for panel in axes.flat:
+        panel.yaxis.set_major_formatter(ticker.PercentFormatter(decimals=1))
+        panel.grid(alpha=0.3)
+        panel.tick_params(labelsize="small")
+    repeats = max((len(g) for groups in by_sampler.values() for g in groups.values()), default=0)
+    figure.suptitle(f"{title}: median over {repeats} repeats, shaded 25th-75th percentile; "
+                    "one column per sampler", fontsize="medium")
+    handles = [Line2D([], [], label=s, **styles[s]) for s in schedulers]
+    figure.legend(handles=handles, title="scheduler", loc="outside right center", fontsize="small")
     return figure
 
 

@@ -88,6 +88,9 @@ PROTOCOL_FIELDS = (
     "test_size",
     "vectors",
     "vectors_dim",
+    "vectors_words",  # words in the vectors file (nli_models.data.vectors.VectorsIdentity)
+    "vectors_sha256",  # SHA-256 of the vectors file
+    "vector_coverage",  # share of the vocabulary with a pretrained vector (0-1, 4 decimals)
     "vectors_policy",
     "vectors_tuned",
     "extend_vocab",

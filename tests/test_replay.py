@@ -1,7 +1,8 @@
-"""Issue 30 items 1 and 4: `orchestrate replay` through the CLI, on a store that `orchestrate
-sweep` recorded (module scope, in this process on the module's Ray instance):
-a completed grid sweep whose lr=1e10 configurations diverge (so the record lacks them), and an
-experiment whose only sweep is interrupted (its time budget ran out before any trial ended)."""
+"""Issue 30 items 1 and 4, issue 44 item 6: `orchestrate replay` through the CLI, on a store
+that `orchestrate sweep` recorded (module scope, in this process on the module's Ray instance):
+a completed grid sweep whose lr=1e10 configurations diverge (so the record lacks them), an
+experiment whose only sweep is interrupted (its time budget ran out before any trial ended), and
+a sweep over a continuous range, which cannot be replayed."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ from orchestrator.replay_cli import SAMPLERS, SCHEDULERS
 from orchestrator.spec import SchedulerConfig, SearchConfig, SweepSpec
 from results import run_schema as rs
 from results.replay_record import read_recording
-from results.replay_report import ReplayRun, run_rows, strategy_table, strategy_view
+from results.replay_report import ReplayRun, plot_replay, run_rows, strategy_table, strategy_view
 from results.tracking import open_client
 
 EXPERIMENT = "replayed"
@@ -91,6 +92,11 @@ def test_grid_fifo_replay_selects_the_sweeps_configuration_and_reports_what_the_
     assert (store / "grid/replay.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     markdown = (store / "grid/replay.md").read_text()
     assert "| grid+fifo | 2 |" in markdown and markdown.splitlines()[2] in result.stdout
+    # Each header names the statistic over repeats it shows.
+    assert markdown.splitlines()[0] == (
+        "| strategy | repeats | trials (mean) | missing (mean) | trial-epochs (mean) | "
+        "simulated (mean) | best dev (median, min-max) | selected dev (mean) | "
+        "selection (most often) | = sweep's (repeats) | test of selection (mean) |")
 
 
 def test_every_strategy_replays_and_test_accuracy_comes_only_from_the_record(store):
@@ -116,31 +122,33 @@ def test_every_strategy_replays_and_test_accuracy_comes_only_from_the_record(sto
         else:
             assert run["test_accuracy"] == pytest.approx(recorded_test)
     assert "note: CMA-ES samples only numeric ranges" in result.stdout
+    # The figure: small multiples, one column per sampler with its three schedulers, so that
+    # 15 strategies are not 15 overlapping bands in one panel.
+    from PIL import Image
+
+    with Image.open(store / "all/replay.png") as image:
+        width, height = image.size
+    assert width > 2.5 * height  # five sampler columns, two rows (time, trial-epochs)
 
 
-def test_a_point_the_record_lacks_is_counted_missing_never_invented(store):
-    """A random sweep's record holds its two sampled points: the same sampler with the recorded
-    seed (0) proposes exactly them; seed 1 proposes points the record lacks, which are counted
-    missing, so nothing is selected and no test accuracy is claimed."""
-    parent, children = runs_of(store, "sampled")
-    result = _replay(store, "sampled/replay.parquet", "sampled", "--scheduler", "fifo", "--repeats", "2")
-    assert result.returncode == 0, result.stdout + result.stderr
-    table = pq.read_table(store / "sampled/replay.parquet").to_pylist()
-    # By default every sampler the space takes: a loguniform range is no grid.
-    assert [r["strategy"] for r in table] == ["random+fifo", "tpe+fifo", "cmaes+fifo", "nsga2+fifo"]
-    runs = pq.read_table(store / "sampled/replay.runs.parquet").to_pylist()
-    seed0, seed1 = [r for r in runs if r["strategy"] == "random+fifo"]
-    assert seed0["missing"] == 0 and seed0["trials"] == 2
-    assert seed0["selected_run_id"] == parent[0].data.tags[rs.TAG_BEST_RUN]
-    assert seed1["missing"] == 2 and seed1["trials"] == 0 and seed1["trial_epochs"] == 0
-    assert seed1["selection"] is None and seed1["test_accuracy"] is None
-    row = table[0]
-    assert row["missing"] == 1.0 and row["test_recorded_repeats"] == 1
-    assert "| random+fifo | 2 |" in result.stdout and "(1/2 repeats)" in result.stdout
-    assert len(children) == 2
-    # A strategy none of whose repeats selected anything says so in the Markdown table.
+def test_figure_panels_hold_one_sampler_each():
+    """In process: the figure's axes are a 2 x samplers grid, each panel with that sampler's
+    schedulers only (one median line each)."""
+    runs = [ReplayRun(f"{sampler}+{scheduler}", seed, epochs=[(10.0, 0.5), (20.0, 0.6)])
+            for sampler in ("grid", "random", "tpe") for scheduler in ("fifo", "asha")
+            for seed in range(2)]
+    figure = plot_replay(runs, "replay of x")
+    axes = figure.get_axes()
+    assert len(axes) == 2 * 3
+    assert [a.get_title() for a in axes[:3]] == ["grid", "random", "tpe"]
+    for panel in axes:
+        assert [line.get_label() for line in panel.get_lines()] == ["fifo", "asha"]
+
+
+def test_a_strategy_that_selected_nothing_says_so():
     empty = run_rows([ReplayRun("random+fifo", 1)], ["lr"], None, lambda ids: 0.5)
-    assert strategy_view(strategy_table(empty))["test of selection"].tolist() == ["not recorded"]
+    view = strategy_view(strategy_table(empty))
+    assert view["test of selection (mean)"].tolist() == ["not recorded"]
 
 
 def test_a_cut_curve_and_the_budgets_end_replays_where_the_record_and_budget_say(store):
@@ -173,8 +181,7 @@ def test_a_cut_curve_and_the_budgets_end_replays_where_the_record_and_budget_say
                                              "'--sampler': 'hyperband' is not one of"),
     ([EXPERIMENT, "--budget", "hours=2"], "error: --budget 'hours=2': give each of trials=N"),
     ([EXPERIMENT, "--budget", "trials=0"], "error: --budget 'trials=0'"),
-    (["sampled", "--sampler", "grid"], "error: --sampler grid: the recorded sweep's space is not a "
-                                       "grid (lr: loguniform); allowed: random, tpe, cmaes"),
+    (["sampled"], "error: sampled: sweep "),  # the rest: test_a_continuous_range_is_refused
 ])
 def test_bad_input_exits_2_with_one_line_and_writes_nothing(store, args, message):
     # The real process: the claim is what the terminal shows (one line), warnings included.
@@ -185,6 +192,21 @@ def test_bad_input_exits_2_with_one_line_and_writes_nothing(store, args, message
     assert len(result.stderr.strip().splitlines()) == 1 and result.stdout == ""
     assert not (store / "bad").exists()
     assert client_for(store).get_experiment_by_name("no-such-experiment") is None
+
+
+def test_a_continuous_range_is_refused_saying_why(store):
+    """Issue 44: a sweep over a loguniform range printed every strategy with 0 trials and nan.
+    No sampler can replay it (each draws values no recorded trial trained): exit 2, one line
+    naming the range, nothing written."""
+    [parent], _ = runs_of(store, "sampled")
+    result = _replay(store, "sampled/replay.parquet", "sampled", "--repeats", "2")
+    assert result.returncode == 2, result.output
+    assert result.stderr.strip() == (
+        f"error: sampled: sweep {parent.info.run_id}: its search space cannot be replayed: lr is "
+        "a continuous range (loguniform [0.001, 0.01]) with no finite set of points to look up "
+        "in the record; a sampler would draw values no recorded trial trained. Replay a sweep "
+        "whose space is grid, choice or randint values")
+    assert not (store / "sampled").exists()
 
 
 def test_the_cli_offers_every_sampler_and_scheduler_a_spec_takes():

@@ -1,15 +1,20 @@
 """Every spec the project ships (search_spaces/ and the README's annotated example) validates as
 written and, shrunk with `--set` to one trial of one epoch on toy pairs written in its corpus's
 official format (`--data-dir`), sweeps. Four of the shrunk sweeps are the false "comparable"
-cases of issue 25, and `orchestrate results --paper` lists each one's differences."""
+cases of issue 25, and `orchestrate results --paper` lists each one's differences; the SICK one
+is also issue 44's (30 of SICK's 4,906 test pairs, a 4-word file named like the published
+word2vec vectors), and the quickstart's (a toy corpus) says why no published row matches it."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
+import struct
 import zlib
 from pathlib import Path
 
+import pandas as pd
 import pytest
 import yaml
 from testkit.cli import orchestrate
@@ -69,7 +74,15 @@ def write_corpora(folder: Path) -> Path:
                                   for i in range(VECTOR_DIM))
                for w in sorted(words)]
     (folder / "vectors.txt").write_text("\n".join(vectors) + "\n")
+    # Issue 44: 4 words, 300-d, under the published word2vec file's name.
+    with (folder / MISNAMED_VECTORS).open("wb") as out:
+        out.write(b"4 300\n")
+        for word in sorted(words)[:4]:
+            out.write(word.encode() + b" " + struct.pack("<300f", *[0.01] * 300) + b"\n")
     return folder
+
+
+MISNAMED_VECTORS = "GoogleNews-vectors-negative300.bin"
 
 
 def shrunk(spec_path: Path, data_dir: Path, extra: tuple[str, ...] = ()) -> list[str]:
@@ -117,9 +130,14 @@ FALSE_COMPARABLE = {
     "sick_abcnn": (
         ("model.args.hidden_size=20", "model.args.filter_width=4",
          "search.configurations=[{variant: abcnn3, num_blocks: 2}]",
-         "search.space={lr: {grid: [0.5]}, l2: {grid: [0.0007]}}"),
+         "search.space={lr: {grid: [0.5]}, l2: {grid: [0.0007]}}",
+         f"data.vectors.source=DATA_DIR/{MISNAMED_VECTORS}", "data.vectors.embedding_dim=300",
+         "model.args.embedding_dim=300"),
         "yin2016",
-        ["hidden_size 20 (paper 50)", "filter_width 4 (paper 3)", "lr 0.5 (paper 0.09)"],
+        ["hidden_size 20 (paper 50)", "filter_width 4 (paper 3)", "lr 0.5 (paper 0.09)",
+         "dev_size 30 (paper 495)", "test_size 30 (paper 4,906)",  # toy pairs (300: 240/30/30)
+         "vectors GoogleNews-vectors-negative300.bin: 4 words, 300-d, sha256 SHA256 "
+         "(paper GoogleNews-vectors-negative300: 3,000,000 words, 300-d)"],
     ),
     "snli_cam": (
         ("model.args.dropout=0.0",),  # the first configuration, made the literal reading
@@ -138,6 +156,10 @@ FALSE_COMPARABLE = {
         "parikh2016",
         ["steps_trained"],  # 2 epochs, not 50M steps (the step count depends on the toy split)
     ),
+}
+# The shrunk spec that matches no published row: the paper, and why its rows say it did not run.
+UNMATCHED = {
+    "quickstart": ("parikh2016", "dataset is toy, not snli; hidden_size 200 was not run (ran: 50)"),
 }
 EXTRA = {
     "snli_cam": ("search.configurations=[{variant: full, intra_output: repeat}]",),
@@ -163,6 +185,9 @@ def test_spec_validates_as_written_and_sweeps_shrunk(spec_path, data_dir, ray_se
 
     name = spec_path.stem
     extra, paper, expected = FALSE_COMPARABLE.get(name, ((), None, []))
+    extra = tuple(e.replace("DATA_DIR", str(data_dir)) for e in extra)
+    sha256 = hashlib.sha256((data_dir / MISNAMED_VECTORS).read_bytes()).hexdigest()[:12]
+    expected = [e.replace("SHA256", sha256) for e in expected]
     options = shrunk(spec_path, data_dir, (*EXTRA.get(name, ()), *extra))
     planned = _cli(["validate", str(spec_path), *options])
     assert planned.returncode == 0, planned.output
@@ -171,13 +196,29 @@ def test_spec_validates_as_written_and_sweeps_shrunk(spec_path, data_dir, ray_se
     swept = _cli(["sweep", str(spec_path), *options])
     assert swept.returncode == 0, swept.output
     assert "sweep finished: 1 trials (0 failed)" in swept.output
-    if paper is None:
-        return
     experiment = yaml.safe_load(spec_path.read_text())["name"]
     out = tmp_path / "table.parquet"
+    if name in UNMATCHED:
+        other_paper, why = UNMATCHED[name]
+        compared = _cli(["results", experiment, "--tracking-uri", store_uri(data_dir),
+                         "--out", str(out), "--paper", other_paper])
+        assert compared.returncode == 0, compared.output
+        assert "none compared: no row of ours matches a published row" in compared.output
+        assert f"- Our approach (vanilla) (Table 1): {why}" in compared.output
+        wide = pd.read_parquet(out.with_suffix(f".{other_paper}-table.parquet"))
+        assert wide["experiment"].isna().all() and why in set(wide["unmatched_because"])
+    if paper is None:
+        return
     compared = _cli(["results", experiment, "--tracking-uri", store_uri(data_dir),
                      "--out", str(out), "--paper", paper])
     assert compared.returncode == 0, compared.output
+    if name == "sick_abcnn":  # the vectors cover the 4 words of the toy vocabulary they hold
+        coverage = re.search(r"vector_coverage (\d+\.\d)% \(paper at least 50%", compared.output)
+        assert coverage and 0 < float(coverage[1]) < 50, compared.output
+        wide = pd.read_parquet(out.with_suffix(f".{paper}-table.parquet"))
+        footnote = wide.set_index("row").loc["ABCNN-3 two-conv, no linguistic features"]
+        assert not footnote["comparable"]
+        assert set(expected) <= set(json.loads(footnote["differences"]))
     assert "NOT COMPARABLE" in compared.output
     assert "| comparable |" not in compared.output
     listed = compared.output.split("Protocol differences from the paper:")[1]

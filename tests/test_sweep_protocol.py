@@ -4,8 +4,10 @@ search.protocol.refit_on_train_dev tests the selected configuration after a refi
 
 from __future__ import annotations
 
+import re
+
 import pytest
-from testkit.cli import run_orchestrate
+from testkit.cli import orchestrate, run_orchestrate
 from testkit.specs import write_spec
 from testkit.store import runs_of
 
@@ -13,7 +15,6 @@ from nli_models.config import RunConfig
 from nli_models.data import prepare_data
 from nli_models.training import refit_and_test
 from orchestrator.spec import apply_hyperparameters, load_spec
-from orchestrator.sweep import run_sweep
 from results import run_schema as rs
 
 pytestmark = pytest.mark.ray
@@ -32,8 +33,9 @@ def test_fingerprint_on_every_trial_and_refit_on_train_plus_dev(ray_session, wor
             "protocol": {"refit_on_train_dev": True},
         },
     )
-    summary = run_sweep(spec_path)
-    assert summary.trials == 2 and summary.failed == 0
+    swept = orchestrate("sweep", spec_path)
+    assert swept.returncode == 0, swept.output
+    assert "sweep finished: 2 trials (0 failed)" in swept.output
 
     _, children = runs_of(workdir, "tiny")
     spec = load_spec(spec_path)
@@ -63,6 +65,12 @@ def test_fingerprint_on_every_trial_and_refit_on_train_plus_dev(ray_session, wor
     epochs = int(run.data.metrics[rs.METRIC_BEST_EPOCH])
     refit, expected = refit_and_test(config, data, epochs)
     assert run.data.metrics[rs.METRIC_TEST_ACCURACY] == pytest.approx(expected.accuracy)
+    # The refit says what it does and how far it is (issue 44: minutes of it were silent).
+    pairs = len(data.splits["train"]) + len(data.splits["dev"])
+    assert (f"refit of {{'lr': {params['lr']}, 'seed': 1}} on train + dev ({pairs:,} pairs): "
+            f"{epochs} epochs (the selection run's best epoch {epochs}), then test") in swept.output
+    progress = re.findall(r"^  refit epoch (\d+)/(\d+): \d+ s, about \d+ s left$", swept.output, re.M)
+    assert progress == [(str(e), str(epochs)) for e in range(1, epochs + 1)]
     # The record says what the test number came from: the refit's epochs and time, on the run
     # and (the best run's) on the parent.
     assert run.data.metrics[rs.METRIC_REFIT_EPOCHS] == refit.state.epoch == epochs

@@ -12,7 +12,7 @@ import hashlib
 import json
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from itertools import chain
 from pathlib import Path
 
@@ -30,6 +30,7 @@ from nli_models.data.text import Vocabulary, tokenize
 from nli_models.data.toy import make_toy_corpus
 from nli_models.data.vectors import (
     PretrainedVectors,
+    VectorsIdentity,
     build_embedding_init,
     load_vectors,
     vector_source_fingerprint,
@@ -38,7 +39,8 @@ from nli_models.errors import InputError, InputFileMissing
 from nli_models.files import sha256_file
 
 # Bump when the preprocessing changes meaning (tokenizer, encoding), so old caches are not used.
-CACHE_VERSION = 2  # 2: extend_vocab on by default, hashed_oov extends with every word
+# 2: extend_vocab on by default, hashed_oov extends with every word; 3: the vectors' identity
+CACHE_VERSION = 3
 
 
 @dataclass
@@ -53,6 +55,7 @@ class PreparedData:
     embedding_weight: np.ndarray | None = None  # float32 [V, D]
     embedding_trainable: np.ndarray | None = None  # bool [V]
     vector_coverage: float | None = None  # share of vocabulary words with a pretrained vector
+    vectors_identity: VectorsIdentity | None = None  # the vectors file read, by its content
     from_cache: bool = False
     seconds: float = 0.0  # time prepare_data took
     cache_path: str | None = None
@@ -254,6 +257,7 @@ def _build(config: DataConfig, files: Mapping[str, Path]) -> PreparedData:
         prepared.vocab = vocab
         prepared.embedding_weight, prepared.embedding_trainable = weight.numpy(), trainable.numpy()
         prepared.vector_coverage = float(vectors.found[2:].mean()) if len(vocab) > 2 else 0.0
+        prepared.vectors_identity = vectors.identity
     label_index = {label: i for i, label in enumerate(labels)}
     for name, split in splits.items():
         premises, hypotheses = tokenized[name]
@@ -277,6 +281,7 @@ def _to_arrays(prepared: PreparedData) -> tuple[dict[str, np.ndarray], dict]:
         "lowercase": prepared.vocab.lowercase,
         "min_count": prepared.vocab.min_count,
         "vector_coverage": prepared.vector_coverage,
+        "vectors_identity": asdict(prepared.vectors_identity) if prepared.vectors_identity else None,
         "info": prepared.info,
     }
     return arrays, meta
@@ -292,6 +297,9 @@ def _from_arrays(arrays: dict[str, np.ndarray], meta: dict) -> PreparedData:
         embedding_weight=arrays.get("embedding_weight"),
         embedding_trainable=arrays.get("embedding_trainable"),
         vector_coverage=meta["vector_coverage"],
+        vectors_identity=VectorsIdentity(**meta["vectors_identity"])
+        if meta["vectors_identity"]
+        else None,
         from_cache=True,
         info=meta["info"],
     )

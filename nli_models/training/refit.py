@@ -22,7 +22,7 @@ import numpy as np
 from nli_models.config import RunConfig
 from nli_models.data import EncodedSplit, PreparedData
 from nli_models.training.metrics import Evaluation
-from nli_models.training.trainer import Trainer, make_trainer
+from nli_models.training.trainer import EpochCallback, Trainer, make_trainer
 
 
 def concatenate(name: str, first: EncodedSplit, second: EncodedSplit) -> EncodedSplit:
@@ -48,17 +48,27 @@ def train_plus_dev(data: PreparedData) -> PreparedData:
     return replace(data, splits=splits)
 
 
+def _phases(config: RunConfig) -> int:
+    return int(config.model.args.get("num_blocks", 1)) if config.training.layerwise else 1
+
+
+def refit_epochs(config: RunConfig, epochs: int) -> int:
+    """Epochs a refit for the selected run's ``epochs`` trains in all (every phase runs its
+    ceil(epochs / blocks) epochs: no early stopping)."""
+    return math.ceil(epochs / _phases(config)) * _phases(config)
+
+
 def refit_and_test(
-    config: RunConfig, data: PreparedData, epochs: int
+    config: RunConfig, data: PreparedData, epochs: int, callback: EpochCallback | None = None
 ) -> tuple[Trainer, Evaluation]:
-    """Train ``config`` on train + dev for ``epochs`` epochs; test once on the final weights."""
+    """Train ``config`` on train + dev for ``epochs`` epochs; test once on the final weights.
+    ``callback`` runs after each epoch (the sweep prints progress: a refit takes minutes)."""
     if epochs < 1:
         raise ValueError(f"refit needs at least one epoch, got {epochs}")
-    training = config.training
-    if training.layerwise:
-        blocks = int(config.model.args.get("num_blocks", 1))
-        epochs = math.ceil(epochs / blocks)
-    training = training.model_copy(update={"epochs": epochs, "patience": None, "max_steps": None})
+    per_phase = refit_epochs(config, epochs) // _phases(config)
+    training = config.training.model_copy(
+        update={"epochs": per_phase, "patience": None, "max_steps": None}
+    )
     trainer = make_trainer(config.model_copy(update={"training": training}), train_plus_dev(data))
-    trainer.fit()
+    trainer.fit(callback)
     return trainer, trainer.evaluate("test")
