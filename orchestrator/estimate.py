@@ -174,6 +174,14 @@ class Estimate:
     def trial_s(self) -> float:
         return self.epochs * self.epoch_s
 
+    def gpu_hours(self, gpu_per_trial: float) -> float | None:
+        """GPU time the sweep holds: every trial's epochs and the selection's evaluations and
+        refits, each holding its ``resources.gpu`` share; None when the probe ran off CUDA (its
+        speed says nothing of a GPU's)."""
+        if not self.probe.device.startswith("cuda") or gpu_per_trial <= 0:
+            return None
+        return (self.trials * self.trial_s + self.selection_s) * gpu_per_trial / 3600
+
     @property
     def total_s(self) -> float:
         return (self.pilot.fixed_s + self.pilot.first_start_s + self.selection_s
@@ -212,6 +220,13 @@ class Estimate:
                "in advance; hidden sizes and batch sizes in the space change that)")
             + ", trials run in full waves, and the machine stays as busy as during the pilot",
         ]
+        if search.resources.gpu > 0:
+            hours = self.gpu_hours(search.resources.gpu)
+            lines.append(
+                f"  GPU-hours: {hours:.2f} ({self.trials} trials x {_duration(self.trial_s)} holding "
+                f"{search.resources.gpu:g} GPU each, with the selection)" if hours is not None else
+                f"  GPU-hours: not estimated: the probe trained on {self.probe.device}, not a GPU "
+                "(run validate --estimate where the trials will run)")
         if search.time_budget_s:
             lines.append(f"  capped by search.time_budget_s at {_duration(search.time_budget_s)}")
         return "\n".join(lines)
