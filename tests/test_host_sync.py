@@ -21,6 +21,8 @@ from nli_models.models import layers, word_by_word
 from nli_models.training.metrics import evaluate
 from nli_models.training.trainer import build_for_data
 
+pytestmark = pytest.mark.unit
+
 HOST_READS = ("item", "tolist", "cpu", "numpy", "nonzero", "unique", "__bool__")
 
 
