@@ -141,7 +141,7 @@ FALSE_COMPARABLE = {
 }
 EXTRA = {
     "snli_cam": ("search.configurations=[{variant: full, intra_output: repeat}]",),
-    "readme_spec": ("name=readme_spec",),  # its own experiment: search_spaces/snli_wbw has one
+    "annotated_spec": ("name=annotated_spec",),  # its own experiment: search_spaces/snli_wbw has one
 }
 
 
