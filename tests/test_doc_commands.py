@@ -23,6 +23,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import textwrap
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,7 +33,7 @@ import yaml
 from test_shipped_specs import write_corpora
 
 REPO = Path(__file__).resolve().parents[1]
-FENCE = re.compile(r"^```(\w*)\n(.*?)^```", re.S | re.M)
+FENCE = re.compile(r"^[ ]*```(\w*)\n(.*?)^[ ]*```", re.S | re.M)  # a fence may be indented (in a list)
 ILLUSTRATIVE = re.compile(r"<!-- illustrative: (.+?) -->\s*$")
 ORCHESTRATE = re.compile(r"^(\$ )?orchestrate\b", re.M)
 COMMAND_TIMEOUT_S = 900
@@ -103,7 +104,8 @@ def blocks(path: Path) -> list[Block]:
     for match in FENCE.finditer(text):
         before = text[: match.start()].rstrip("\n").rsplit("\n", 1)[-1]
         marker = ILLUSTRATIVE.search(before)
-        found.append(Block(path.name, match.group(1), match.group(2), marker.group(1) if marker else None))
+        found.append(Block(path.name, match.group(1), textwrap.dedent(match.group(2)),
+                           marker.group(1) if marker else None))
     return found
 
 
