@@ -148,9 +148,13 @@ def run_server(command: Command, folder: Path, env: dict) -> str:
             time.sleep(0.5)
         assert process.poll() is None, f"`{command.line}` ended (exit {process.returncode}):\n{output}"
     finally:
-        if process.poll() is None:
+        if process.poll() is None:  # Ctrl-C; a server still up 30 s later is killed with its group
             os.killpg(process.pid, signal.SIGINT)
-            process.wait(timeout=60)
+            try:
+                process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait(timeout=30)
         output += process.stdout.read() or ""
     return output
 
