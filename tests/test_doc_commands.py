@@ -134,29 +134,30 @@ def assert_shown(command: Command, output: str) -> None:
 
 
 def run_server(command: Command, folder: Path, env: dict) -> str:
-    """A command that serves until stopped (`orchestrate ui`): its shown lines, then Ctrl-C."""
-    process = subprocess.Popen(["bash", "-c", command.line], cwd=folder, env=env, stdout=subprocess.PIPE,
-                               stderr=subprocess.STDOUT, text=True, start_new_session=True)
-    os.set_blocking(process.stdout.fileno(), False)
-    output, deadline = "", time.monotonic() + SERVER_WAIT_S
+    """A command that serves until stopped (`orchestrate ui`): its shown lines, then Ctrl-C (a
+    server still up 30 s later is killed with its process group)."""
+    log_path = folder / "server.log"
+    with log_path.open("w") as log:
+        process = subprocess.Popen(["bash", "-c", command.line], cwd=folder, env=env, stdout=log,
+                                   stderr=subprocess.STDOUT, start_new_session=True)
     wanted = [normalized(line) for line in command.shown if line.strip() != "..."]
+    deadline = time.monotonic() + SERVER_WAIT_S
     try:
         while time.monotonic() < deadline and process.poll() is None:
-            output += process.stdout.read() or ""
-            if all(w in map(normalized, output.splitlines()) for w in wanted) and "http://" in output:
+            printed = [normalized(line) for line in log_path.read_text().splitlines()]
+            if printed and all(line in printed for line in wanted):
                 break
             time.sleep(0.5)
-        assert process.poll() is None, f"`{command.line}` ended (exit {process.returncode}):\n{output}"
+        assert process.poll() is None, f"`{command.line}` ended (exit {process.returncode}):\n{log_path.read_text()}"
     finally:
-        if process.poll() is None:  # Ctrl-C; a server still up 30 s later is killed with its group
+        if process.poll() is None:
             os.killpg(process.pid, signal.SIGINT)
             try:
                 process.wait(timeout=30)
             except subprocess.TimeoutExpired:
                 os.killpg(process.pid, signal.SIGKILL)
                 process.wait(timeout=30)
-        output += process.stdout.read() or ""
-    return output
+    return log_path.read_text()
 
 
 @pytest.fixture(scope="module")
