@@ -9,17 +9,18 @@ export RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER ?= 0
 export RAY_AUTH_MODE ?= disabled
 export MLFLOW_DISABLE_TELEMETRY ?= true
 
-.PHONY: install system-deps demo test bench gpu-check lint clean
+.PHONY: install system-deps demo check test test-pythons docs bench gpu-check lint clean
 
 install: $(STAMP)
 
 # torch==2.13.0 goes in first: with it present, the project's torch range installs nothing more,
-# so pip never fetches a multi-GB CUDA build.
+# so pip never fetches a multi-GB CUDA build. setuptools' "Editable installation" notice (a
+# warning its build backend prints for every editable install) is filtered out by its message.
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q torch==2.13.0
-	$(BIN)/python -m pip install -q -e '.[dev,glove]'
+	PYTHONWARNINGS="ignore:Editable installation" $(BIN)/python -m pip install -q -e '.[dev,glove,docs]'
 	touch $(STAMP)
 
 # What the SLURM tests (tests/test_slurm_cluster.py) run on: Debian's slurm-wlm and munge. Installed
@@ -42,6 +43,25 @@ TEST_WORKERS ?= 2
 test: install
 	TEST_WORKERS=$(TEST_WORKERS) $(BIN)/python tests/run_suite.py
 
+# The development loop: ruff, the unit tests and a handful of end-to-end tests (markers `unit`
+# and `check`, pyproject.toml), on TEST_WORKERS workers.
+check: install
+	$(BIN)/ruff check .
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile -m "unit or check" tests
+
+# Each Python version the project declares (requires-python), in a fresh venv of its own under
+# PYTHONS_DIR: install (not editable), the quickstart sweep from a folder outside the checkout,
+# the unit tests (scripts/test_python_version.sh). Not part of `make test`: each version installs
+# torch, Ray and MLflow anew.
+PYTHON_VERSIONS ?= 3.11 3.12 3.13
+PYTHONS_DIR ?= /tmp/nli-pythons
+test-pythons:
+	for version in $(PYTHON_VERSIONS); do scripts/test_python_version.sh $$version $(PYTHONS_DIR) || exit 1; done
+
+# The documentation site (mkdocs.yml, docs/) into site/, warnings as errors.
+docs: install
+	$(BIN)/mkdocs build --strict --site-dir site
+
 bench: install
 	$(BIN)/python -m benchmarks.run
 
@@ -55,4 +75,4 @@ lint: install
 	$(BIN)/ruff check .
 
 clean:
-	rm -rf $(VENV) build *.egg-info
+	rm -rf $(VENV) build dist site *.egg-info

@@ -415,9 +415,10 @@ main.add_command(report_command, "report")
 
 from orchestrator.cluster_cli import CLUSTER_COMMANDS  # noqa: E402
 from orchestrator.replay_cli import replay_command  # noqa: E402
+from orchestrator.specs_cli import specs  # noqa: E402
 from orchestrator.sweeps_cli import SWEEP_COMMANDS  # noqa: E402
 
-for command in (*CLUSTER_COMMANDS, *SWEEP_COMMANDS, replay_command):
+for command in (*CLUSTER_COMMANDS, *SWEEP_COMMANDS, replay_command, specs):
     main.add_command(command)
 
 if __name__ == "__main__":

@@ -11,6 +11,8 @@ from nli_models.models.abcnn import nonoverlapping
 from nli_models.models.pair_classifier import Sentences
 from nli_models.registry import build_model
 
+pytestmark = pytest.mark.unit
+
 # Table 5's pairs in SICK's own casing: the shared sentence-initial "A" goes, "a full" stays.
 TABLE_5 = [
     ("Children in red shirts are playing in the leaves", "Three kids are sitting in the leaves",

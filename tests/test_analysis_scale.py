@@ -19,6 +19,8 @@ from results.evp import expected_max_curve
 from results.selection import TrialRecord
 from results.tracking import TrialRun
 
+pytestmark = pytest.mark.unit
+
 
 def synthetic_trials(n: int, experiment: str = "big", seed: int = 0) -> list[TrialRun]:
     """n finished trials of a log-uniform lr and a uniform dropout."""

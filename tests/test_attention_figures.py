@@ -18,6 +18,8 @@ from nli_models.registry import model_arguments
 from results.attention import NULL_TOKEN, draw_pair, pair_maps, parse_pair_ids
 from results.errors import ResultsError
 
+pytestmark = pytest.mark.unit
+
 ITOS = ["<pad>", "<unk>", *(f"w{i}" for i in range(2, 40))]
 # Premises 7, 6 (one shorter than the longest: the old NULL shift), 2 and hypotheses 3, 6, 1.
 PREMISES = [[2, 3, 4, 5, 6, 7, 8], [9, 10, 11, 12, 13, 14], [15, 16]]

@@ -13,6 +13,8 @@ from nli_models.data.encode import BUCKET_CHUNK_BATCHES, make_batch
 from nli_models.training import make_trainer
 from orchestrator.spec import logged_params
 
+pytestmark = pytest.mark.unit
+
 MODEL = {"name": "decomposable", "variant": "vanilla",
          "args": {"embedding_dim": 8, "projection_dim": 8, "hidden_size": 8}}
 TOY = {"corpus": "toy", "toy": {"size": 120, "seed": 0}}

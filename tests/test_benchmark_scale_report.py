@@ -5,7 +5,11 @@ trial) for every run. The measurements here are made up; nothing is run."""
 
 from __future__ import annotations
 
+import pytest
+
 from benchmarks.scale_cluster import fits, summary_md, targets
+
+pytestmark = pytest.mark.unit
 
 
 def _run(n: int, plain_s: float, ours_s: float, plain_cpu_ms: float, ours_cpu_ms: float) -> dict:

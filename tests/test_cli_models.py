@@ -6,10 +6,13 @@ import json
 import subprocess
 import time
 
+import pytest
 from testkit.cli import ORCHESTRATE, orchestrate
 
 from nli_models import model_names, paper_configs
 from orchestrator.model_catalog import compute_catalog, shipped_catalog
+
+pytestmark = pytest.mark.unit
 
 
 def test_models_lists_every_registered_model_and_variant():

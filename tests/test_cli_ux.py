@@ -336,7 +336,7 @@ def test_help_of_every_command_loads_no_heavy_library(tmp_path):
     assert re.search(r"^HEAVY \[\]$", result.stderr, re.M), result.stderr
 
 
-HELP_BUDGET = 6.0  # README: `orchestrate --help` takes at most 6x a bare interpreter's start
+HELP_BUDGET = 6.0  # docs/sweeps.md: `orchestrate --help` takes at most 6x a bare interpreter's start
 
 
 @pytest.mark.serial

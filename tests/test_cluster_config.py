@@ -16,6 +16,8 @@ from ray.autoscaler._private.util import prepare_config, validate_config
 
 from orchestrator.cluster_cli import server_command
 
+pytestmark = pytest.mark.unit
+
 REPO = Path(__file__).resolve().parents[1]
 CONFIG = REPO / "ray_cluster.yaml"
 

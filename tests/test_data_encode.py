@@ -10,6 +10,8 @@ from nli_models.data import Vocabulary, batch_indices, iterate_batches, numerica
 from nli_models.data.encode import make_batch
 from nli_models.data.text import UNK_INDEX
 
+pytestmark = pytest.mark.unit
+
 
 def random_split(n=1000, seed=0):
     """Sentences of varied lengths whose token ids encode (example, position) for checking."""

@@ -12,6 +12,8 @@ import nli_models.data.prepare as prepare_module
 from nli_models.data import DataConfig, prepare_data
 from nli_models.embeddings import WordEmbeddings
 
+pytestmark = pytest.mark.unit
+
 
 def write_snli(path, rows):
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -16,6 +16,8 @@ from nli_models.data.readers import (
     read_tsv,
 )
 
+pytestmark = pytest.mark.unit
+
 
 def write_jsonl(path, rows):
     path.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")

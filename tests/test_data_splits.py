@@ -4,6 +4,8 @@ import pytest
 
 from nli_models.data import NLIExample, NLISplit, grouped_holdout, subsample
 
+pytestmark = pytest.mark.unit
+
 
 def corpus(premises=200, per_premise=3):
     examples = [

@@ -8,6 +8,8 @@ import pytest
 from nli_models.data import Vocabulary, tokenize
 from nli_models.data.text import PAD, UNK, UNK_INDEX
 
+pytestmark = pytest.mark.unit
+
 
 def test_tokenizer_splits_raw_text_like_the_tokenized_snli_test_set():
     raw = "A man's dog doesn't like \"cats\"... He is 3.5 ft tall, wears a t-shirt."

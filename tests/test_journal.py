@@ -24,6 +24,8 @@ from orchestrator.uploader import JournalUploader, create_parent
 from results import run_schema as rs
 from results.tracking import trial_params
 
+pytestmark = pytest.mark.unit
+
 TRIALS, EPOCHS = 24, 6
 RECORDS = TRIALS * (EPOCHS + 2)  # start, one record per epoch, finish
 

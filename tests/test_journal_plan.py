@@ -4,12 +4,15 @@ is told and which points run first (the end-to-end run: tests/test_lifecycle.py 
 
 from __future__ import annotations
 
+import pytest
 from testkit.specs import write_spec
 
 from orchestrator.journal import Journal, Op
 from orchestrator.journal_resume import plan_from_journal
 from orchestrator.spec import load_spec, logged_params
 from results import run_schema as rs
+
+pytestmark = pytest.mark.unit
 
 
 def test_a_two_seed_sampler_plan_keeps_the_finished_seed_runs_the_rest_first_and_draws_the_difference(tmp_path):

@@ -18,6 +18,8 @@ from results import run_schema as rs
 from results.published import comparison_table
 from results.sweeps import STALE_AFTER_S, observed_state
 
+pytestmark = pytest.mark.unit
+
 
 def test_state_moves_only_along_the_lifecycle():
     written = []

@@ -12,6 +12,8 @@ from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 from nli_models.models import layers
 from nli_models.models.layers import run_lstm, run_lstm_outputs
 
+pytestmark = pytest.mark.unit
+
 
 @pytest.mark.parametrize("lengths", [[3, 9, 1, 9, 4, 4, 7], [5, 5, 5]])
 @pytest.mark.parametrize(("with_state", "bidirectional"), [(False, False), (True, False), (False, True)])

@@ -229,7 +229,7 @@ def test_the_sweeps_hint_names_its_store_or_its_servers_links():
 
 
 def test_sweeps_lists_the_readme_columns_in_percent(tmp_path):
-    """README: `orchestrate sweeps` shows each sweep's state, trials done/failed/planned, best dev
+    """docs/replay.md: `orchestrate sweeps` shows each sweep's state, trials done/failed/planned, best dev
     so far, selected configuration, test accuracy, start time and duration; accuracies in %."""
     from click.testing import CliRunner
 

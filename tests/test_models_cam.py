@@ -19,6 +19,8 @@ from nli_models.models.cam import CombinedAttentionModel
 from nli_models.models.layers import run_lstm
 from nli_models.registry import build_model
 
+pytestmark = pytest.mark.unit
+
 
 def _model(variant="full", intra_output=None, **kwargs):
     torch.manual_seed(0)

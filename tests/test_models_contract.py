@@ -13,6 +13,8 @@ from nli_models import build_model, model_names, model_variants
 from nli_models.embeddings import PAD_INDEX
 from nli_models.registry import model_arguments, model_class
 
+pytestmark = pytest.mark.unit
+
 VOCAB = 24
 TINY = {"vocab_size": VOCAB, "embedding_dim": 8, "hidden_size": 8, "dropout": 0.0}
 # Model-specific widths, made tiny where a model has them.

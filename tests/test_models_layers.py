@@ -9,6 +9,8 @@ from torch import nn
 from nli_models.embeddings import WordEmbeddings
 from nli_models.models.layers import Dropout, RealPositions, distinct_words, masked_sum
 
+pytestmark = pytest.mark.unit
+
 
 def test_distinct_words_index_every_position_of_every_tensor():
     premise = torch.tensor([[5, 3, 0, 0], [3, 3, 9, 2]])

@@ -13,6 +13,8 @@ from testkit.batches import random_batch
 
 from nli_models.registry import build_model
 
+pytestmark = pytest.mark.unit
+
 
 @pytest.fixture(autouse=True)
 def _float64():

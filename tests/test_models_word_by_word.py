@@ -9,6 +9,8 @@ import torch
 from nli_models.models.layers import masked_softmax
 from nli_models.models.word_by_word import word_by_word_attention
 
+pytestmark = pytest.mark.unit
+
 
 def reference(memory, projected_memory, memory_mask, projected_queries, query_mask, w_r, w_t, w):
     r = memory.new_zeros(memory.shape[0], memory.shape[2])

@@ -18,6 +18,8 @@ from results.published import (
 )
 from results.run_schema import PROTOCOL_FIELDS
 
+pytestmark = pytest.mark.unit
+
 WBW = {"model": "rocktaschel", "variant": "word_by_word", "hidden_size": 100, "two_way": False}
 # What a run of the §3 grid logs besides (a delimiter token read, as §2.2.1 describes).
 WBW_PARAMS = {**WBW, "lr": 0.001, "dropout": 0.1, "l2": 0.0, "delimiter_id": 2}

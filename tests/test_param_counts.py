@@ -7,6 +7,8 @@ import pytest
 
 from nli_models import build_model, count_parameters, paper_configs
 
+pytestmark = pytest.mark.unit
+
 TOLERANCE = 0.02
 CONFIGS = paper_configs()
 

@@ -11,6 +11,8 @@ from orchestrator import progress as progress_module
 from orchestrator.progress import ProgressPrinter
 from results import run_schema as rs
 
+pytestmark = pytest.mark.unit
+
 
 class Clock:
     def __init__(self):

@@ -5,6 +5,8 @@ import pytest
 
 from results import schema
 
+pytestmark = pytest.mark.unit
+
 
 @pytest.fixture
 def columns_file(tmp_path, monkeypatch):

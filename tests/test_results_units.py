@@ -21,6 +21,8 @@ from results.stats import mcnemar, summarise, t_quantile
 from results.table import build_table
 from results.tracking import TrialRun
 
+pytestmark = pytest.mark.unit
+
 MODEL_CONFIG = "rocktaschel/attention hidden_size=100"
 
 

@@ -8,6 +8,8 @@ import pytest
 
 from orchestrator.spec import grid_points, load_spec
 
+pytestmark = pytest.mark.unit
+
 SPACES = Path(__file__).resolve().parents[1] / "search_spaces"
 EXPECTED_TRIALS = {
     "quickstart": 8,

@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from test_slurm import spec_file
 from testkit.cli import run_orchestrate
 
 from nli_models.errors import mask_secrets, without_passwords
 from orchestrator import slurm, slurm_jobs, slurm_script
+
+pytestmark = pytest.mark.unit
 
 PASSWORD = "S3cret-pw"
 

@@ -1,4 +1,4 @@
-"""Every spec the project ships (search_spaces/ and the README's annotated example) validates as
+"""Every spec the project ships (search_spaces/ and the annotated example of docs/sweeps.md) validates as
 written and, shrunk with `--set` to one trial of one epoch on toy pairs written in its corpus's
 official format (`--data-dir`), sweeps. Four of the shrunk sweeps are the false "comparable"
 cases of issue 25, and `orchestrate results --paper` lists each one's differences; the SICK one
@@ -29,12 +29,12 @@ SPACES = sorted((REPO_ROOT / "search_spaces").glob("*.yaml"))
 VECTOR_DIM = 8
 
 
-def readme_spec(folder: Path) -> Path:
-    """The README's annotated spec (the first YAML block that is a whole spec), as a file."""
-    text = (REPO_ROOT / "README.md").read_text()
+def annotated_spec(folder: Path) -> Path:
+    """docs/sweeps.md's annotated spec (its one YAML block that is a whole spec), as a file."""
+    text = (REPO_ROOT / "docs" / "sweeps.md").read_text()
     blocks = re.findall(r"```yaml\n(.*?)```", text, flags=re.S)
     (spec,) = [b for b in blocks if b.startswith("name:")]
-    path = folder / "readme_spec.yaml"
+    path = folder / "annotated_spec.yaml"
     path.write_text(spec)
     return path
 
@@ -42,7 +42,7 @@ def readme_spec(folder: Path) -> Path:
 def write_corpora(folder: Path) -> Path:
     """The toy corpus as SNLI jsonl, SICK.txt and SciTail tsv (the official layouts, under one
     data dir), and a GloVe-style text file with a VECTOR_DIM-d vector for every word."""
-    # 300 pairs: the README's spec carves a 10% dev holdout out of the 10 premises of SNLI dev.
+    # 300 pairs: the annotated spec carves a 10% dev holdout out of the 10 premises of SNLI dev.
     three, two = make_toy_corpus(300, seed=0), make_toy_corpus(60, seed=0, num_classes=2)
     snli = folder / "snli_1.0"
     snli.mkdir(parents=True)
@@ -163,7 +163,7 @@ UNMATCHED = {
 }
 EXTRA = {
     "snli_cam": ("search.configurations=[{variant: full, intra_output: repeat}]",),
-    "readme_spec": ("name=readme_spec",),  # its own experiment: search_spaces/snli_wbw has one
+    "annotated_spec": ("name=annotated_spec",),  # its own experiment: search_spaces/snli_wbw has one
 }
 
 
@@ -176,10 +176,10 @@ def _cli(args: list[str]):
     return orchestrate(*args)
 
 
-@pytest.mark.parametrize("spec_path", [*SPACES, "README"], ids=lambda p: getattr(p, "stem", p))
+@pytest.mark.parametrize("spec_path", [*SPACES, "annotated"], ids=lambda p: getattr(p, "stem", p))
 def test_spec_validates_as_written_and_sweeps_shrunk(spec_path, data_dir, ray_session, tmp_path):
-    if spec_path == "README":
-        spec_path = readme_spec(tmp_path)
+    if spec_path == "annotated":
+        spec_path = annotated_spec(tmp_path)
     as_written = _cli(["validate", str(spec_path), "--no-data"])
     assert as_written.returncode == 0, as_written.output
 

@@ -15,6 +15,8 @@ from testkit.cli import orchestrate, run_orchestrate
 from orchestrator.slurm import Allocation, trials_at_once
 from orchestrator.spec import load_spec
 
+pytestmark = pytest.mark.unit
+
 SERVER = "http://mlflow.cluster.example:5000"
 
 

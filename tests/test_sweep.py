@@ -20,6 +20,7 @@ def _history(client, run_id: str, metric: str) -> list[int]:
     return sorted(m.step for m in client.get_metric_history(run_id, metric))
 
 
+@pytest.mark.check
 def test_grid_sweep_records_parent_and_children(ray_session, workdir):
     spec = write_spec(workdir)
     summary = run_sweep(spec)
@@ -241,6 +242,7 @@ def test_trial_error_reports_id_config_and_traceback(tmp_path):
     assert all("injected failure" in c.data.tags[rs.TAG_ERROR] for c in children)
 
 
+@pytest.mark.check
 def test_real_sweep_feeds_results_table_and_attention_maps(ray_session, workdir):
     """The sweep's records satisfy the results contract end to end."""
     import json

@@ -124,13 +124,13 @@ def test_ctrl_c_stops_both_parts_of_the_suite_and_runs_no_serial_test(tmp_path, 
     assert f"--- {run_suite.SLURM_FILE}, run beside the tests above ---" in log.read_text()
 
 
-def test_the_readme_names_as_many_serial_tests_as_there_are():
-    """README: "all but 5 tests on 2 pytest-xdist workers ... then the 5 tests marked `serial`"."""
+def test_the_development_page_names_as_many_serial_tests_as_there_are():
+    """docs/development.md: "... then the 5 tests marked `serial` alone"."""
     done = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-m", "serial", "tests"],
                           capture_output=True, text=True, timeout=300, cwd=REPO)
     assert done.returncode == 0, done.stdout[-2000:]
     collected = int(re.search(r"^(\d+)/\d+ tests collected", done.stdout, re.M).group(1))
-    assert f"then the {collected} tests marked `serial`" in (REPO / "README.md").read_text().replace("\n  ", " ")
+    assert f"then the {collected} tests marked `serial`" in (REPO / "docs" / "development.md").read_text().replace("\n", " ")
 
 
 def test_a_seeded_store_is_a_new_store_that_mlflow_opens_without_migrating(tmp_path):

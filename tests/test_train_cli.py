@@ -14,6 +14,8 @@ from testkit.toy import tiny_config
 
 from nli_models.registry import model_names
 
+pytestmark = pytest.mark.unit
+
 EPOCH_LINE = re.compile(
     r"^epoch\s+(\d+)/(\d+)\s+train loss (\d+\.\d+) running acc (\d+\.\d\d)%\s+"
     r"dev loss (\d+\.\d+) acc (\d+\.\d\d)%\s+\(\d+\.\ds\)( \*)?$"

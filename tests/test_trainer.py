@@ -29,7 +29,7 @@ ROCKTASCHEL = {
     "variant": "word_by_word",
     "args": {"embedding_dim": 12, "hidden_size": 12, "dropout": 0.3},
 }
-pytestmark = pytest.mark.usefixtures("one_thread")
+pytestmark = [pytest.mark.unit, pytest.mark.usefixtures("one_thread")]
 
 
 def run_config(model=DECOMPOSABLE, data=TOY, **training) -> RunConfig:

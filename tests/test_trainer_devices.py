@@ -25,7 +25,7 @@ MODELS = {
     "abcnn": {"name": "abcnn", "variant": "abcnn3", "args": {"embedding_dim": 12, "hidden_size": 12}},
     "cam": {"name": "cam", "variant": "full", "args": {"embedding_dim": 12, "hidden_size": 12, "dropout": 0.4}},
 }
-pytestmark = pytest.mark.usefixtures("one_thread")
+pytestmark = [pytest.mark.unit, pytest.mark.usefixtures("one_thread")]
 
 
 # -- checkpoints ---------------------------------------------------------------------------------

@@ -14,7 +14,7 @@ from nli_models.registry import build_model
 from nli_models.training import make_trainer
 
 DECOMPOSABLE = decomposable(dropout=0.1)
-pytestmark = pytest.mark.usefixtures("one_thread")
+pytestmark = [pytest.mark.unit, pytest.mark.usefixtures("one_thread")]
 
 
 def run_config(model=DECOMPOSABLE, **training) -> RunConfig:

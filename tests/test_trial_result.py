@@ -19,6 +19,8 @@ from orchestrator.uploader import JournalUploader, create_parent
 from results import run_schema as rs
 from results.tracking import load_trials, metric_histories
 
+pytestmark = pytest.mark.unit
+
 EPOCHS = 3
 CONTRACT_NAMES = {value for name, value in vars(rs).items() if name.startswith(("METRIC_", "RESULT_"))}
 

@@ -10,10 +10,12 @@ import time
 import urllib.request
 from pathlib import Path
 
+import pytest
 from mlflow import MlflowClient
 from testkit.ports import free_port
 
 
+@pytest.mark.check
 def test_ui_serves_the_store(tmp_path):
     port = free_port()
     uri = f"sqlite:///{tmp_path / 'mlruns.db'}"
