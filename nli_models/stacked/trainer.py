@@ -25,7 +25,6 @@ Not stacked yet: layerwise training, gradient clipping, bf16, CUDA graphs, check
 
 from __future__ import annotations
 
-import copy
 import time
 from collections.abc import Callable, Sequence
 
@@ -105,7 +104,8 @@ class StackedTrainer:
         self.stop_reasons: list[str | None] = [None] * self.size
         self.states = [TrainState() for _ in self.configs]
         self.best_model_states: list[dict[str, torch.Tensor] | None] = [None] * self.size
-        self.steps = 0
+        self.steps = 0  # optimizer steps of the stack
+        self.epoch = 0  # epochs of the stack (a stopped member's own count stays where it stopped)
 
     def stop(self, member: int, reason: str = "stopped") -> None:
         """Stop one member: from now on its parameters and optimizer state do not change.
@@ -192,23 +192,22 @@ class StackedTrainer:
 
     def finished(self) -> bool:
         """Every member stopped, or the shared budget (epochs, max_steps) is spent."""
-        epochs_done = max(state.epoch for state in self.states) >= self.config.epochs
-        return epochs_done or self.steps_exhausted() or not bool(self.active.any())
+        return self.epoch >= self.config.epochs or self.steps_exhausted() or not bool(self.active.any())
 
     def fit(self, callback: MemberCallback | None = None) -> list[TrainState]:
         """Train every member to the end of the budget, or until it stops; each member's state.
 
         Args:
             callback: called after each epoch with the trainer and one EpochResult per member
-                (None for a member that did not train in that epoch).
+                (None for a member that did not train in that epoch; ``epoch_time_s`` is the
+                stack's, all members together).
         """
         if self.config.num_threads:
             torch.set_num_threads(self.config.num_threads)
-        # Dropout's masks and nothing else draw from this generator (the batches have their own).
-        seed_everything(self.config.seed)
-        epoch = max(state.epoch for state in self.states)
+        if self.epoch == 0:  # as Trainer.fit; dropout's masks draw from it (the batches do not)
+            seed_everything(self.config.seed)
         while not self.finished():
-            epoch += 1
+            self.epoch = epoch = self.epoch + 1
             started = time.perf_counter()
             training = self.active.tolist()
             train_loss, train_accuracy = (t.tolist() for t in self.train_epoch(epoch))
@@ -234,7 +233,7 @@ class StackedTrainer:
         if is_best:
             state.best_dev_accuracy, state.best_train_accuracy = dev.accuracy, train_accuracy
             state.best_epoch, state.epochs_without_improvement = epoch, 0
-            self.best_model_states[member] = copy.deepcopy(self.model.member_state_dict(member))
+            self.best_model_states[member] = self.model.member_state_dict(member)
         else:
             state.epochs_without_improvement += 1
         patience = self.config.patience
