@@ -126,16 +126,20 @@ def test_stacked_logits_are_each_members_logits(name, config):
         torch.testing.assert_close(solo.eval()(*batch), member(*batch), rtol=0, atol=0)
 
 
-def test_a_fixed_embedding_table_is_shared_not_stacked():
-    """Parikh and Yin keep the word vectors fixed: one table for the stack, not k copies."""
+@pytest.mark.parametrize("tuned_rows", [0, 5])
+def test_a_fixed_embedding_table_is_shared_not_stacked(tuned_rows):
+    """Parikh and Yin keep the word vectors fixed: one table for the stack, not k copies; rows
+    that are tuned (an oov policy's) are each member's own."""
     table = torch.randn(24, 8)
+    trainable = torch.arange(24) < tuned_rows
     members = [_build("decomposable", {"variant": "vanilla"}, seed=seed) for seed in (0, 1)]
     for member in members:
-        member.word_embeddings.load(table, torch.zeros(24, dtype=torch.bool))
+        member.word_embeddings.load(table, trainable)
     stack = StackedModel(members).eval()
     assert "word_embeddings.embedding.weight" in stack.shared_names
     assert "null_embedding" in stack.stacked_names  # a random buffer: one per member's seed
-    assert not any(name.startswith("word_embeddings.") for name in stack.stacked_parameters())
+    tuned = [name for name in stack.stacked_parameters() if name.startswith("word_embeddings.")]
+    assert tuned == (["word_embeddings.tuned_weight"] if tuned_rows else [])
     batch = random_batch((5, 3), (4, 6), low=1, high=24, seed=1)
     for i, member in enumerate(members):
         torch.testing.assert_close(stack(*batch)[i], member.eval()(*batch), rtol=1e-5, atol=1e-6)
