@@ -11,11 +11,13 @@ import itertools
 
 import pytest
 import torch
-from test_models_contract import _build
+from test_host_sync import host_reads_raise  # noqa: F401 (a fixture)
+from test_models_contract import _batch, _build
 from testkit.batches import random_batch
 from testkit.toy import TOY, toy_run_config
 
 from nli_models import build_model
+from nli_models.config import TrainingConfig
 from nli_models.data import batch_indices, iterate_batches
 from nli_models.stacked import (
     StackedAdagrad,
@@ -24,6 +26,7 @@ from nli_models.stacked import (
     StackedTrainer,
     WindowedConv1d,
     check_stackable,
+    make_stacked_optimizer,
 )
 from nli_models.training.trainer import make_trainer
 
@@ -124,6 +127,22 @@ def test_stacked_logits_are_each_members_logits(name, config):
         solo = _build(name, config, seed=99)
         solo.load_state_dict(stack.member_state_dict(i))
         torch.testing.assert_close(solo.eval()(*batch), member(*batch), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("name,config", [
+    ("decomposable", {"variant": "intra", "dropout": 0.2}), ("abcnn", {"variant": "abcnn3", "nonover": True}),
+])
+def test_a_stacked_step_reads_nothing_on_the_host_off_the_cpu(name, config, request):
+    """The meta device takes the models' off-CPU (GPU) branches: forward, backward and the
+    per-member optimizer's step of a stack read no value on the host (building the stack may)."""
+    stack = StackedModel([_build(name, config, seed=seed) for seed in (0, 1)]).train().to("meta")
+    optimizer = make_stacked_optimizer(stack, [TrainingConfig(optimizer="adam", lr=lr) for lr in (0.1, 0.01)])
+    request.getfixturevalue("host_reads_raise")
+    logits = stack(*(t.to("meta") for t in _batch()))
+    assert logits.shape[:2] == (2, len(_batch()[0]))
+    logits.sum().backward()
+    optimizer.step(torch.tensor([True, False], device="meta"))
+    assert all(state["exp_avg"].device.type == "meta" for state in optimizer.state.values())
 
 
 @pytest.mark.parametrize("tuned_rows", [0, 5])
@@ -249,3 +268,20 @@ def test_fit_reports_each_member_and_stops_a_diverged_one_alone(toy, one_thread)
     assert [len(state.history) for state in states] == [2, 2, 0]
     assert all(0 <= r.dev_accuracy <= 1 and r.train_loss > 0 for r in reported[1][:2])
     assert stack.best_model_states[0] is not None and stack.best_model_states[2] is None
+
+
+def test_each_members_dev_evaluation_is_its_solo_evaluation(toy, one_thread):
+    configs = _configs("decomposable_intra", "adagrad")
+    batches = _batches(toy, 5)
+    stack = StackedTrainer(configs, toy)
+    for batch in batches:
+        stack.training_step(batch)
+    stacked = stack.evaluate("dev")
+    for i, config in enumerate(configs):
+        solo = make_trainer(config, toy)
+        for batch in batches:
+            solo.training_step(batch)
+        expected = solo.evaluate("dev")
+        assert stacked[i].accuracy == expected.accuracy
+        assert (stacked[i].predictions == expected.predictions).all()
+        assert stacked[i].loss == pytest.approx(expected.loss, rel=1e-5)
