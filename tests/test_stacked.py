@@ -107,7 +107,7 @@ def test_an_inactive_member_keeps_its_parameters_and_state(optimizer_class):
     for key, value in optimizer.state[parameter].items():
         assert torch.equal(value[1], before[key][1]), key
         assert torch.isfinite(value).all(), key
-    assert optimizer.state[parameter]["step"].tolist() == [2.0, 1.0]
+    assert optimizer.state[parameter]["member_step"].tolist() == [2.0, 1.0]
 
 
 # -- the stacked model --------------------------------------------------------------------------
@@ -285,3 +285,21 @@ def test_each_members_dev_evaluation_is_its_solo_evaluation(toy, one_thread):
         assert stacked[i].accuracy == expected.accuracy
         assert (stacked[i].predictions == expected.predictions).all()
         assert stacked[i].loss == pytest.approx(expected.loss, rel=1e-5)
+
+
+def test_a_stack_resumes_exactly_from_its_state(toy, one_thread, tmp_path):
+    """Saved after 3 steps (through torch.save / weights_only load), a new stack continues with
+    the losses of the stack that went on, dropout's masks included."""
+    configs = _configs("abcnn3", "adam", dropout=0.3)
+    batches = _batches(toy, 6)
+    stack = StackedTrainer(configs, toy)
+    for batch in batches[:3]:
+        stack.training_step(batch)
+    stack.stop(2)
+    torch.save(stack.state_dict(), tmp_path / "stack.pt")
+    expected = torch.stack([stack.training_step(batch)[0] for batch in batches[3:]])
+    resumed = StackedTrainer(configs, toy)
+    resumed.load_state_dict(torch.load(tmp_path / "stack.pt", weights_only=True))
+    assert resumed.active.tolist() == [True, True, False] and resumed.stop_reasons[2] == "stopped"
+    losses = torch.stack([resumed.training_step(batch)[0] for batch in batches[3:]])
+    torch.testing.assert_close(losses, expected, rtol=0, atol=0)

@@ -4,7 +4,9 @@ initial accumulator per member, and a step that moves only the active members.
 Each is torch's own update rule (torch.optim.Adam / Adagrad, single-tensor, no amsgrad, no
 maximize), written over the member dimension: the hyperparameters are [k] tensors broadcast
 over a parameter's solo dimensions, and the step count is per member (a member stopped for
-a while keeps its own bias correction). ℓ2 is added to the gradient (``weight_decay``, classic
+a while keeps its own bias correction). The count is kept as "member_step", not torch's "step":
+``load_state_dict`` moves it to the parameters' device as any other state tensor, where torch
+would leave a "step" on the CPU. ℓ2 is added to the gradient (``weight_decay``, classic
 ℓ2 regularisation) as torch does. tests/test_stacked.py checks each member against torch.optim
 step by step.
 
@@ -78,14 +80,14 @@ class StackedAdam(_StackedOptimizer):
         super().__init__(params, lr, weight_decay, betas=betas, eps=eps)
 
     def _init_state(self, state, param, group):
-        state["step"] = torch.zeros(param.shape[0], device=param.device)
+        state["member_step"] = torch.zeros(param.shape[0], device=param.device)
         state["exp_avg"] = torch.zeros_like(param)
         state["exp_avg_sq"] = torch.zeros_like(param)
 
     def _update(self, param, grad, state, group):
         beta1, beta2 = group["betas"]
         grad = grad + _per_member(group["weight_decay"], param) * param
-        step = state["step"] + 1
+        step = state["member_step"] + 1
         exp_avg = state["exp_avg"].lerp(grad, 1 - beta1)
         exp_avg_sq = state["exp_avg_sq"] * beta2 + (1 - beta2) * grad * grad
         # The bias corrections in float64, as torch computes them (from a Python step count):
@@ -94,7 +96,7 @@ class StackedAdam(_StackedOptimizer):
         step_size = _per_member((group["lr"].double() / (1 - beta1**counts)).to(param.dtype), param)
         bias_correction2_sqrt = _per_member((1 - beta2**counts).sqrt().to(param.dtype), param)
         denom = exp_avg_sq.sqrt() / bias_correction2_sqrt + group["eps"]
-        return {"param": param - step_size * exp_avg / denom, "step": step,
+        return {"param": param - step_size * exp_avg / denom, "member_step": step,
                 "exp_avg": exp_avg, "exp_avg_sq": exp_avg_sq}
 
 
@@ -115,7 +117,7 @@ class StackedAdagrad(_StackedOptimizer):
                          initial_accumulator_value=initial_accumulator_value)
 
     def _init_state(self, state, param, group):
-        state["step"] = torch.zeros(param.shape[0], device=param.device)
+        state["member_step"] = torch.zeros(param.shape[0], device=param.device)
         state["sum"] = _per_member(group["initial_accumulator_value"], param).expand_as(param).clone()
 
     def _update(self, param, grad, state, group):
@@ -123,7 +125,7 @@ class StackedAdagrad(_StackedOptimizer):
         accumulated = state["sum"] + grad * grad
         std = accumulated.sqrt() + group["eps"]
         return {"param": param - _per_member(group["lr"], param) * grad / std,
-                "step": state["step"] + 1, "sum": accumulated}
+                "member_step": state["member_step"] + 1, "sum": accumulated}
 
 
 def make_stacked_optimizer(model: StackedModel, configs: Sequence[TrainingConfig]) -> _StackedOptimizer:

@@ -19,14 +19,16 @@ training loss ("diverged"); a stopped member's parameters and optimizer state st
 and the others train on. Its slice still runs forward and backward (the stack's shapes stay);
 a caller that stops many members can rebuild a smaller stack from ``member_state_dict``.
 
-Not stacked yet: layerwise training, gradient clipping, bf16, CUDA graphs, checkpoints
-(refused where a config asks for them).
+``state_dict`` / ``load_state_dict``: a stack resumes exactly (each member's weights, optimizer
+state, stop and best-on-dev state, and the RNG). Not stacked yet: layerwise training, gradient
+clipping, bf16, CUDA graphs (refused where a config asks for them).
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import asdict
 
 import torch
 import torch.nn.functional as F
@@ -106,6 +108,35 @@ class StackedTrainer:
         self.best_model_states: list[dict[str, torch.Tensor] | None] = [None] * self.size
         self.steps = 0  # optimizer steps of the stack
         self.epoch = 0  # epochs of the stack (a stopped member's own count stays where it stopped)
+
+    def state_dict(self) -> dict:
+        """Everything a resumed stack needs to continue exactly (tensors and plain values, so it
+        loads with ``torch.load(weights_only=True)``): weights, optimizer state, which members
+        still train and why the others stopped, each member's TrainState and best weights, the
+        step and epoch counts, and torch's RNG (dropout's masks)."""
+        return {
+            "model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
+            "active": self.active.cpu(), "stop_reasons": list(self.stop_reasons),
+            "states": [asdict(state) for state in self.states],
+            "best_models": list(self.best_model_states), "steps": self.steps, "epoch": self.epoch,
+            "rng": torch.get_rng_state(),
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        """Continue from ``state_dict()``'s output (of a stack of the same configurations).
+
+        Args:
+            state: what ``state_dict`` returned.
+        """
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.active = state["active"].to(self.device)
+        self.stop_reasons = list(state["stop_reasons"])
+        self.states = [TrainState(**{**saved, "history": [EpochResult(**row) for row in saved["history"]]})
+                       for saved in state["states"]]
+        self.best_model_states = list(state["best_models"])
+        self.steps, self.epoch = state["steps"], state["epoch"]
+        torch.set_rng_state(state["rng"])
 
     def stop(self, member: int, reason: str = "stopped") -> None:
         """Stop one member: from now on its parameters and optimizer state do not change.
