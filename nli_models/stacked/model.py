@@ -112,8 +112,8 @@ class StackedModel(nn.Module):
     """k members of one registered architecture (decomposable, abcnn) as one module.
 
     ``forward`` takes a batch as every model does and returns logits [k, B, num_classes].
-    ``parameters()`` are the stacked trainable tensors, each [k, *solo shape];
-    ``stacked_parameters`` names them as the solo model names its own.
+    ``parameters()`` are the stacked tensors, each [k, *solo shape]; ``stacked_parameters``
+    names the trainable ones as the solo model names its own.
     """
 
     def __init__(self, members: Sequence[nn.Module]):

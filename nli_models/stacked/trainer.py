@@ -13,11 +13,11 @@ Per member, as ``Trainer`` does per run: the epoch's train loss and accuracy, de
 accuracy, best-on-dev tracking (``TrainState``, and the best weights as the solo model's
 state_dict), patience. ``fit(callback)`` calls ``callback(trainer, results)`` after each epoch
 with one ``EpochResult`` per member, None for a member that no longer trains (or diverged in
-that epoch: ``stop_reasons`` says "diverged"). A member stops
-alone (the ``active`` mask): ``stop(i)`` (a scheduler's decision), patience, or a non-finite
-training loss ("diverged"); a stopped member's parameters and optimizer state stay as they were
-and the others train on. Its slice still runs forward and backward (the stack's shapes stay);
-a caller that stops many members can rebuild a smaller stack from ``member_state_dict``.
+that epoch: ``stop_reasons`` says "diverged"). A member stops alone (the ``active`` mask):
+``stop(i)`` (a scheduler's decision), patience, or a non-finite training loss ("diverged"); a
+stopped member's parameters and optimizer state stay as they were and the others train on. Its
+slice still runs forward and backward (the stack's shapes stay); a caller that stops many
+members can rebuild a smaller stack from ``model.member_state_dict``.
 
 ``state_dict`` / ``load_state_dict``: a stack resumes exactly (each member's weights, optimizer
 state, stop and best-on-dev state, and the RNG). Not stacked yet: layerwise training, gradient
