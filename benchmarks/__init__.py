@@ -24,6 +24,9 @@ REPRODUCTION_BENCHMARKS = ("reproduce_sick",)
 # `orchestrate replay` of it (seconds).
 # sweep_cpu (name it): the CPU of one small sweep by process, 3 sweeps (a minute or two).
 # static_shapes (name it): the padding that CUDA graphs' static batch shapes cost (seconds).
-OPT_IN_BENCHMARKS = ("search_efficiency", "omp_policy", "replay", "sweep_cpu", "static_shapes", *SCALE_BENCHMARKS,
+# stacking (name it): 8 configurations stacked against 8 separate trials, ABCNN-3 and decomposable
+# on SICK (a few minutes on a shared 2-core machine).
+OPT_IN_BENCHMARKS = ("search_efficiency", "omp_policy", "replay", "sweep_cpu", "static_shapes", "stacking",
+                     *SCALE_BENCHMARKS,
                      *REPRODUCTION_BENCHMARKS)
 ALL_BENCHMARKS = DEFAULT_BENCHMARKS + OPT_IN_BENCHMARKS

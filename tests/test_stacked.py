@@ -1,0 +1,305 @@
+"""Stacked trials (issue 47): k configurations of one architecture trained as one model.
+
+Each member must be its solo run: the per-member optimizers equal torch.optim member by member,
+and with dropout off a member's losses over 20 steps equal the solo Trainer's step on the same
+batches (fp32, CPU). Dropout draws each member's own masks; a stopped or diverged member stays
+as it was and changes nothing for the others."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import torch
+from test_host_sync import host_reads_raise  # noqa: F401 (a fixture)
+from test_models_contract import _batch, _build
+from testkit.batches import random_batch
+from testkit.toy import TOY, toy_run_config
+
+from nli_models import build_model
+from nli_models.config import TrainingConfig
+from nli_models.data import batch_indices, iterate_batches
+from nli_models.stacked import (
+    StackedAdagrad,
+    StackedAdam,
+    StackedModel,
+    StackedTrainer,
+    WindowedConv1d,
+    check_stackable,
+    make_stacked_optimizer,
+)
+from nli_models.training.trainer import make_trainer
+
+STEPS = 20
+MODELS = {
+    "decomposable": {"name": "decomposable", "variant": "vanilla",
+                     "args": {"embedding_dim": 8, "projection_dim": 8, "hidden_size": 8, "dropout": 0.0}},
+    "decomposable_intra": {"name": "decomposable", "variant": "intra",
+                           "args": {"embedding_dim": 8, "projection_dim": 8, "hidden_size": 8, "dropout": 0.0}},
+    "abcnn3": {"name": "abcnn", "variant": "abcnn3",
+               "args": {"embedding_dim": 8, "hidden_size": 6, "nonover": True, "max_length": 40}},
+}
+# (lr, l2, seed) per member: members differ in all three.
+MEMBERS = ((0.01, 0.0, 1), (0.05, 1e-3, 1), (0.02, 1e-2, 7))
+
+
+def _configs(model: str, optimizer: str, members=MEMBERS, dropout: float | None = None):
+    spec = MODELS[model]
+    if dropout is not None:
+        spec = {**spec, "args": {**spec["args"], "dropout": dropout}}
+    return [toy_run_config(spec, TOY, optimizer=optimizer, lr=lr, l2=l2, seed=seed, batch_size=8,
+                           device="cpu")
+            for lr, l2, seed in members]
+
+
+def _batches(data, count: int = STEPS):
+    rows = batch_indices(data.splits["train"], 8, shuffle=True, seed=3, epoch=1)
+    return list(itertools.islice(iterate_batches(data.splits["train"], rows), count))
+
+
+# -- per-member optimizers ----------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", ["adam", "adagrad"])
+def test_each_member_steps_as_torch_optim_does(name):
+    """Same lr, ℓ2 (and Adagrad accumulator) per member as a torch optimizer of that member:
+    equal parameters after every one of 6 steps."""
+    lr, l2, accumulator = torch.tensor([0.1, 0.01, 0.3]), torch.tensor([0.0, 1e-2, 0.5]), torch.tensor([0.1, 0.0, 1.0])
+    generator = torch.Generator().manual_seed(0)
+    start = [torch.randn(3, 4, 5, generator=generator), torch.randn(3, 5, generator=generator)]
+    stacked = [p.clone().requires_grad_() for p in start]
+    solo = [[p[i].clone().requires_grad_() for p in start] for i in range(3)]
+    if name == "adam":
+        optimizer = StackedAdam(stacked, lr=lr, weight_decay=l2)
+        references = [torch.optim.Adam(solo[i], lr=float(lr[i]), weight_decay=float(l2[i])) for i in range(3)]
+    else:
+        optimizer = StackedAdagrad(stacked, lr=lr, weight_decay=l2, initial_accumulator_value=accumulator)
+        references = [torch.optim.Adagrad(solo[i], lr=float(lr[i]), weight_decay=float(l2[i]),
+                                          initial_accumulator_value=float(accumulator[i])) for i in range(3)]
+    for _ in range(6):
+        grads = [torch.randn(p.shape, generator=generator) for p in stacked]
+        for p, g in zip(stacked, grads, strict=True):
+            p.grad = g.clone()
+        optimizer.step()
+        for i, reference in enumerate(references):
+            for p, g in zip(solo[i], grads, strict=True):
+                p.grad = g[i].clone()
+            reference.step()
+            for p, q in zip(stacked, solo[i], strict=True):
+                torch.testing.assert_close(p[i], q, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("optimizer_class", [StackedAdam, StackedAdagrad])
+def test_an_inactive_member_keeps_its_parameters_and_state(optimizer_class):
+    parameter = torch.ones(2, 3, requires_grad=True)
+    hyper = {"lr": torch.tensor([0.1, 0.1]), "weight_decay": torch.zeros(2)}
+    if optimizer_class is StackedAdagrad:
+        hyper["initial_accumulator_value"] = torch.zeros(2)
+    optimizer = optimizer_class([parameter], **hyper)
+    parameter.grad = torch.ones(2, 3)
+    optimizer.step()
+    before = {k: v.clone() for k, v in optimizer.state[parameter].items()}
+    frozen = parameter[1].detach().clone()
+    parameter.grad = torch.full((2, 3), float("nan"))  # a diverged member's gradient
+    parameter.grad[0] = 1.0
+    optimizer.step(active=torch.tensor([True, False]))
+    assert torch.equal(parameter[1], frozen)
+    assert not torch.equal(parameter[0], frozen)
+    for key, value in optimizer.state[parameter].items():
+        assert torch.equal(value[1], before[key][1]), key
+        assert torch.isfinite(value).all(), key
+    assert optimizer.state[parameter]["member_step"].tolist() == [2.0, 1.0]
+
+
+# -- the stacked model --------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name,config", [
+    ("decomposable", {"variant": "vanilla"}), ("decomposable", {"variant": "intra"}),
+    ("abcnn", {"variant": "abcnn3", "nonover": True}), ("abcnn", {"variant": "abcnn1", "num_blocks": 2}),
+])
+def test_stacked_logits_are_each_members_logits(name, config):
+    members = [_build(name, config, seed=seed) for seed in (0, 1, 2)]
+    stack = StackedModel(members).eval()
+    batch = random_batch((7, 3, 5, 2), (4, 6, 2, 5), low=1, high=24, seed=0)
+    logits = stack(*batch)
+    assert logits.shape == (3, 4, 3)
+    for i, member in enumerate(members):
+        torch.testing.assert_close(logits[i], member.eval()(*batch), rtol=1e-5, atol=1e-6)
+        solo = _build(name, config, seed=99)
+        solo.load_state_dict(stack.member_state_dict(i))
+        torch.testing.assert_close(solo.eval()(*batch), member(*batch), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("name,config", [
+    ("decomposable", {"variant": "intra", "dropout": 0.2}), ("abcnn", {"variant": "abcnn3", "nonover": True}),
+])
+def test_a_stacked_step_reads_nothing_on_the_host_off_the_cpu(name, config, request):
+    """The meta device takes the models' off-CPU (GPU) branches: forward, backward and the
+    per-member optimizer's step of a stack read no value on the host (building the stack may)."""
+    stack = StackedModel([_build(name, config, seed=seed) for seed in (0, 1)]).train().to("meta")
+    optimizer = make_stacked_optimizer(stack, [TrainingConfig(optimizer="adam", lr=lr) for lr in (0.1, 0.01)])
+    request.getfixturevalue("host_reads_raise")
+    logits = stack(*(t.to("meta") for t in _batch()))
+    assert logits.shape[:2] == (2, len(_batch()[0]))
+    logits.sum().backward()
+    optimizer.step(torch.tensor([True, False], device="meta"))
+    assert all(state["exp_avg"].device.type == "meta" for state in optimizer.state.values())
+
+
+@pytest.mark.parametrize("tuned_rows", [0, 5])
+def test_a_fixed_embedding_table_is_shared_not_stacked(tuned_rows):
+    """Parikh and Yin keep the word vectors fixed: one table for the stack, not k copies; rows
+    that are tuned (an oov policy's) are each member's own."""
+    table = torch.randn(24, 8)
+    trainable = torch.arange(24) < tuned_rows
+    members = [_build("decomposable", {"variant": "vanilla"}, seed=seed) for seed in (0, 1)]
+    for member in members:
+        member.word_embeddings.load(table, trainable)
+    stack = StackedModel(members).eval()
+    assert "word_embeddings.embedding.weight" in stack.shared_names
+    assert "null_embedding" in stack.stacked_names  # a random buffer: one per member's seed
+    tuned = [name for name in stack.stacked_parameters() if name.startswith("word_embeddings.")]
+    assert tuned == (["word_embeddings.tuned_weight"] if tuned_rows else [])
+    batch = random_batch((5, 3), (4, 6), low=1, high=24, seed=1)
+    for i, member in enumerate(members):
+        torch.testing.assert_close(stack(*batch)[i], member.eval()(*batch), rtol=1e-5, atol=1e-6)
+
+
+def test_windowed_convolution_is_the_wide_convolution():
+    torch.manual_seed(0)
+    conv = torch.nn.Conv1d(5, 4, 3, padding=2)
+    x = torch.randn(2, 5, 7)
+    torch.testing.assert_close(WindowedConv1d(conv)(x), conv(x), rtol=1e-5, atol=1e-6)
+
+
+def test_models_that_are_not_stacked_are_refused():
+    members = [build_model("rocktaschel", vocab_size=24, embedding_dim=8, num_classes=3, hidden_size=8)]
+    with pytest.raises(ValueError, match="pytorch#105982"):
+        StackedModel(members)
+
+
+def test_configurations_that_differ_in_shape_do_not_stack():
+    configs = _configs("decomposable", "adam")
+    wider = toy_run_config({**MODELS["decomposable"], "args": {**MODELS["decomposable"]["args"], "hidden_size": 16}},
+                           TOY, lr=0.01)
+    with pytest.raises(ValueError, match="cannot join the stack"):
+        check_stackable([configs[0], wider])
+    check_stackable(configs)  # lr, ℓ2 and seed may differ
+    with pytest.raises(ValueError, match="layerwise"):
+        check_stackable([c.model_copy(update={"training": c.training.model_copy(update={"layerwise": True})})
+                         for c in _configs("abcnn3", "adagrad")])
+
+
+# -- faithful members ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("model,optimizer", [
+    ("decomposable", "adam"), ("decomposable", "adagrad"), ("decomposable_intra", "adam"), ("abcnn3", "adagrad"),
+])
+def test_each_members_losses_are_its_solo_runs(model, optimizer, toy, one_thread):
+    """Members differing in lr, ℓ2 and seed: 20 steps, each member's loss equals the solo
+    Trainer's (make_trainer: its seed, its make_optimizer) on the same batches, to 1e-5."""
+    configs = _configs(model, optimizer)
+    batches = _batches(toy)
+    stack = StackedTrainer(configs, toy)
+    stacked = torch.stack([stack.training_step(batch)[0] for batch in batches])
+    for i, config in enumerate(configs):
+        solo = make_trainer(config, toy)
+        losses = torch.stack([solo.training_step(batch)[0].detach() for batch in batches])
+        torch.testing.assert_close(stacked[:, i], losses, rtol=1e-5, atol=1e-5)
+    # Members 0 and 1 share the seed: one first loss, then their own lr and ℓ2 take them apart.
+    assert stacked[0, 0] == stacked[0, 1] and (stacked[1:, 0] != stacked[1:, 1]).all()
+
+
+def test_with_dropout_each_member_draws_its_own_masks(toy, one_thread):
+    same = ((0.01, 0.0, 1), (0.01, 0.0, 1))  # two identical members
+    stack = StackedTrainer(_configs("decomposable", "adam", same, dropout=0.5), toy)
+    batch = _batches(toy, 1)[0]
+    stack.model.train()
+    logits = stack.model(*batch.inputs())
+    assert not torch.allclose(logits[0], logits[1])
+    stack.model.eval()
+    logits = stack.model(*batch.inputs())
+    torch.testing.assert_close(logits[0], logits[1], rtol=0, atol=0)
+
+
+def _member_slice(stack: StackedTrainer, member: int) -> list[torch.Tensor]:
+    tensors = [p[member].clone() for p in stack.model.stacked_parameters().values()]
+    for state in stack.optimizer.state.values():
+        tensors += [v[member].clone() for v in state.values()]
+    return tensors
+
+
+@pytest.mark.parametrize("how", ["stopped", "diverged"])
+def test_a_stopped_or_diverged_member_stays_and_the_others_train_on(how, toy, one_thread):
+    """After 3 steps member 1 is stopped (a scheduler's decision) or made NaN (its next loss is
+    NaN): its parameters and optimizer state do not change any more, and the other members'
+    losses are those of a stack where nothing happened."""
+    configs = _configs("abcnn3", "adagrad")
+    batches = _batches(toy, 8)
+    reference = StackedTrainer(configs, toy)
+    expected = torch.stack([reference.training_step(batch)[0] for batch in batches])
+    stack = StackedTrainer(configs, toy)
+    losses = [stack.training_step(batch)[0] for batch in batches[:3]]
+    if how == "stopped":
+        stack.stop(1)
+    else:
+        with torch.no_grad():
+            stack.model.stacked_parameters()["output.weight"][1] = float("nan")
+    frozen = _member_slice(stack, 1)
+    losses += [stack.training_step(batch)[0] for batch in batches[3:]]
+    losses = torch.stack(losses)
+    assert stack.active.tolist() == [True, False, True]
+    for before, after in zip(frozen, _member_slice(stack, 1), strict=True):
+        torch.testing.assert_close(after, before, rtol=0, atol=0, equal_nan=True)
+    torch.testing.assert_close(losses[:, [0, 2]], expected[:, [0, 2]], rtol=0, atol=0)
+    assert torch.isnan(losses[3:, 1]).all() == (how == "diverged")
+
+
+def test_fit_reports_each_member_and_stops_a_diverged_one_alone(toy, one_thread):
+    configs = [c.model_copy(update={"training": c.training.model_copy(update={"epochs": 2})})
+               for c in _configs("decomposable", "adam")]
+    stack = StackedTrainer(configs, toy)
+    with torch.no_grad():
+        stack.model.stacked_parameters()["output.weight"][2] = float("inf")
+    reported = []
+    states = stack.fit(lambda trainer, results: reported.append(results))
+    assert len(reported) == 2
+    assert [r is None for r in reported[0]] == [False, False, True]
+    assert stack.stop_reasons == [None, None, "diverged"]
+    assert [len(state.history) for state in states] == [2, 2, 0]
+    assert all(0 <= r.dev_accuracy <= 1 and r.train_loss > 0 for r in reported[1][:2])
+    assert stack.best_model_states[0] is not None and stack.best_model_states[2] is None
+
+
+def test_each_members_dev_evaluation_is_its_solo_evaluation(toy, one_thread):
+    configs = _configs("decomposable_intra", "adagrad")
+    batches = _batches(toy, 5)
+    stack = StackedTrainer(configs, toy)
+    for batch in batches:
+        stack.training_step(batch)
+    stacked = stack.evaluate("dev")
+    for i, config in enumerate(configs):
+        solo = make_trainer(config, toy)
+        for batch in batches:
+            solo.training_step(batch)
+        expected = solo.evaluate("dev")
+        assert stacked[i].accuracy == expected.accuracy
+        assert (stacked[i].predictions == expected.predictions).all()
+        assert stacked[i].loss == pytest.approx(expected.loss, rel=1e-5)
+
+
+def test_a_stack_resumes_exactly_from_its_state(toy, one_thread, tmp_path):
+    """Saved after 3 steps (through torch.save / weights_only load), a new stack continues with
+    the losses of the stack that went on, dropout's masks included."""
+    configs = _configs("abcnn3", "adam", dropout=0.3)
+    batches = _batches(toy, 6)
+    stack = StackedTrainer(configs, toy)
+    for batch in batches[:3]:
+        stack.training_step(batch)
+    stack.stop(2)
+    torch.save(stack.state_dict(), tmp_path / "stack.pt")
+    expected = torch.stack([stack.training_step(batch)[0] for batch in batches[3:]])
+    resumed = StackedTrainer(configs, toy)
+    resumed.load_state_dict(torch.load(tmp_path / "stack.pt", weights_only=True))
+    assert resumed.active.tolist() == [True, True, False] and resumed.stop_reasons[2] == "stopped"
+    losses = torch.stack([resumed.training_step(batch)[0] for batch in batches[3:]])
+    torch.testing.assert_close(losses, expected, rtol=0, atol=0)
