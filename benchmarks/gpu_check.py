@@ -283,50 +283,66 @@ def check_graphs_match_eager(model: str, device: str, sizes: Sizes, batches) -> 
 
 PACKED_TRIALS = (1, 2, 4, 8)
 PACKED_SCRIPT = """
-import sys, time, torch
+import pathlib, sys, time, torch
 from benchmarks.gpu_check import _labelled, paper_config
 from benchmarks.throughput import make_pool, paper_trainer, select_batches
 from benchmarks.common import Context
+barrier, trials, seconds = pathlib.Path(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3])
+device, index = sys.argv[4], sys.argv[5]
+sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
 pool, _ = make_pool(Context())
-batches = [_labelled(b, 3, static=True).to("cuda") for b in select_batches(pool, 8, 32)]
-trainer = paper_trainer(paper_config("decomposable"), "cuda", "fp32", 32, cuda_graphs="auto")
+batches = [_labelled(b, 3, static=True).to(device) for b in select_batches(pool, 8, 32)]
+trainer = paper_trainer(paper_config("decomposable"), device, "fp32", 32, cuda_graphs="auto")
 trainer.model.train()
-for b in batches:
+for b in batches:  # warm-up and every shape's capture, before the clock
     trainer.training_step(b)
-torch.cuda.synchronize()
-deadline, pairs = float(sys.argv[1]), 0
-while time.time() < deadline:
+sync()
+(barrier / f"ready-{trials}-{index}").touch()
+waited = time.time()
+while len(list(barrier.glob(f"ready-{trials}-*"))) < trials and time.time() - waited < 300:
+    time.sleep(0.05)
+started, pairs = time.perf_counter(), 0
+while time.perf_counter() - started < seconds:
     for b in batches:
         trainer.training_step(b)
-    torch.cuda.synchronize()
+    sync()
     pairs += 32 * len(batches)
-print(pairs)
+print(pairs / (time.perf_counter() - started))
 """
 
 
-def check_packing(device: str, seconds: float = 10.0) -> list[Row]:
-    """k decomposable-attention trials (separate processes, as Ray runs trials) training at once
-    on one GPU: aggregate pairs/s for k = 1, 2, 4, 8, and 8 against 1."""
-    if device != "cuda":
-        return [Row("packing", "SKIP", "packing trials on a GPU needs a CUDA device")]
-    rows, rates = [], {}
+def packed_rates(device: str, trials: tuple[int, ...], seconds: float) -> tuple[dict[int, float], list[Row]]:
+    """For each k of ``trials``: k decomposable-attention trials (separate processes, as Ray runs
+    trials) training at once on ``device``; each warms up and captures its graphs, waits until
+    all k have, then trains for ``seconds``. Their aggregate pairs/s by k, and a FAIL row per k
+    where a process failed."""
+    rates, failed = {}, []
     env = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
-    for k in PACKED_TRIALS:
-        # Every process starts (imports, captures) before the shared deadline; each counts its pairs.
-        deadline = time.time() + 20.0 + seconds
-        processes = [subprocess.Popen([sys.executable, "-c", PACKED_SCRIPT, str(deadline)], cwd=REPO,
-                                      env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-                     for _ in range(k)]
-        outputs = [p.communicate(timeout=120) for p in processes]
+    barrier = Path(tempfile.mkdtemp(prefix="gc_packing_"))
+    for k in trials:
+        processes = [subprocess.Popen([sys.executable, "-c", PACKED_SCRIPT, str(barrier), str(k), str(seconds),
+                                       device, str(i)],
+                                      cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                     for i in range(k)]
+        outputs = [p.communicate(timeout=400) for p in processes]
         if any(p.returncode for p in processes):
             err = next(o[1] for o, p in zip(outputs, processes, strict=True) if p.returncode)
-            rows.append(Row(f"packing.{k}", "FAIL", f"a trial process failed: {err.strip()[-300:]}"))
+            failed.append(Row(f"packing.{k}", "FAIL", f"a trial process failed: {err.strip()[-300:]}"))
             continue
-        rates[k] = sum(int(o[0].split()[-1]) for o in outputs) / seconds
+        rates[k] = sum(float(o[0].split()[-1]) for o in outputs)
+    return rates, failed
+
+
+def check_packing(device: str, seconds: float = 10.0) -> list[Row]:
+    """1, 2, 4 and 8 packed trials on one GPU (``packed_rates``), and 8 against 1."""
+    if device != "cuda":
+        return [Row("packing", "SKIP", "packing trials on a GPU needs a CUDA device")]
+    rates, rows = packed_rates(device, PACKED_TRIALS, seconds)
+    for k, rate in sorted(rates.items()):
         rows.append(Row(f"packing.{k}", "INFO",
-                        f"{k} trials at once: {rates[k]:,.0f} pairs/s in all, "
-                        f"{rates[k] * 3600 / 549_367:,.1f} SNLI epochs/hour in all",
-                        {"trials": k, "pairs_per_s": rates[k]}))
+                        f"{k} trials at once: {rate:,.0f} pairs/s in all, "
+                        f"{rate * 3600 / 549_367:,.1f} SNLI epochs/hour in all",
+                        {"trials": k, "pairs_per_s": rate}))
     if 1 in rates and 8 in rates:
         gain = rates[8] / rates[1]
         rows.append(Row("packing.goal", "PASS" if gain >= PACKED_GOAL else "FAIL",

@@ -29,6 +29,7 @@ from benchmarks.gpu_check import (
     check_graphs_match_eager,
     check_training,
     main,
+    packed_rates,
 )
 
 REPO = Path(__file__).resolve().parents[1]
@@ -100,6 +101,14 @@ def test_a_missed_goal_is_a_fail_row():
     assert status == {"goal.decomposable.b32": "PASS", "goal.decomposable.b128": "FAIL",
                       "goal.decomposable.b32.bf16": "PASS", "goal.decomposable.b128.bf16": "FAIL",
                       "goal.cam.b32": "FAIL"}
+
+
+def test_packed_trial_processes_wait_for_each_other_and_report_their_rates():
+    """The packing check's processes, on the CPU: each trains after all are ready, and each
+    count adds to the aggregate."""
+    rates, failed = packed_rates("cpu", (1, 2), seconds=1.0)
+    assert not failed, failed[0].detail
+    assert set(rates) == {1, 2} and all(rate > 0 for rate in rates.values())
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")
