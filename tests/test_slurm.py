@@ -128,6 +128,8 @@ def test_resume_new_and_default_flags_reach_the_sweep(tmp_path):
         (("--cpus-per-task", "1"), {"resources": {"cpu": 2}}, "raise --cpus-per-task"),
         (("--address", "http://head:8265"), {}, "--address: Ray Jobs options; not with --slurm"),
         (("--resume", "--new"), {}, "exclude each other"),
+        (("--max-requeues", "2"), {}, "--max-requeues 2: only with --requeue"),
+        (("--requeue", "--max-requeues", "21"), {}, "'--max-requeues': 21 is not in the range 0<=x<=20"),
     ],
 )
 def test_bad_slurm_submissions_exit_2_and_submit_nothing(tmp_path, private_record, extra,
