@@ -306,7 +306,7 @@ def sweep(spec_path: str, resume: bool, new: bool, warm_start: str | None, exten
         sys.exit(EXIT_INTERRUPTED)
     nothing_selected = summary.best_dev_accuracy is None  # every trial failed or diverged
     click.echo(
-        f"sweep finished: {summary.trials} trials ({summary.failed} failed)"
+        f"sweep finished: {summary.trials} trial{'s' * (summary.trials != 1)} ({summary.failed} failed)"
         + (f", {summary.diverged} diverged (loss NaN/inf; never selected)" if summary.diverged
            else "")
         + "; "

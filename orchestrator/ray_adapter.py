@@ -454,6 +454,9 @@ def run_tuner(
     os.environ["TUNE_DISABLE_SIGINT_HANDLER"] = "1"  # the driver handles SIGINT (lifecycle.py)
     if not verbose:  # a stop makes Tune log how to restore by hand; the driver says it its way
         logging.getLogger("ray.tune").setLevel(logging.ERROR)
+        # Tune's TensorBoard logger warns "NaN or Inf found in input tensor." for a diverged
+        # trial's metrics; the sweep says that trial diverged itself.
+        logging.getLogger("tensorboardX").setLevel(logging.ERROR)
     search_dump = spec.search.model_dump()
     trainable = _trainable(spec, data)
     experiment_path = _experiment_path(spec, experiment_name)

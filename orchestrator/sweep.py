@@ -323,7 +323,7 @@ def _open_and_drive(spec: SweepSpec, spec_path: Path, data: PreparedData, tracke
             record_spec(log, spec_path, overrides)
         interruption.arm()
         print(
-            f"sweep {spec.name}: {spec.num_trials()} trials; MLflow {mask_secrets(spec.tracking_uri)} "
+            f"sweep {spec.name}: {spec.num_trials()} trial{'s' * (spec.num_trials() != 1)}; MLflow {mask_secrets(spec.tracking_uri)} "
             f"experiment {experiment_id}, parent run {parent_run_id}",
             file=sys.stderr,
         )
@@ -423,9 +423,9 @@ def _drive(spec: SweepSpec, spec_path: Path, data: PreparedData, tracker: Tracke
             return end_interrupted()
         finished = trials_with_status(journal, "FINISHED")
         progress.phase(
-            f"{len(ended)} trials ended; selecting on dev, then evaluating the selected "
+            f"{len(ended)} trial{'s' * (len(ended) != 1)} ended; selecting on dev, then evaluating the selected "
             "configuration on test" if finished else
-            f"{len(ended)} trials ended, none finished (failed or diverged): nothing to select"
+            f"{len(ended)} trial{'s' * (len(ended) != 1)} ended, none finished (failed or diverged): nothing to select"
         )
         _test_evaluation_delay(interruption)
         if extension is not None:

@@ -73,3 +73,20 @@ def test_a_sweep_with_nothing_selectable_exits_1_with_one_consistent_summary(ray
     assert parent.data.tags[rs.TAG_SWEEP_STATE] == rs.SWEEP_COMPLETED
     assert sorted(c.info.status for c in children) == ["FAILED", "FAILED"]
     assert not any(c.data.tags.get(rs.TAG_SELECTED) for c in children)
+
+
+def test_normal_output_holds_the_sweeps_lines_only(ray_head, tmp_path):
+    """Issue 44: Optuna's "A new study created in memory" and Tune's TensorBoard logger's "NaN or
+    Inf found in input tensor." (a diverged trial's metrics) showed in a sweep's normal output;
+    and one trial was counted as "1 finished trials". An Optuna sampler, one trial that diverges."""
+    spec = write_spec(tmp_path, {"name": "one-diverged", "training": {"epochs": 1}}, replace_search={
+        "sampler": "random", "num_samples": 1, "space": {"lr": {"loguniform": [1e10, 1e11]}},
+        "seeds": [1], "resources": {"cpu": 1}})
+    result = _sweep(ray_head, tmp_path, spec)
+    output = result.stdout + result.stderr
+    assert result.returncode == 1, output
+    assert "diverged: the training loss became" in output  # the sweep's own line for it
+    for foreign in ("A new study created", "NaN or Inf found", "[I ", "[W "):
+        assert foreign not in output, output
+    assert "1 trial ended, none finished" in output and "sweep finished: 1 trial (0 failed)" in output
+    assert "trials ended" not in output and "1 trials" not in output
