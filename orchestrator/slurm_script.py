@@ -80,6 +80,7 @@ say() { echo "nli[$(date +%H:%M:%S)]: $*"; }
 
 RAY_TMP="${NLI_RAY_TMPDIR:-/tmp}/nli-ray-${SLURM_JOB_ID}"
 RAY_LOG="$LOG_DIR/${SLURM_JOB_NAME}-${SLURM_JOB_ID}.ray.log"
+RUNS_FILE="$LOG_DIR/${SLURM_JOB_NAME}-${SLURM_JOB_ID}.runs"
 NUM_GPUS="${GPUS_PER_NODE}"
 reason="" driver="" head="" workers="" rc="" ray_stopped=""
 
@@ -97,6 +98,11 @@ trap 'on_signal time_limit USR1' USR1
 trap 'on_signal stop USR2' USR2
 trap 'on_signal cancelled TERM' TERM
 
+end_run() {  # this run's end in the job's record of its runs (slurm_node.run_times)
+  stop_ray
+  echo "end $(date +%s)" >>"$RUNS_FILE"
+}
+
 stop_ray() {  # exactly the Ray this job started: its pids, the head's process group, its temp dir
   local pid alive
   [ -n "$ray_stopped" ] && return
@@ -113,7 +119,7 @@ stop_ray() {  # exactly the Ray this job started: its pids, the head's process g
   node reap "$RAY_TMP"
   rm -rf "$RAY_TMP"
 }
-trap stop_ray EXIT
+trap end_run EXIT
 
 restarts="${SLURM_RESTART_COUNT:-0}"
 # When a run of this job first started the sweep (ms): a requeued run resumes the sweep that run
@@ -121,6 +127,7 @@ restarts="${SLURM_RESTART_COUNT:-0}"
 STARTED="$LOG_DIR/${SLURM_JOB_NAME}-${SLURM_JOB_ID}.started"
 END_FILE="$LOG_DIR/${SLURM_JOB_NAME}-${SLURM_JOB_ID}.end"
 rm -f "$END_FILE"  # a requeued run ends anew
+echo "start $(date +%s)" >>"$RUNS_FILE"
 if [ "$restarts" -gt 0 ] && [ -e "$STARTED" ] && [ "${SWEEP_FLAGS[*]}" != --resume ]; then
   flag=$(node resume-flag "$EXPERIMENT" "$(cat "$STARTED")") || flag=--resume
   [ -n "$flag" ] && SWEEP_FLAGS=("$flag")

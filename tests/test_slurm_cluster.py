@@ -10,6 +10,7 @@ once, every epoch logged once, whatever stopped the sweep in between.
 from __future__ import annotations
 
 import json
+import re
 import socket
 import subprocess
 from datetime import datetime
@@ -260,6 +261,12 @@ def test_time_limit_with_requeue_finishes_the_sweep_across_allocations(slurm_clu
                   if json.loads(line)["job_id"] == job_id)
     assert (record["backend"], record["state"], record["trials_done"], record["trials_planned"]) == (
         "slurm", "COMPLETED", planned, planned)
+    # Its time over both runs (SLURM's RunTime is the last run's; the first lasted over a minute),
+    # in the one format of ELAPSED.
+    from orchestrator.slurm_jobs import slurm_seconds
+
+    assert re.fullmatch(r"\d+:\d\d:\d\d", record["elapsed"]), record
+    assert slurm_seconds(record["elapsed"]) >= slurm_seconds(slurm_cluster.job(job_id)["RunTime"]) + 60
     shown = orchestrate("logs", job_id)
     assert shown.returncode == 0 and f"sweep finished: {planned} trials" in shown.stdout
     followed = orchestrate("logs", job_id, "--follow")
