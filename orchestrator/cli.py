@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shlex
 import sys
 from pathlib import Path
 
@@ -302,7 +303,8 @@ def sweep(spec_path: str, resume: bool, new: bool, warm_start: str | None, exten
     except SweepInterrupted as exc:  # before the parent run existed
         _fail(str(exc), code=EXIT_INTERRUPTED)
     if summary.interrupted:
-        click.echo(interrupted_line(summary.done, summary.failed, summary.planned, spec_path), err=True)
+        resume = _resume_command(spec_path, overrides, tracking_uri, address, wait_s, ray_start_timeout_s)
+        click.echo(interrupted_line(summary.done, summary.failed, summary.planned, resume), err=True)
         sys.exit(EXIT_INTERRUPTED)
     nothing_selected = summary.best_dev_accuracy is None  # every trial failed or diverged
     click.echo(
@@ -318,6 +320,26 @@ def sweep(spec_path: str, resume: bool, new: bool, warm_start: str | None, exten
     )
     if summary.failed or nothing_selected:
         sys.exit(1)
+
+
+def _resume_command(spec_path: str, overrides, tracking_uri: str | None, address: str | None,
+                    wait_s: float | None, ray_start_timeout_s: float | None) -> str:
+    """`orchestrate sweep SPEC --resume` with the options this sweep was given on its command line
+    (its overrides, store, cluster, waits), quoted for a shell, passwords masked."""
+    from click.core import ParameterSource
+
+    from orchestrator.ray_jobs import override_arguments
+
+    context = click.get_current_context()
+    words = ["orchestrate", "sweep", spec_path, "--resume", *override_arguments(overrides)]
+    for flag, value in (("--tracking-uri", tracking_uri), ("--address", address)):
+        if value:
+            words += [flag, value]
+    for flag, name, seconds in (("--wait-for-resources", "wait_s", wait_s),
+                                ("--ray-start-timeout", "ray_start_timeout_s", ray_start_timeout_s)):
+        if context.get_parameter_source(name) == ParameterSource.COMMANDLINE:
+            words += [flag, f"{seconds:g}"]
+    return mask_secrets(shlex.join(words))
 
 
 def _percent(value: float | None) -> str:

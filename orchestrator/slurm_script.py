@@ -14,6 +14,7 @@ from nli_models.errors import mask_secrets
 from nli_models.files import expand_user
 from orchestrator.cli_options import DEFAULT_SIGNAL_BEFORE_S
 from orchestrator.environment import DEFAULTS
+from orchestrator.progress import RESUME_HINT_ENV
 from orchestrator.ray_jobs import (
     load_submitted_spec,
     override_arguments,
@@ -239,7 +240,10 @@ def render_script(*, options: SlurmOptions, spec_path: Path, spec_name: str, job
     exports = {k: os.environ.get(k, DEFAULTS[k]) for k in DEFAULTS}
     # A cluster of nodes: each registers the address the others reach it on, not 127.0.0.1.
     exports["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "1"
-    exports.update({"MLFLOW_TRACKING_URI": tracking_uri, "PYTHONUNBUFFERED": "1", **env})
+    # The sweep prints no resume command of its own: the job's is `submit ... --slurm --resume`,
+    # which the script prints when the job ends other than completed (a requeue needs none).
+    exports.update({"MLFLOW_TRACKING_URI": tracking_uri, "PYTHONUNBUFFERED": "1",
+                    RESUME_HINT_ENV: "0", **env})
     settings = [f"export {name}={shlex.quote(value)}" for name, value in exports.items()]
     settings += [
         f"PYTHON={shlex.quote(python)}",

@@ -144,7 +144,9 @@ def apply_paper_protocol(
 ) -> Selection:
     """Select on dev per model configuration among the trials that ended; evaluate test data for
     the selected configurations only (a trial in `tested_before`, trial id -> test accuracy, is
-    not evaluated again: --extend). Stops with SweepInterrupted if a signal comes meanwhile."""
+    not evaluated again: --extend). Stops with SweepInterrupted if a signal comes meanwhile; what
+    was selected and tested is printed only once the whole selection completed (an interrupted
+    one records no test metric, so shows none)."""
     tested_before = tested_before or {}
     finished = [
         o for o in ended
@@ -155,6 +157,7 @@ def apply_paper_protocol(
     for outcome in finished:
         groups[rs.model_config_label(full_params[outcome.trial_id])].append(outcome)
     selection = Selection()
+    selected_lines = []
     if groups:
         print(f"selection rule: {SELECTION_RULE}", file=sys.stderr)
     for label, members in sorted(groups.items()):
@@ -186,19 +189,23 @@ def apply_paper_protocol(
                     metrics, predictions = _evaluate_selected(spec, data, outcome)
                     selection.tested[run_id], selection.predictions[run_id] = metrics, predictions
                     tests.append(metrics[rs.METRIC_TEST_ACCURACY])
+                    _test_evaluation_delay(interruption)
         test = sum(tests) / len(tests) if tests else None
-        print(f"selected on dev for {label}: {seeds[0].params} dev {dev:.2%}"
-              + (f" test {test:.2%}" if test is not None else ""), file=sys.stderr)
+        selected_lines.append(f"selected on dev for {label}: {seeds[0].params} dev {dev:.2%}"
+                              + (f" test {test:.2%}" if test is not None else ""))
         if selection.best_dev is None or dev > selection.best_dev:
             selection.best_dev, selection.best_test = dev, test
             best_run = max(seeds, key=lambda o: o.result.best_dev_accuracy)
             selection.best_run_id = run_ids.get(best_run.trial_id)
     if interruption.requested:
         raise SweepInterrupted("interrupted during the selection")
+    for line in selected_lines:
+        print(line, file=sys.stderr)
     return selection
 
 
-TEST_DELAY_ENV = "NLI_TEST_EVALUATION_DELAY_S"  # lifecycle tests: a signal lands during selection
+# Lifecycle tests: a signal lands during the test evaluation, after a seed was evaluated.
+TEST_DELAY_ENV = "NLI_TEST_EVALUATION_DELAY_S"
 
 
 def _test_evaluation_delay(interruption: Interruption) -> None:
@@ -393,11 +400,11 @@ def _drive(spec: SweepSpec, spec_path: Path, data: PreparedData, tracker: Tracke
         dataset=dataset,
     )
     try:
-        finished_before = trials_with_status(journal, "FINISHED").values()  # a resumed sweep's
+        finished_before = trials_with_status(journal, "FINISHED")  # a resumed sweep's
         progress = ProgressPrinter(
-            planned, spec.search.metric, spec.search.mode, already_done=len(finished_before),
+            planned, spec.search.metric, spec.search.mode, finished_before=finished_before,
             epochs_per_trial=spec.training.epochs,
-            best_so_far=best_of(finished_before, spec.search.metric, spec.search.mode),
+            best_so_far=best_of(finished_before.values(), spec.search.metric, spec.search.mode),
         )
         ledger = TrialLedger([recorder, progress], interruption, spec.search.time_budget_s)
 
@@ -417,8 +424,16 @@ def _drive(spec: SweepSpec, spec_path: Path, data: PreparedData, tracker: Tracke
         # A budget that ran out before any trial ended leaves nothing to complete: resumable.
         complete = len(ended) >= planned or (ledger.budget_spent() and bool(ended))
         if ledger.budget_spent() and not ended and not interruption.requested:
-            progress.phase(f"the time budget (search.time_budget_s {spec.search.time_budget_s:g} s "
-                           "from the first trial's start) ran out before any trial ended")
+            budget = spec.search.time_budget_s
+            progress.phase(
+                f"the time budget (search.time_budget_s {budget:g} s from the first trial's start) ran "
+                "out before any trial ended" + (
+                    "; a --resume continues the trials from their last epoch with the budget again"
+                    if progress.epochs else
+                    "; no trial finished an epoch in it: a --resume with it would start them over "
+                    "and run out again. Raise it above one epoch's time: add --set "
+                    "search.time_budget_s=SECONDS to the resume command (`orchestrate validate SPEC "
+                    "--estimate` measures an epoch)"))
         if interruption.requested or not complete:
             return end_interrupted()
         finished = trials_with_status(journal, "FINISHED")
@@ -427,7 +442,6 @@ def _drive(spec: SweepSpec, spec_path: Path, data: PreparedData, tracker: Tracke
             "configuration on test" if finished else
             f"{len(ended)} trial{'s' * (len(ended) != 1)} ended, none finished (failed or diverged): nothing to select"
         )
-        _test_evaluation_delay(interruption)
         if extension is not None:
             outcomes += extension_of.earlier_outcomes(spec, data, parent_run_id, extension)
         full_params = {o.trial_id: {**base_params, **o.params} for o in outcomes}

@@ -296,6 +296,9 @@ def test_failed_data_check_writes_nothing_then_ctrl_c_during_the_test_evaluation
     _, children = _assert_interrupted(tmp_path, "files", epochs=1)
     assert [c.info.status for c in children] == ["FINISHED"]
     assert "interrupted: 1/1 trials done" in log.read_text()
+    # Issue 44: the seed's test accuracy, computed before the signal came, is not shown for a
+    # selection that did not complete (and recorded nothing).
+    assert not re.search(r"selected on dev .* test \d", log.read_text()), log.read_text()
     _, children = _assert_resume_completes(tmp_path, spec, "files", planned=1, epochs=1)  # selects and tests, once
 
     # The selected configuration as a training config that `orchestrate train` runs as is:

@@ -88,6 +88,8 @@ def test_dry_run_prints_the_batch_script_with_every_option(tmp_path, private_rec
     assert f"SPEC={spec.resolve()}" in script
     assert f"PYTHON={sys.executable}" in script
     assert "GPUS_PER_NODE=1" in script and "REQUEUE=1" in script
+    # The sweep prints no `orchestrate sweep ... --resume` of its own: the job prints its submit.
+    assert "export NLI_RESUME_HINT=0" in script
     assert "scontrol requeue" in script and "--resume" in script
     assert "ray stop" not in script  # it would end every Ray of the user on the node
     # 2 nodes x min(8 CPU / 2, 1 GPU / 0.5) = 4 trials at once.

@@ -129,6 +129,9 @@ def test_stop_mid_sweep_then_resume_runs_exactly_the_planned_trials(slurm_cluste
     output = output_of(spec, job_id)
     assert "got SIGUSR2 (stop)" in output and "stopped by orchestrate stop" in output
     assert f"resume with: orchestrate submit {spec} --slurm --resume " in output, output
+    # Issue 44: the job's own hint only; the sweep's local `orchestrate sweep ... --resume` came
+    # before it.
+    assert "interrupted: " in output and "continue with:" not in output, output
     assert "requeueing" not in output
     assert job["Restarts"] == "0"
     assert not list((spec.parent / "logs").glob("*.started"))
