@@ -296,8 +296,8 @@ def _run_sweep(spec_path: Path, resume: bool, new: bool, verbose: int, address: 
         if extend or (previous is not None and rs.TAG_EXTENSIONS in previous.data.tags):
             extension = extension_of.plan_extension(tracker, spec, previous, resuming=not extend)
             prior = extension.prior
-        # Tune's state of the resumed sweep torn or missing: it goes on from its journal (read
-        # before Ray starts). (An extension runs a Tune experiment of its own: extend.tune_experiment.)
+        # Tune's state of the resumed sweep torn or missing: it goes on from its journal. (An
+        # extension runs a Tune experiment of its own: extend.tune_experiment.)
         tune_problem = None if extend else check_resumable(spec, previous.info.run_id if previous is not None else None)
         if not new_store:
             start_ray()

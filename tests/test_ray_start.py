@@ -101,3 +101,32 @@ def test_a_spec_this_machine_cannot_hold_is_refused_before_the_store_exists(tmp_
     assert result.returncode == 2, result.stderr
     assert result.stderr.count("\n") == 1 and "a trial asks for 4096 CPU" in result.stderr
     _nothing_written(tmp_path)
+
+
+def test_the_raylets_registration_is_awaited_to_the_deadline_not_rays_30_s(monkeypatch):
+    """Ray gives its raylet a fixed 30 s to register (ray/_private/node.py polls
+    services.get_node): under load that ran out. Within the sweep's start the lookup is retried
+    until the deadline, then fails as Ray's own would."""
+    from ray._private import services
+
+    from orchestrator import ray_adapter
+
+    now = [0.0]
+    monkeypatch.setattr(ray_adapter.time, "monotonic", lambda: now[0])
+    monkeypatch.setattr(ray_adapter.time, "sleep", lambda seconds: now.__setitem__(0, now[0] + seconds))
+    registers_at = 45.0  # later than Ray's 30 s
+
+    def get_node(gcs_address, node_id):
+        if now[0] < registers_at:
+            raise RuntimeError("node info not available yet")
+        return {"node_id": node_id}
+
+    monkeypatch.setattr(services, "get_node", get_node)
+    with ray_adapter._start_deadline(60):
+        assert services.get_node("gcs", "n1") == {"node_id": "n1"}
+        assert now[0] >= registers_at
+    assert services.get_node is get_node  # put back
+    now[0] = 0.0
+    with ray_adapter._start_deadline(20), pytest.raises(RuntimeError, match="not available"):
+        services.get_node("gcs", "n1")
+    assert 20 <= now[0] < 21
