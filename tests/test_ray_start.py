@@ -130,3 +130,23 @@ def test_the_raylets_registration_is_awaited_to_the_deadline_not_rays_30_s(monke
     with ray_adapter._start_deadline(20), pytest.raises(RuntimeError, match="not available"):
         services.get_node("gcs", "n1")
     assert 20 <= now[0] < 21
+
+
+def test_a_start_stuck_where_python_cannot_raise_still_ends_the_process():
+    """A start stuck in Ray's C++ core never returns to the interpreter, so the deadline's
+    SIGALRM cannot raise there (blocked here, to the same effect): the process still ends with
+    the error line, exit 1, a grace after the deadline."""
+    from testkit.processes import run_probe
+
+    stuck = run_probe(
+        "import signal, time\n"
+        "from orchestrator import ray_adapter\n"
+        "ray_adapter._HUNG_EXIT_GRACE_S = 0.5\n"
+        "with ray_adapter._start_deadline(0.2):\n"
+        "    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM})\n"
+        "    time.sleep(60)\n",
+        timeout=120,
+    )
+    assert stuck.returncode == 1, stuck.stderr
+    assert stuck.stderr.startswith("error: Ray did not start within 0.2 s"), stuck.stderr
+    assert stuck.stderr.count("\n") == 1, stuck.stderr
