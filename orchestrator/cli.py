@@ -12,7 +12,14 @@ from pathlib import Path
 import click
 
 from nli_models.errors import InputError, error_line, mask_secrets
-from orchestrator.cli_options import Seconds, make_overrides, override_options, tracking_uri_option
+from orchestrator.cli_options import (
+    DEFAULT_RAY_START_TIMEOUT_S,
+    RAY_START_TIMEOUT_ENV,
+    Seconds,
+    make_overrides,
+    override_options,
+    tracking_uri_option,
+)
 from orchestrator.cluster_cli import allocation_report, slurm_allocation_options
 from orchestrator.environment import WAIT_POLICY, configure_environment, wait_policy
 from results.cli import attention_command, report_command, results_command
@@ -255,9 +262,10 @@ def _estimate(spec, spec_path, overrides, data) -> str:
               help="when no node can hold a trial, ask the Ray autoscaler for one and wait this "
                    "long before giving up (default: 600 on an autoscaling cluster, else 0)")
 @click.option("--ray-start-timeout", "ray_start_timeout_s", type=Seconds(positive=True), default=None,
-              envvar="NLI_RAY_START_TIMEOUT_S", metavar="SECONDS",
-              help="how long starting (or joining) Ray may take before the sweep gives up, "
-                   "writing nothing (default 300; a loaded machine needs longer than Ray's own 30)")
+              envvar=RAY_START_TIMEOUT_ENV, metavar="SECONDS",
+              help=f"how long starting (or joining) Ray may take before the sweep gives up, "
+                   f"writing nothing (default {DEFAULT_RAY_START_TIMEOUT_S:g}; a loaded machine "
+                   "needs longer than Ray's own 30)")
 @override_options
 @tracking_uri_option
 def sweep(spec_path: str, resume: bool, new: bool, warm_start: str | None, extend: bool,

@@ -13,6 +13,11 @@ from results.tracking_uri import TRACKING_URI_HELP
 # Seconds of warning a SLURM job asks for before its time limit (orchestrator.slurm); here so
 # that `--help` shows it without importing the SLURM and Ray job modules.
 DEFAULT_SIGNAL_BEFORE_S = 180
+# `sweep --ray-start-timeout`: how long starting or joining Ray may take. Ray's own start gives its
+# raylet a fixed 30 s to register (ray/_private/node.py): on a loaded machine that ran out ("The
+# current node timed out during startup"), and whole starts took up to 268 s (issue 44).
+RAY_START_TIMEOUT_ENV = "NLI_RAY_START_TIMEOUT_S"
+DEFAULT_RAY_START_TIMEOUT_S = 300.0
 # `submit --slurm --requeue --max-requeues N`: each requeue is a whole allocation; a chain longer
 # than this is a sweep that needs a longer --time, not more requeues.
 MAX_REQUEUES_LIMIT = 20

@@ -26,6 +26,7 @@ from ray.tune.result import TRIAL_ID
 from nli_models.cpus import usable_cpus
 from nli_models.data import PreparedData
 from nli_models.errors import InputError, error_line
+from orchestrator.cli_options import DEFAULT_RAY_START_TIMEOUT_S, RAY_START_TIMEOUT_ENV
 from orchestrator.environment import WAIT_POLICY
 from orchestrator.ray_search import PriorTrials, make_scheduler, make_searcher, param_space
 from orchestrator.ray_trial import run_trial, trial_params
@@ -57,11 +58,6 @@ def joins_a_cluster(address: str | None) -> bool:
     return bool(address or os.environ.get("RAY_ADDRESS"))
 
 
-RAY_START_TIMEOUT_ENV = "NLI_RAY_START_TIMEOUT_S"
-# Ray's own start gives its raylet a fixed 30 s to register (ray/_private/node.py): on a loaded
-# machine that ran out ("The current node timed out during startup") and the whole start took up
-# to 268 s (issue 44). The sweep's wait: this long, then an error, whatever part of the start hangs.
-DEFAULT_RAY_START_TIMEOUT_S = 300.0
 START_PROGRESS_EVERY_S = 15.0
 _HUNG_EXIT_GRACE_S = 15.0  # after the deadline, for a start stuck where Python cannot raise
 
@@ -73,23 +69,6 @@ class RayStartError(RuntimeError):
 class _StartDeadline(BaseException):
     """Raised in the main thread when the start's deadline passes. A BaseException: Ray's start
     catches Exception in places, and must not swallow it."""
-
-
-def ray_start_timeout_s(given: float | None = None) -> float:
-    """The start-up wait: `given` (--ray-start-timeout), else $NLI_RAY_START_TIMEOUT_S, else
-    DEFAULT_RAY_START_TIMEOUT_S."""
-    if given is not None:
-        return given
-    text = os.environ.get(RAY_START_TIMEOUT_ENV)
-    if not text:
-        return DEFAULT_RAY_START_TIMEOUT_S
-    try:
-        seconds = float(text)
-    except ValueError:
-        seconds = -1.0
-    if not (0 < seconds < float("inf")):
-        raise InputError(f"{RAY_START_TIMEOUT_ENV}={text!r}: expected a finite number of seconds > 0")
-    return seconds
 
 
 def _ray_logs() -> str:
@@ -174,12 +153,12 @@ def init_ray(address: str | None = None, verbose: bool = False, wait_policy: str
     """Join the cluster in RAY_ADDRESS / `address`, or start a local instance with the CPUs this
     process may use. `wait_policy`: the OMP_WAIT_POLICY of the job's workers (the trials), given
     in its runtime environment, so that it is set before a worker loads torch. `start_timeout_s`:
-    how long the start or join may take (ray_start_timeout_s). RayStartError when it fails or
-    takes longer, with what it started stopped. Returns whether this call connected (False: the
+    how long the start or join may take (None: DEFAULT_RAY_START_TIMEOUT_S). RayStartError when
+    it fails or takes longer, with what it started stopped. Returns whether this call connected (False: the
     process was already connected, e.g. by a test session)."""
     if ray.is_initialized():
         return False
-    timeout_s = ray_start_timeout_s(start_timeout_s)
+    timeout_s = DEFAULT_RAY_START_TIMEOUT_S if start_timeout_s is None else start_timeout_s
     # ray.init puts its own SIGTERM handler on the driver, sys.exit(15): a TERM while it connects
     # or just after (seen under SLURM, whose script passes the time-limit TERM on as the sweep
     # opens) ended the process with exit 15 instead of the sweep's own handling (exit 3). The

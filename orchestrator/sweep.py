@@ -236,8 +236,8 @@ def run_sweep(
     (ray_adapter.check_resources; None: its default). `warm_start`: an experiment whose finished
     trials seed the sampler of this new sweep (orchestrator/warm_start.py); `extend`: add the
     spec's new trials to the experiment's completed sweep (orchestrator/extend.py).
-    `ray_start_timeout_s`: how long Ray's start may take (ray_adapter.ray_start_timeout_s; None:
-    its default)."""
+    `ray_start_timeout_s`: how long Ray's start may take (ray_adapter.init_ray; None: its
+    default)."""
     with Interruption() as interruption:
         try:
             return _run_sweep(
