@@ -83,12 +83,20 @@ RAY_TMP="${NLI_RAY_TMPDIR:-/tmp}/nli-ray-${SLURM_JOB_ID}"
 RAY_LOG="$LOG_DIR/${SLURM_JOB_NAME}-${SLURM_JOB_ID}.ray.log"
 RUNS_FILE="$LOG_DIR/${SLURM_JOB_NAME}-${SLURM_JOB_ID}.runs"
 NUM_GPUS="${GPUS_PER_NODE}"
-reason="" driver="" head="" workers="" rc="" ray_stopped=""
+reason="" driver="" head="" workers="" rc="" ray_stopped="" run_ended=""
+
+note_run_end() {  # this run's end in the job's record of its runs (slurm_node.run_times), once
+  [ -n "$run_ended" ] && return
+  run_ended=1
+  echo "end $(date +%s)" >>"$RUNS_FILE"
+}
 
 on_signal() {  # $1: why, $2: the signal
   [ -n "$reason" ] && return
   reason=$1
   say "got SIG$2 ($1)"
+  # SIGTERM (scancel, preemption): SLURM kills what is left KillWait seconds later.
+  [ "$2" = TERM ] && note_run_end
   # USR1 and USR2 reach this shell alone; SIGTERM reached every process of the job already.
   if [ "$2" != TERM ] && [ -n "$driver" ] && kill -0 "$driver" 2>/dev/null; then
     say "interrupting the sweep (pid $driver)"
@@ -98,11 +106,6 @@ on_signal() {  # $1: why, $2: the signal
 trap 'on_signal time_limit USR1' USR1
 trap 'on_signal stop USR2' USR2
 trap 'on_signal cancelled TERM' TERM
-
-end_run() {  # this run's end in the job's record of its runs (slurm_node.run_times)
-  stop_ray
-  echo "end $(date +%s)" >>"$RUNS_FILE"
-}
 
 stop_ray() {  # exactly the Ray this job started: its pids, the head's process group, its temp dir
   local pid alive
@@ -120,7 +123,7 @@ stop_ray() {  # exactly the Ray this job started: its pids, the head's process g
   node reap "$RAY_TMP"
   rm -rf "$RAY_TMP"
 }
-trap end_run EXIT
+trap 'stop_ray; note_run_end' EXIT
 
 restarts="${SLURM_RESTART_COUNT:-0}"
 # When a run of this job first started the sweep (ms): a requeued run resumes the sweep that run
@@ -201,6 +204,7 @@ fi
 [ -n "$not_requeued" ] && say "not requeueing: $not_requeued${advice:+ ($advice)}"
 if [ -n "$requeue_now" ]; then
   say "requeueing job $SLURM_JOB_ID: the next run resumes the sweep"
+  note_run_end  # before the requeue, which may end this script at once
   scontrol requeue "$SLURM_JOB_ID"
   exit "$rc"
 fi
