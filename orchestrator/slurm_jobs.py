@@ -18,6 +18,7 @@ from orchestrator.environment import cache_dir
 from orchestrator.ray_jobs import (
     ClusterError,
 )
+from orchestrator.slurm import SlurmInputError, time_limit_seconds
 from orchestrator.slurm_node import run_times, runs_file
 from orchestrator.slurm_script import BatchJob
 
@@ -57,13 +58,12 @@ def sbatch(job: BatchJob) -> str:
 
 
 def slurm_seconds(text: str | None) -> int | None:
-    """Seconds in a time as squeue, sacct and scontrol print it ([D-][HH:]MM:SS; squeue drops
-    leading zero fields: `1:10`); None for anything else (`-`, INVALID, UNLIMITED)."""
-    match = re.fullmatch(r"(?:(\d+)-)?(?:(\d+):)?(\d+):(\d+)", (text or "").strip())
-    if not match:
+    """Seconds in a time as squeue, sacct and scontrol print it (`1:10`, `00:02:45`,
+    `1-02:03:04`: the formats sbatch --time takes); None for anything else (`-`, INVALID)."""
+    try:
+        return time_limit_seconds(text or "")
+    except SlurmInputError:
         return None
-    days, hours, minutes, seconds = (int(part or 0) for part in match.groups())
-    return ((days * 24 + hours) * 60 + minutes) * 60 + seconds
 
 
 @dataclass
