@@ -5,13 +5,21 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shlex
 import sys
 from pathlib import Path
 
 import click
 
 from nli_models.errors import InputError, error_line, mask_secrets
-from orchestrator.cli_options import make_overrides, override_options, tracking_uri_option
+from orchestrator.cli_options import (
+    DEFAULT_RAY_START_TIMEOUT_S,
+    RAY_START_TIMEOUT_ENV,
+    Seconds,
+    make_overrides,
+    override_options,
+    tracking_uri_option,
+)
 from orchestrator.cluster_cli import allocation_report, slurm_allocation_options
 from orchestrator.environment import WAIT_POLICY, configure_environment, wait_policy
 from results.cli import attention_command, report_command, results_command
@@ -251,19 +259,24 @@ def _estimate(spec, spec_path, overrides, data) -> str:
                    "without running its finished configurations again")
 @click.option("--address", default=None, help="Ray cluster address (default: RAY_ADDRESS or local)")
 @click.option("-v", "--verbose", count=True, help="show Ray's own output and trial tables")
-@click.option("--wait-for-resources", "wait_s", type=click.FloatRange(min=0), default=None,
+@click.option("--wait-for-resources", "wait_s", type=Seconds(), default=None,
               envvar="NLI_RESOURCES_WAIT_S", metavar="SECONDS",
               help="when no node can hold a trial, ask the Ray autoscaler for one and wait this "
                    "long before giving up (default: 600 on an autoscaling cluster, else 0)")
+@click.option("--ray-start-timeout", "ray_start_timeout_s", type=Seconds(positive=True), default=None,
+              envvar=RAY_START_TIMEOUT_ENV, metavar="SECONDS",
+              help=f"how long starting (or joining) Ray may take before the sweep gives up, "
+                   f"writing nothing (default {DEFAULT_RAY_START_TIMEOUT_S:g}; a loaded machine "
+                   "needs longer than Ray's own 30)")
 @override_options
 @tracking_uri_option
 def sweep(spec_path: str, resume: bool, new: bool, warm_start: str | None, extend: bool,
-          address: str | None, verbose: int, wait_s: float | None, assignments: tuple[str, ...],
-          data_dir: str | None, tracking_uri: str | None) -> None:
+          address: str | None, verbose: int, wait_s: float | None, ray_start_timeout_s: float | None,
+          assignments: tuple[str, ...], data_dir: str | None, tracking_uri: str | None) -> None:
     """Run a hyperparameter sweep on Ray Tune, tracked in MLflow.
 
     Exit status: 0 completed; 1 completed with failed trials or with no trial finished
-    (nothing selected), or a failure; 2 bad input (nothing written); 3 interrupted
+    (nothing selected), or a failure (Ray could not start: nothing written); 2 bad input (nothing written); 3 interrupted
     (SIGINT/SIGTERM, or a time budget that ran out before any trial ended; continue with
     --resume)."""
     from nli_models.errors import InputError
@@ -283,6 +296,7 @@ def sweep(spec_path: str, resume: bool, new: bool, warm_start: str | None, exten
 
     from orchestrator.lifecycle import SweepInterrupted
     from orchestrator.progress import interrupted_line
+    from orchestrator.ray_adapter import RayStartError
     from orchestrator.sweep import run_sweep
     from orchestrator.sweep_records import SweepExists
     from orchestrator.tracking import TrackingUnavailable
@@ -290,17 +304,21 @@ def sweep(spec_path: str, resume: bool, new: bool, warm_start: str | None, exten
     try:
         summary = run_sweep(spec_path, resume=resume, new=new, verbose=verbose, address=address,
                             overrides=overrides, tracking_uri=tracking_uri, wait_for_resources_s=wait_s,
-                            warm_start=warm_start, extend=extend, spec=spec)
+                            warm_start=warm_start, extend=extend, spec=spec,
+                            ray_start_timeout_s=ray_start_timeout_s)
     except (InputError, SweepExists, TrackingUnavailable, FileNotFoundError) as exc:
         _fail(str(exc))
+    except RayStartError as exc:
+        _fail(str(exc), code=1)
     except SweepInterrupted as exc:  # before the parent run existed
         _fail(str(exc), code=EXIT_INTERRUPTED)
     if summary.interrupted:
-        click.echo(interrupted_line(summary.done, summary.failed, summary.planned, spec_path), err=True)
+        resume = _resume_command(spec_path, overrides, tracking_uri, address, wait_s, ray_start_timeout_s)
+        click.echo(interrupted_line(summary.done, summary.failed, summary.planned, resume), err=True)
         sys.exit(EXIT_INTERRUPTED)
     nothing_selected = summary.best_dev_accuracy is None  # every trial failed or diverged
     click.echo(
-        f"sweep finished: {summary.trials} trials ({summary.failed} failed)"
+        f"sweep finished: {summary.trials} trial{'s' * (summary.trials != 1)} ({summary.failed} failed)"
         + (f", {summary.diverged} diverged (loss NaN/inf; never selected)" if summary.diverged
            else "")
         + "; "
@@ -312,6 +330,26 @@ def sweep(spec_path: str, resume: bool, new: bool, warm_start: str | None, exten
     )
     if summary.failed or nothing_selected:
         sys.exit(1)
+
+
+def _resume_command(spec_path: str, overrides, tracking_uri: str | None, address: str | None,
+                    wait_s: float | None, ray_start_timeout_s: float | None) -> str:
+    """`orchestrate sweep SPEC --resume` with the options this sweep was given on its command line
+    (its overrides, store, cluster, waits), quoted for a shell, passwords masked."""
+    from click.core import ParameterSource
+
+    from orchestrator.ray_jobs import override_arguments
+
+    context = click.get_current_context()
+    words = ["orchestrate", "sweep", spec_path, "--resume", *override_arguments(overrides)]
+    for flag, value in (("--tracking-uri", tracking_uri), ("--address", address)):
+        if value:
+            words += [flag, value]
+    for flag, name, seconds in (("--wait-for-resources", "wait_s", wait_s),
+                                ("--ray-start-timeout", "ray_start_timeout_s", ray_start_timeout_s)):
+        if context.get_parameter_source(name) == ParameterSource.COMMANDLINE:
+            words += [flag, f"{seconds:g}"]
+    return mask_secrets(shlex.join(words))
 
 
 def _percent(value: float | None) -> str:

@@ -14,7 +14,12 @@ from pathlib import Path
 import click
 
 from nli_models.errors import mask_secrets
-from orchestrator.cli_options import DEFAULT_SIGNAL_BEFORE_S, make_overrides, override_options
+from orchestrator.cli_options import (
+    DEFAULT_SIGNAL_BEFORE_S,
+    MAX_REQUEUES_LIMIT,
+    make_overrides,
+    override_options,
+)
 from orchestrator.cluster_common import ADDRESS_HELP, cluster_errors, fail, ray_jobs_client
 from orchestrator.jobs_cli import jobs_command, logs_command, stop_command
 
@@ -43,9 +48,10 @@ SLURM_SUBMIT_OPTIONS = [
     click.option("--requeue", is_flag=True,
                  help="[--slurm] at the time-limit warning, stop the sweep cleanly, requeue the "
                       "job and resume, until the sweep completes"),
-    click.option("--max-requeues", type=click.IntRange(0), default=None,
-                 help="[--slurm] with --requeue: requeue at most this many times (default 3); "
-                      "never after an allocation that finished no trial"),
+    click.option("--max-requeues", type=click.IntRange(0, MAX_REQUEUES_LIMIT), default=None,
+                 help=f"[--slurm] with --requeue: requeue at most this many times (0 to "
+                      f"{MAX_REQUEUES_LIMIT}, default 3); never after an allocation that finished "
+                      "no trial"),
     click.option("--signal-before", type=click.IntRange(1), default=None,
                  help=f"[--slurm] seconds before the time limit that the sweep is told to stop "
                       f"(default {DEFAULT_SIGNAL_BEFORE_S}; it needs time to stop its trials)"),
@@ -82,6 +88,9 @@ def submit_to_slurm(spec_path, tracking_uri, resume, new, env, ray_only, overrid
     given = [flag for flag, value in ray_only.items() if value]
     if given:
         raise slurm.SlurmInputError(f"{', '.join(given)}: Ray Jobs options; not with --slurm")
+    if max_requeues is not None and not requeue:
+        raise slurm.SlurmInputError(f"--max-requeues {max_requeues}: only with --requeue (without "
+                                    "it the job is never requeued); add --requeue or drop it")
     nodes = nodes or 1
     if cpus_per_task is None and Path(spec_path).is_file():
         try:

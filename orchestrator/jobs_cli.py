@@ -13,7 +13,11 @@ from nli_models.errors import mask_secrets
 from orchestrator.cluster_common import ADDRESS_HELP, cluster_errors, ray_jobs_client
 
 
-def _clock(seconds: float) -> str:
+def _clock(seconds: float | None) -> str:
+    """ELAPSED, one format for every job (H:MM:SS, hours past 24 counted on): SLURM's own
+    mixes `00:02:45` (sacct) with `1:10` (squeue) and `1-02:03:04`; '-' when unknown."""
+    if seconds is None:
+        return "-"
     seconds = int(max(seconds, 0))
     return f"{seconds // 3600}:{seconds % 3600 // 60:02d}:{seconds % 60:02d}"
 
@@ -78,13 +82,17 @@ def _slurm_rows(progress: _Progress) -> list[dict]:
     for entry in entries:
         if entry.final_state is None:
             state = states[entry.job_id]
-            if not state.active and state.state != "UNKNOWN":
+            # A job SLURM no longer knows (no accounting, and the controller forgot it after
+            # MinJobAge) ended if its script wrote its end.
+            forgotten_but_ended = state.state == "UNKNOWN" and slurm_jobs.end_record(entry) is not None
+            if not state.active and (state.state != "UNKNOWN" or forgotten_but_ended):
                 entry = slurm_jobs.record_end(entry, *_ended(entry, state))
         if entry.final_state is not None:  # ended: as recorded, nothing asked
-            shown, elapsed, done = entry.final_state, entry.final_elapsed, entry.trials_done
+            shown, done = entry.final_state, entry.trials_done
+            elapsed = _clock(slurm_jobs.slurm_seconds(entry.final_elapsed))
         else:
             shown = state.state + (f" ({state.reason})" if state.reason else "")
-            elapsed, done = state.elapsed, progress.done_by(entry)
+            elapsed, done = _clock(entry.elapsed_s(state)), progress.done_by(entry)
         rows.append({
             "job_id": entry.job_id,
             "backend": "slurm",
@@ -101,13 +109,16 @@ def _slurm_rows(progress: _Progress) -> list[dict]:
 
 
 def _ended(entry, state) -> tuple[str, str, int | None]:
-    """A job that just left SLURM's queue: its end state, elapsed time and the trials it finished."""
+    """A job that just left SLURM's queue: its end state, time over all its runs and the trials
+    it finished, as its end file says (else SLURM and the store now)."""
     from orchestrator import slurm_jobs
 
     final, done = slurm_jobs.job_end(entry, state)
     if done is None:  # no end file (killed before it wrote one): the store now
         done = _Progress().done_by(entry)
-    return final, state.elapsed, done
+    written = slurm_jobs.end_record(entry) or {}
+    elapsed = written.get("elapsed_s")
+    return final, _clock(elapsed if isinstance(elapsed, int | float) else entry.elapsed_s(state)), done
 
 
 @click.command("jobs")
@@ -118,8 +129,9 @@ def _ended(entry, state) -> tuple[str, str, int | None]:
 def jobs_command(address, slurm_only, as_json):
     """List sweep jobs, oldest first: the Ray cluster's, and the SLURM jobs submitted from this
     account (the Ray cluster is asked when --address or RAY_ADDRESS names it, or when there are
-    no SLURM jobs). TRIALS: trials finished / planned, from the tracking store; for a SLURM job
-    the trials that job finished (once it ended: as recorded then)."""
+    no SLURM jobs). ELAPSED: H:MM:SS; a requeued SLURM job's over all its runs. TRIALS: trials
+    finished / planned, from the tracking store; for a SLURM job the trials that job finished
+    (once it ended: as its end file recorded them, also once SLURM has forgotten the job)."""
     from orchestrator import slurm_jobs
     from orchestrator.ray_jobs import ADDRESS_ENVS
 

@@ -296,12 +296,13 @@ def resume_from_journal(
     plan = plan_from_journal(spec, journal.path)
     told = "" if plan.prior is None else (
         f"; the {spec.search.sampler} sampler is told the {len(plan.prior.points)} finished "
-        f"configurations, runs the unfinished ones' {len(plan.remaining)} trials first and draws the rest")
+        f"configuration{'s' * (len(plan.prior.points) != 1)}, runs the unfinished ones' {len(plan.remaining)} trials first and draws the rest")
     print(
         f"resume: Tune's experiment state is unusable ({problem}); continuing from the sweep's journal: "
-        f"{len(plan.kept)} finished trials kept, {plan.to_run} of {spec.num_trials()} planned "
-        f"trials to run{told} (an unfinished trial restarts from its first epoch on its own run"
-        + (f"; {plan.lost_checkpoints} finished trials train again: their checkpoints are gone"
+        f"{len(plan.kept)} finished trial{'s' * (len(plan.kept) != 1)} kept, {plan.to_run} of "
+        f"{spec.num_trials()} planned trials to run{told} (an unfinished trial restarts from its first epoch on its own run"
+        + (f"; {plan.lost_checkpoints} finished trial{'s' * (plan.lost_checkpoints != 1)} train "
+           "again: their checkpoints are gone"
            if plan.lost_checkpoints else "") + ")",
         file=sys.stderr,
     )

@@ -87,8 +87,9 @@ def describe_gpu_fit(spec: SweepSpec, data: PreparedData) -> str:
 
 def check_local_capacity(spec: SweepSpec) -> None:
     """InputError when one trial asks for more than this machine gives a local sweep's Ray (the
-    CPUs this process may use, the CUDA devices): `sweep` without --address would refuse it too,
-    from Ray's nodes (ray_adapter.check_resources). Torch loads only when a trial asks for GPUs."""
+    CPUs this process may use, the CUDA devices): `validate`, and `sweep` without --address before
+    it starts Ray or creates a store (ray_adapter.check_resources, from Ray's nodes, would refuse
+    it after). Torch loads only when a trial asks for GPUs."""
     resources = spec.search.resources
     cpus = usable_cpus()
     gpus = 0
@@ -100,8 +101,9 @@ def check_local_capacity(spec: SweepSpec) -> None:
         raise InputError(
             f"search.resources: a trial asks for {resources.cpu:g} CPU and {resources.gpu:g} GPU, "
             f"but this machine gives a local sweep {cpus} CPU and {gpus} GPU; lower "
-            "search.resources, or check a cluster with --slurm-nodes/--slurm-cpus-per-task/"
-            "--slurm-gpus-per-node (SLURM) or RAY_ADDRESS (a Ray cluster, checked by `sweep`)"
+            "search.resources, or run it on a cluster: a Ray cluster (`sweep --address`, or "
+            "RAY_ADDRESS) or SLURM (`submit --slurm`; `validate --slurm-nodes/--slurm-cpus-per-task/"
+            "--slurm-gpus-per-node` checks an allocation)"
         )
 
 

@@ -9,8 +9,10 @@ configuration), so the terminal never sits silent.
 
 from __future__ import annotations
 
+import os
 import sys
 import time
+from collections.abc import Iterable
 from typing import Any, TextIO
 
 from results import run_schema as rs
@@ -26,7 +28,7 @@ class ProgressPrinter:
 
     def __init__(self, total: int, metric: str = rs.METRIC_DEV_ACCURACY, mode: str = "max",
                  stream: TextIO | None = None, min_interval_s: float = 10.0,
-                 already_done: int = 0, epochs_per_trial: int | None = None,
+                 finished_before: Iterable[str] = (), epochs_per_trial: int | None = None,
                  best_so_far: float | None = None):
         self.total = total
         self.metric = metric
@@ -37,7 +39,9 @@ class ProgressPrinter:
         self.last_print = 0.0
         self.running: set[str] = set()
         self.done: set[str] = set()
-        self.already_done = already_done  # finished before a --resume
+        # Trials finished before a --resume, by id: one that runs again (Tune's state, saved before
+        # the driver was killed, may not know it finished) is counted once, never past the plan.
+        self.finished_before: set[str] = set(finished_before)
         self.failed: set[str] = set()
         self.diverged: set[str] = set()  # counted apart, as the sweep's last line counts them
         self.best: float | None = best_so_far  # a resumed sweep's best before this session
@@ -46,9 +50,11 @@ class ProgressPrinter:
         self.epochs: dict[str, int] = {}  # trial -> epochs it has reported here
         self.first_start: float | None = None  # training time is counted from the first trial
 
+    def _done(self) -> int:
+        return len(self.done | self.finished_before)
+
     def _pending(self) -> int:
-        done = len(self.done) + self.already_done
-        ended = done + len(self.failed) + len(self.diverged)
+        ended = self._done() + len(self.failed) + len(self.diverged)
         return max(self.total - ended - len(self.running), 0)
 
     def eta(self, now: float | None = None) -> str:
@@ -74,9 +80,8 @@ class ProgressPrinter:
 
     def line(self) -> str:
         elapsed = time.monotonic() - self.started
-        done = len(self.done) + self.already_done
         return (
-            f"[{_clock(elapsed)}] trials: {done} done, {len(self.running)} running, "
+            f"[{_clock(elapsed)}] trials: {self._done()} done, {len(self.running)} running, "
             f"{self._pending()} pending, {len(self.failed)} failed"
             + (f", {len(self.diverged)} diverged" if self.diverged else "")
             + f" (of {self.total}) | best "
@@ -104,6 +109,7 @@ class ProgressPrinter:
     def trial_started(self, trial_id: str, params: dict[str, Any]) -> None:
         if self.first_start is None:
             self.first_start = time.monotonic()
+        self.finished_before.discard(trial_id)  # it trains again: done once it ends again
         self.running.add(trial_id)
         self.failed.discard(trial_id)
         self.diverged.discard(trial_id)
@@ -153,9 +159,14 @@ class ProgressPrinter:
         self._print(force=True)
 
 
-def interrupted_line(done: int, failed: int, planned: int, spec_path: str) -> str:
+# "0": the sweep prints no resume command; its launcher prints its own (the SLURM batch script:
+# `orchestrate submit ... --slurm --resume`).
+RESUME_HINT_ENV = "NLI_RESUME_HINT"
+
+
+def interrupted_line(done: int, failed: int, planned: int, resume_command: str) -> str:
     failures = f" ({failed} failed)" if failed else ""
-    return (
-        f"interrupted: {done}/{planned} trials done{failures}; continue with: "
-        f"orchestrate sweep {spec_path} --resume"
-    )
+    line = f"interrupted: {done}/{planned} trials done{failures}"
+    if os.environ.get(RESUME_HINT_ENV) == "0":
+        return line
+    return f"{line}; continue with: {resume_command}"

@@ -12,6 +12,7 @@ import logging
 import os
 import signal
 import sys
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -24,7 +25,8 @@ from ray.tune.result import TRIAL_ID
 
 from nli_models.cpus import usable_cpus
 from nli_models.data import PreparedData
-from nli_models.errors import InputError
+from nli_models.errors import InputError, error_line
+from orchestrator.cli_options import DEFAULT_RAY_START_TIMEOUT_S, RAY_START_TIMEOUT_ENV
 from orchestrator.environment import WAIT_POLICY
 from orchestrator.ray_search import PriorTrials, make_scheduler, make_searcher, param_space
 from orchestrator.ray_trial import run_trial, trial_params
@@ -56,13 +58,107 @@ def joins_a_cluster(address: str | None) -> bool:
     return bool(address or os.environ.get("RAY_ADDRESS"))
 
 
-def init_ray(address: str | None = None, verbose: bool = False, wait_policy: str | None = None) -> bool:
+START_PROGRESS_EVERY_S = 15.0
+_HUNG_EXIT_GRACE_S = 15.0  # after the deadline, for a start stuck where Python cannot raise
+
+
+class RayStartError(RuntimeError):
+    """Ray could not be started or joined; the message names the cause and the fix."""
+
+
+class _StartDeadline(BaseException):
+    """Raised in the main thread when the start's deadline passes. A BaseException: Ray's start
+    catches Exception in places, and must not swallow it."""
+
+
+def _ray_logs() -> str:
+    from ray._common.utils import get_default_ray_temp_dir
+
+    return f"{get_default_ray_temp_dir()}/session_latest/logs"
+
+
+def _start_failure(exc: BaseException, timeout_s: float, address: str | None) -> str:
+    """One line for a failed start or join: the cause and the fix."""
+    if isinstance(exc, _StartDeadline) or "timed out during startup" in str(exc):
+        return (f"Ray did not start within {timeout_s:g} s (--ray-start-timeout, or "
+                f"{RAY_START_TIMEOUT_ENV}): the machine is too busy, or one of Ray's processes died "
+                f"while starting (their logs: {_ray_logs()}); raise the timeout, or run when the "
+                "machine is less loaded")
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    if "AF_UNIX path length" in text:
+        path = text.rsplit(": ", 1)[-1]
+        return (f"Ray cannot start: its socket {path} is {len(path.encode())} bytes long, more than a "
+                "Unix socket path may hold (107); the temporary folder it lies in (RAY_TMPDIR, else "
+                "TMPDIR) is too deep: set RAY_TMPDIR to a short folder, e.g. RAY_TMPDIR=/tmp")
+    if address:
+        return (f"could not join the Ray cluster at {address}: {text}; check that it runs and "
+                "that --address (or RAY_ADDRESS) names its head")
+    return f"Ray could not start: {text} (its logs: {_ray_logs()})"
+
+
+@contextlib.contextmanager
+def _start_deadline(timeout_s: float):
+    """`timeout_s` for Ray's start, whatever part of it waits: the raylet's registration, which Ray
+    gives a fixed 30 s, is polled until the deadline instead (a line every START_PROGRESS_EVERY_S
+    says so); at the deadline _StartDeadline is raised in the main thread (SIGALRM); a start stuck
+    where Python cannot raise (in Ray's C++ core) ends the process _HUNG_EXIT_GRACE_S later, its
+    Ray processes with it (the reaper started before)."""
+    from ray._private import services
+
+    started = time.monotonic()
+    deadline = started + timeout_s
+    get_node = services.get_node
+
+    def registered_node(*args, **kwargs):
+        said = started
+        while True:
+            try:
+                return get_node(*args, **kwargs)
+            except RuntimeError:  # not registered yet
+                if time.monotonic() >= deadline:
+                    raise
+                if time.monotonic() - said >= START_PROGRESS_EVERY_S:
+                    said = time.monotonic()
+                    print(f"Ray is still starting: {said - started:.0f} s of {timeout_s:g} s "
+                          "(--ray-start-timeout)", file=sys.stderr, flush=True)
+                time.sleep(0.5)
+
+    def expired(signum, frame):
+        raise _StartDeadline()
+
+    def give_up():
+        print(error_line(_start_failure(_StartDeadline(), timeout_s, None)), file=sys.stderr, flush=True)
+        os._exit(1)
+
+    main_thread = threading.current_thread() is threading.main_thread()
+    if main_thread:
+        previous = signal.signal(signal.SIGALRM, expired)
+        signal.setitimer(signal.ITIMER_REAL, timeout_s)
+    backstop = threading.Timer(timeout_s + _HUNG_EXIT_GRACE_S, give_up)
+    backstop.daemon = True
+    backstop.start()
+    services.get_node = registered_node
+    try:
+        yield
+    finally:
+        services.get_node = get_node
+        backstop.cancel()
+        if main_thread:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, previous)
+
+
+def init_ray(address: str | None = None, verbose: bool = False, wait_policy: str | None = None,
+             start_timeout_s: float | None = None) -> bool:
     """Join the cluster in RAY_ADDRESS / `address`, or start a local instance with the CPUs this
     process may use. `wait_policy`: the OMP_WAIT_POLICY of the job's workers (the trials), given
-    in its runtime environment, so that it is set before a worker loads torch. Returns whether
-    this call connected (False: the process was already connected, e.g. by a test session)."""
+    in its runtime environment, so that it is set before a worker loads torch. `start_timeout_s`:
+    how long the start or join may take (None: DEFAULT_RAY_START_TIMEOUT_S). RayStartError when
+    it fails or takes longer, with what it started stopped. Returns whether this call connected (False: the
+    process was already connected, e.g. by a test session)."""
     if ray.is_initialized():
         return False
+    timeout_s = DEFAULT_RAY_START_TIMEOUT_S if start_timeout_s is None else start_timeout_s
     # ray.init puts its own SIGTERM handler on the driver, sys.exit(15): a TERM while it connects
     # or just after (seen under SLURM, whose script passes the time-limit TERM on as the sweep
     # opens) ended the process with exit 15 instead of the sweep's own handling (exit 3). The
@@ -72,26 +168,48 @@ def init_ray(address: str | None = None, verbose: bool = False, wait_policy: str
     if wait_policy is not None:
         kwargs["runtime_env"] = {"env_vars": {WAIT_POLICY: wait_policy}}
     local = not joins_a_cluster(address)
-    with _sigterm_blocked():
-        if local:
-            # address="local": always a private instance. A bare ray.init() joins the cluster named
-            # in Ray's current-cluster file, which a killed `ray start --head` leaves behind (a
-            # dead head then hangs every local sweep). Ray would count every CPU of the machine,
-            # not the ones this process may use (taskset, cpusets): trials would share them.
-            # Ray would also prestart one worker per CPU when the driver connects: in a sweep they
-            # stayed idle to the end (a trial's actor starts a worker with the sweep's runtime
-            # environment), and the two cost 1.0-1.2 CPU-s to start (benchmarks/README.md,
-            # section 15; tests/test_ray_stop.py checks that none starts).
-            ray.init(address="local", num_cpus=usable_cpus(), include_dashboard=False,
-                     _system_config={"prestart_worker_first_driver": False}, **kwargs)
-        else:
-            ray.init(address=address or os.environ["RAY_ADDRESS"], **kwargs)
-        if sigterm_handler is not None:
-            signal.signal(signal.SIGTERM, sigterm_handler)
+    global _reaper
     if local:
-        global _reaper
-        _reaper = start_reaper()  # the local instance goes with this process, even on SIGKILL
+        # Before Ray starts: its processes go with this process, even on SIGKILL or a start that
+        # hangs (_start_deadline), and a failed start's are stopped by shutdown_ray.
+        _reaper = start_reaper()
+    running_before = set(descendants(os.getpid()))
+    try:
+        with _sigterm_blocked(), _start_deadline(timeout_s):
+            if local:
+                # address="local": always a private instance. A bare ray.init() joins the cluster
+                # named in Ray's current-cluster file, which a killed `ray start --head` leaves
+                # behind (a dead head then hangs every local sweep). Ray would count every CPU of
+                # the machine, not the ones this process may use (taskset, cpusets): trials would
+                # share them. Ray would also prestart one worker per CPU when the driver connects:
+                # in a sweep they stayed idle to the end (a trial's actor starts a worker with the
+                # sweep's runtime environment), and the two cost 1.0-1.2 CPU-s to start
+                # (benchmarks/README.md, section 15; tests/test_ray_stop.py checks that none starts).
+                ray.init(address="local", num_cpus=usable_cpus(), include_dashboard=False,
+                         _system_config={"prestart_worker_first_driver": False}, **kwargs)
+            else:
+                ray.init(address=address or os.environ["RAY_ADDRESS"], **kwargs)
+            if sigterm_handler is not None:
+                signal.signal(signal.SIGTERM, sigterm_handler)
+    except (Exception, _StartDeadline) as exc:
+        _stop_failed_start(running_before)
+        raise RayStartError(_start_failure(exc, timeout_s, None if local else
+                                           address or os.environ["RAY_ADDRESS"])) from None
     return True
+
+
+def _stop_failed_start(running_before: set[int]) -> None:
+    """What a failed start left: Ray knows the processes of a start that got as far as its node
+    (shutdown_ray); those of one cut short (the GCS of a node whose raylet never registered) are
+    this process's children that were not there before."""
+    started = {pid: start for pid, start in descendants(os.getpid()).items()
+               if pid not in running_before and (_reaper is None or pid != _reaper.pid)}
+    with contextlib.suppress(Exception):
+        shutdown_ray()
+    for pid, start in started.items():
+        if same_process(pid, start):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
 
 
 AUTOSCALING_WAIT_S = 600.0  # on an autoscaling cluster: a GPU node boots in ~5-10 minutes
@@ -315,6 +433,9 @@ def run_tuner(
     os.environ["TUNE_DISABLE_SIGINT_HANDLER"] = "1"  # the driver handles SIGINT (lifecycle.py)
     if not verbose:  # a stop makes Tune log how to restore by hand; the driver says it its way
         logging.getLogger("ray.tune").setLevel(logging.ERROR)
+        # Tune's TensorBoard logger warns "NaN or Inf found in input tensor." for a diverged
+        # trial's metrics; the sweep says that trial diverged itself.
+        logging.getLogger("tensorboardX").setLevel(logging.ERROR)
     search_dump = spec.search.model_dump()
     trainable = _trainable(spec, data)
     experiment_path = _experiment_path(spec, experiment_name)

@@ -86,6 +86,9 @@ def optuna_search(sampler: str, seed: int, objectives: Sequence[tuple[str, str]]
         "cmaes": optuna.samplers.CmaEsSampler,
         "nsga2": optuna.samplers.NSGAIISampler,
     }
+    # Optuna logs "A new study created in memory ..." at INFO for every study: not the user's concern
+    # (the sweep says which sampler it runs).
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
     options: dict[str, Any] = {}
     if objectives:
         options["metric"] = [objective_result_key(name) for name, _ in objectives]

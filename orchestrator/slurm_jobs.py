@@ -18,6 +18,8 @@ from orchestrator.environment import cache_dir
 from orchestrator.ray_jobs import (
     ClusterError,
 )
+from orchestrator.slurm import SlurmInputError, time_limit_seconds
+from orchestrator.slurm_node import run_times, runs_file
 from orchestrator.slurm_script import BatchJob
 
 COMMAND_TIMEOUT_S = 60  # an sbatch/squeue/sacct/scontrol/scancel call that takes longer fails
@@ -53,6 +55,15 @@ def sbatch(job: BatchJob) -> str:
     # A copy to read, beside the output: the job was given the script with its passwords.
     (Path(job.log_dir) / f"{job.job_name}-{job_id}.sbatch").write_text(mask_secrets(job.script))
     return job_id
+
+
+def slurm_seconds(text: str | None) -> int | None:
+    """Seconds in a time as squeue, sacct and scontrol print it (`1:10`, `00:02:45`,
+    `1-02:03:04`: the formats sbatch --time takes); None for anything else (`-`, INVALID)."""
+    try:
+        return time_limit_seconds(text or "")
+    except SlurmInputError:
+        return None
 
 
 @dataclass
@@ -165,6 +176,19 @@ class Submitted:
         """The batch script's marker of when a run of the job first started the sweep (ms)."""
         return Path(self.output).with_suffix(".started")
 
+    def elapsed_s(self, state: JobState) -> int | None:
+        """The job's time over all its runs: those its runs file shows ended, plus the current
+        (or last, if it never noted its end) run as SLURM counts it; SLURM alone counts only the
+        latest run of a requeued job. None: unknown."""
+        times = run_times(runs_file(self.end_file))
+        current = slurm_seconds(state.elapsed)
+        if times is None:
+            return current
+        ended, open_since = times
+        if open_since is None:
+            return round(ended)
+        return None if current is None else round(ended) + current
+
     def sweep_started_ms(self) -> int | None:
         """When the job first started the sweep (None: not yet, or its marker is gone): the
         sweep's trials that finished after it are this job's."""
@@ -208,14 +232,23 @@ def submissions() -> list[Submitted]:
     return list(entries.values())
 
 
+def end_record(entry: Submitted) -> dict | None:
+    """What the job's script wrote as it ended (slurm_node.job_end), or None: not ended, or
+    killed before it could write it."""
+    try:
+        written = json.loads(entry.end_file.read_text())
+    except (OSError, ValueError):
+        return None
+    return written if isinstance(written, dict) and "state" in written else None
+
+
 def job_end(entry: Submitted, state: JobState) -> tuple[str, int | None]:
     """A finished job's state (STOPPED for a user's stop, from the job's end file; else SLURM's)
     and the trials it finished (None: unknown)."""
-    try:
-        written = json.loads(entry.end_file.read_text())
-        return written["state"], written.get("trials_done")
-    except (OSError, ValueError, KeyError, TypeError):
+    written = end_record(entry)
+    if written is None:
         return state.state, None
+    return written["state"], written.get("trials_done")
 
 
 def record_end(entry: Submitted, state: str, elapsed: str, trials_done: int | None) -> Submitted:

@@ -9,6 +9,10 @@
     python -m orchestrator.slurm_node trials-done EXPERIMENT   -> trials finished, or "?"
     python -m orchestrator.slurm_node job-end FILE STATE EXIT_CODE EXPERIMENT SINCE_MS   (writes FILE)
 
+Each run of the job (a requeued job runs again) notes its start and end in JOBNAME-JOBID.runs
+beside FILE (`start SECONDS` / `end SECONDS`, epoch seconds): SLURM counts a requeued job's
+elapsed time from its latest start only, the job's total is the sum (`run_times`).
+
 Every port is picked free on the node, so jobs that share a node never meet on Ray's default
 ports (6379, 10001, 52365), and every Ray process of the job runs with the job's own temp dir,
 which is how `reap` finds exactly them: never `ray stop`, which ends every Ray of the user.
@@ -178,17 +182,47 @@ def trials_done(experiment: str) -> str:
     return "?" if progress is None else str(progress[0])
 
 
+def runs_file(end_file: str | Path) -> Path:
+    """The record of the job's runs beside its end file (JOBNAME-JOBID.end)."""
+    return Path(end_file).with_suffix(".runs")
+
+
+def run_times(path: str | Path) -> tuple[float, float | None] | None:
+    """(seconds of the job's runs that ended, start of the run still open or None) from its runs
+    file; None without one (a job that has not started, or one of an earlier version)."""
+    try:
+        lines = Path(path).read_text().splitlines()
+    except OSError:
+        return None
+    ended, start = 0.0, None
+    for line in lines:
+        word, _, value = line.partition(" ")
+        try:
+            seconds = float(value)
+        except ValueError:
+            continue  # a line torn by a kill
+        if word == "start":
+            start = seconds  # a run killed before it noted its end adds nothing
+        elif word == "end" and start is not None:
+            ended, start = ended + max(seconds - start, 0.0), None
+    return ended, start
+
+
 def job_end(path: str, state: str, exit_code: str, experiment: str, since_ms: str) -> None:
-    """Write the job's end (read by `orchestrate jobs` / `logs`): its state, exit code, and the
-    trials of the experiment's latest sweep that this job finished, since it started the sweep at
-    `since_ms` (empty: it never did, none; null: the store was away)."""
+    """Write the job's end (read by `orchestrate jobs` / `logs`): its state, exit code, the time
+    of all its runs (this one until now), and the trials of the experiment's latest sweep that this
+    job finished, since it started the sweep at `since_ms` (empty: it never did, none; null: the
+    store was away)."""
     from orchestrator.tracking import sweep_progress
 
     progress = (0, "") if not since_ms else sweep_progress(
         os.environ["MLFLOW_TRACKING_URI"], experiment, int(since_ms))
+    times = run_times(runs_file(path))
+    elapsed = None if times is None else times[0] + (time.time() - times[1] if times[1] else 0.0)
     Path(path).write_text(json.dumps({
         "state": state, "exit_code": int(exit_code), "experiment": experiment,
         "trials_done": None if progress is None else progress[0],
+        "elapsed_s": None if elapsed is None else round(elapsed),
     }) + "\n")
 
 

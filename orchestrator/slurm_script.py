@@ -14,6 +14,7 @@ from nli_models.errors import mask_secrets
 from nli_models.files import expand_user
 from orchestrator.cli_options import DEFAULT_SIGNAL_BEFORE_S
 from orchestrator.environment import DEFAULTS
+from orchestrator.progress import RESUME_HINT_ENV
 from orchestrator.ray_jobs import (
     load_submitted_spec,
     override_arguments,
@@ -80,13 +81,22 @@ say() { echo "nli[$(date +%H:%M:%S)]: $*"; }
 
 RAY_TMP="${NLI_RAY_TMPDIR:-/tmp}/nli-ray-${SLURM_JOB_ID}"
 RAY_LOG="$LOG_DIR/${SLURM_JOB_NAME}-${SLURM_JOB_ID}.ray.log"
+RUNS_FILE="$LOG_DIR/${SLURM_JOB_NAME}-${SLURM_JOB_ID}.runs"
 NUM_GPUS="${GPUS_PER_NODE}"
-reason="" driver="" head="" workers="" rc="" ray_stopped=""
+reason="" driver="" head="" workers="" rc="" ray_stopped="" run_ended=""
+
+note_run_end() {  # this run's end in the job's record of its runs (slurm_node.run_times), once
+  [ -n "$run_ended" ] && return
+  run_ended=1
+  echo "end $(date +%s)" >>"$RUNS_FILE"
+}
 
 on_signal() {  # $1: why, $2: the signal
   [ -n "$reason" ] && return
   reason=$1
   say "got SIG$2 ($1)"
+  # SIGTERM (scancel, preemption): SLURM kills what is left KillWait seconds later.
+  [ "$2" = TERM ] && note_run_end
   # USR1 and USR2 reach this shell alone; SIGTERM reached every process of the job already.
   if [ "$2" != TERM ] && [ -n "$driver" ] && kill -0 "$driver" 2>/dev/null; then
     say "interrupting the sweep (pid $driver)"
@@ -113,7 +123,7 @@ stop_ray() {  # exactly the Ray this job started: its pids, the head's process g
   node reap "$RAY_TMP"
   rm -rf "$RAY_TMP"
 }
-trap stop_ray EXIT
+trap 'stop_ray; note_run_end' EXIT
 
 restarts="${SLURM_RESTART_COUNT:-0}"
 # When a run of this job first started the sweep (ms): a requeued run resumes the sweep that run
@@ -121,6 +131,7 @@ restarts="${SLURM_RESTART_COUNT:-0}"
 STARTED="$LOG_DIR/${SLURM_JOB_NAME}-${SLURM_JOB_ID}.started"
 END_FILE="$LOG_DIR/${SLURM_JOB_NAME}-${SLURM_JOB_ID}.end"
 rm -f "$END_FILE"  # a requeued run ends anew
+echo "start $(date +%s)" >>"$RUNS_FILE"
 if [ "$restarts" -gt 0 ] && [ -e "$STARTED" ] && [ "${SWEEP_FLAGS[*]}" != --resume ]; then
   flag=$(node resume-flag "$EXPERIMENT" "$(cat "$STARTED")") || flag=--resume
   [ -n "$flag" ] && SWEEP_FLAGS=("$flag")
@@ -193,6 +204,7 @@ fi
 [ -n "$not_requeued" ] && say "not requeueing: $not_requeued${advice:+ ($advice)}"
 if [ -n "$requeue_now" ]; then
   say "requeueing job $SLURM_JOB_ID: the next run resumes the sweep"
+  note_run_end  # before the requeue, which may end this script at once
   scontrol requeue "$SLURM_JOB_ID"
   exit "$rc"
 fi
@@ -232,7 +244,10 @@ def render_script(*, options: SlurmOptions, spec_path: Path, spec_name: str, job
     exports = {k: os.environ.get(k, DEFAULTS[k]) for k in DEFAULTS}
     # A cluster of nodes: each registers the address the others reach it on, not 127.0.0.1.
     exports["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "1"
-    exports.update({"MLFLOW_TRACKING_URI": tracking_uri, "PYTHONUNBUFFERED": "1", **env})
+    # The sweep prints no resume command of its own: the job's is `submit ... --slurm --resume`,
+    # which the script prints when the job ends other than completed (a requeue needs none).
+    exports.update({"MLFLOW_TRACKING_URI": tracking_uri, "PYTHONUNBUFFERED": "1",
+                    RESUME_HINT_ENV: "0", **env})
     settings = [f"export {name}={shlex.quote(value)}" for name, value in exports.items()]
     settings += [
         f"PYTHON={shlex.quote(python)}",

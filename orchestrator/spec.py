@@ -225,7 +225,10 @@ class SweepSpec(RunConfig):
         return RunConfig.model_validate(self.model_dump(exclude={"search"}, exclude_unset=True))
 
     def spec_hash(self) -> str:
-        text = json.dumps(self.model_dump(mode="json"), sort_keys=True)
+        """What the sweep searches, as nli.spec_hash: a --resume under another hash is warned
+        about. Not the time budget: each run of the driver applies the one it is given (a resume
+        may give more time; the hint after a budget too short for an epoch says to)."""
+        text = json.dumps(self.model_dump(mode="json", exclude={"search": {"time_budget_s"}}), sort_keys=True)
         return hashlib.sha256(text.encode()).hexdigest()[:12]
 
     def grid_size(self) -> int:

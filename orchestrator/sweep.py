@@ -35,7 +35,7 @@ from orchestrator.lifecycle import (
     TrialLedger,
     lease_tags,
 )
-from orchestrator.plan import check_input
+from orchestrator.plan import check_input, check_local_capacity
 from orchestrator.progress import ProgressPrinter
 from orchestrator.ray_adapter import (
     TrialOutcome,
@@ -74,6 +74,7 @@ from orchestrator.uploader import JournalUploader
 from orchestrator.warm_start import warm_start as warm_start_prior
 from results import run_schema as rs
 from results.selection import FINISHED, SELECTION_RULE, seed_runs, select_configuration
+from results.tracking_uri import missing_store
 
 
 def _predictions_table(evaluation, labels: tuple[str, ...]) -> bytes:
@@ -162,7 +163,9 @@ def apply_paper_protocol(
 ) -> Selection:
     """Select on dev per model configuration among the trials that ended; evaluate test data for
     the selected configurations only (a trial in `tested_before`, trial id -> test accuracy, is
-    not evaluated again: --extend). Stops with SweepInterrupted if a signal comes meanwhile."""
+    not evaluated again: --extend). Stops with SweepInterrupted if a signal comes meanwhile; what
+    was selected and tested is printed only once the whole selection completed (an interrupted
+    one records no test metric, so shows none)."""
     tested_before = tested_before or {}
     finished = [
         o for o in ended
@@ -173,6 +176,7 @@ def apply_paper_protocol(
     for outcome in finished:
         groups[rs.model_config_label(full_params[outcome.trial_id])].append(outcome)
     selection = Selection()
+    selected_lines = []
     if groups:
         print(f"selection rule: {SELECTION_RULE}", file=sys.stderr)
     for label, members in sorted(groups.items()):
@@ -204,19 +208,23 @@ def apply_paper_protocol(
                     metrics, predictions = _evaluate_selected(spec, data, outcome)
                     selection.tested[run_id], selection.predictions[run_id] = metrics, predictions
                     tests.append(metrics[rs.METRIC_TEST_ACCURACY])
+                    _test_evaluation_delay(interruption)
         test = sum(tests) / len(tests) if tests else None
-        print(f"selected on dev for {label}: {seeds[0].params} dev {dev:.2%}"
-              + (f" test {test:.2%}" if test is not None else ""), file=sys.stderr)
+        selected_lines.append(f"selected on dev for {label}: {seeds[0].params} dev {dev:.2%}"
+                              + (f" test {test:.2%}" if test is not None else ""))
         if selection.best_dev is None or dev > selection.best_dev:
             selection.best_dev, selection.best_test = dev, test
             best_run = max(seeds, key=lambda o: o.result.best_dev_accuracy)
             selection.best_run_id = run_ids.get(best_run.trial_id)
     if interruption.requested:
         raise SweepInterrupted("interrupted during the selection")
+    for line in selected_lines:
+        print(line, file=sys.stderr)
     return selection
 
 
-TEST_DELAY_ENV = "NLI_TEST_EVALUATION_DELAY_S"  # lifecycle tests: a signal lands during selection
+# Lifecycle tests: a signal lands during the test evaluation, after a seed was evaluated.
+TEST_DELAY_ENV = "NLI_TEST_EVALUATION_DELAY_S"
 
 
 def _test_evaluation_delay(interruption: Interruption) -> None:
@@ -237,6 +245,7 @@ def run_sweep(
     warm_start: str | None = None,
     extend: bool = False,
     spec: SweepSpec | None = None,
+    ray_start_timeout_s: float | None = None,
 ) -> SweepSummary:
     """Run a sweep through its lifecycle (orchestrator/lifecycle.py). Everything that can be
     checked is checked before the parent run exists; SIGINT/SIGTERM end it `interrupted`.
@@ -245,12 +254,14 @@ def run_sweep(
     `wait_for_resources_s`: how long a cluster may take to add a node that holds a trial
     (ray_adapter.check_resources; None: its default). `warm_start`: an experiment whose finished
     trials seed the sampler of this new sweep (orchestrator/warm_start.py); `extend`: add the
-    spec's new trials to the experiment's completed sweep (orchestrator/extend.py)."""
+    spec's new trials to the experiment's completed sweep (orchestrator/extend.py).
+    `ray_start_timeout_s`: how long Ray's start may take (ray_adapter.init_ray; None: its
+    default)."""
     with Interruption() as interruption:
         try:
             return _run_sweep(
                 Path(spec_path), resume, new, verbose, address, interruption, overrides, tracking_uri,
-                wait_for_resources_s, warm_start, extend, spec,
+                wait_for_resources_s, warm_start, extend, spec, ray_start_timeout_s,
             )
         except SweepInterrupted:
             if interruption.armed:
@@ -271,72 +282,94 @@ def trials_wait_policy(spec: SweepSpec, address: str | None) -> str | None:
 def _run_sweep(spec_path: Path, resume: bool, new: bool, verbose: int, address: str | None,
                interruption: Interruption, overrides: Overrides | None,
                tracking_uri: str | None, wait_for_resources_s: float | None,
-               warm_start: str | None, extend: bool, spec: SweepSpec | None) -> SweepSummary:
+               warm_start: str | None, extend: bool, spec: SweepSpec | None,
+               ray_start_timeout_s: float | None) -> SweepSummary:
     # Every check of the input runs before the first write: addresses and stores answer within
     # seconds, data and vectors are read, and the cluster can hold a trial.
     spec = spec or load_spec(spec_path, overrides, tracking_uri)
     data = check_input(spec, address)  # what `validate` checks too
-    tracker = Tracker(spec.tracking_uri)  # creates a new store: only once the input is known good
-    tracker.check_reachable()
-    prior, warm_tags, extension = None, {}, None
-    if warm_start is not None:  # a new sweep beside any other, as with --new
-        prior, source = warm_start_prior(tracker, spec, warm_start)
-        warm_tags = {rs.TAG_WARM_START: source, rs.TAG_WARM_START_CONFIGURATIONS: str(len(prior.points))}
-    previous = (extension_of.completed_sweep(tracker, spec) if extend
-                else previous_sweep(tracker, spec, resume, new or warm_start is not None))
-    if extend or (previous is not None and rs.TAG_EXTENSIONS in previous.data.tags):
-        extension = extension_of.plan_extension(tracker, spec, previous, resuming=not extend)
-        prior = extension.prior
-    # Tune's state of the resumed sweep torn or missing: it goes on from its journal (read before
-    # Ray starts). (An extension runs a Tune experiment of its own: extend.tune_experiment.)
-    tune_problem = None if extend else check_resumable(spec, previous.info.run_id if previous is not None else None)
-    policy = trials_wait_policy(spec, address)
-    connected_here = init_ray(address, verbose=verbose > 0, wait_policy=policy)
+    if not joins_a_cluster(address):
+        check_local_capacity(spec)  # refused before Ray starts (check_resources would, after)
+    with contextlib.ExitStack() as ray_session:
+
+        def start_ray() -> None:
+            if init_ray(address, verbose=verbose > 0, wait_policy=trials_wait_policy(spec, address),
+                        start_timeout_s=ray_start_timeout_s):
+                ray_session.callback(shutdown_ray)
+            check_resources(spec.search.resources.cpu, spec.search.resources.gpu, wait_for_resources_s)
+
+        # A new local store is created only once Ray has started and holds a trial: a failed start
+        # leaves nothing behind. An existing store is read first: a sweep it refuses (one exists,
+        # nothing to resume) is refused without Ray's start.
+        new_store = missing_store(spec.tracking_uri) is not None
+        if new_store:
+            start_ray()
+        tracker = Tracker(spec.tracking_uri)  # creates a new store
+        tracker.check_reachable()
+        prior, warm_tags, extension = None, {}, None
+        if warm_start is not None:  # a new sweep beside any other, as with --new
+            prior, source = warm_start_prior(tracker, spec, warm_start)
+            warm_tags = {rs.TAG_WARM_START: source, rs.TAG_WARM_START_CONFIGURATIONS: str(len(prior.points))}
+        previous = (extension_of.completed_sweep(tracker, spec) if extend
+                    else previous_sweep(tracker, spec, resume, new or warm_start is not None))
+        if extend or (previous is not None and rs.TAG_EXTENSIONS in previous.data.tags):
+            extension = extension_of.plan_extension(tracker, spec, previous, resuming=not extend)
+            prior = extension.prior
+        # Tune's state of the resumed sweep torn or missing: it goes on from its journal. (An
+        # extension runs a Tune experiment of its own: extend.tune_experiment.)
+        tune_problem = None if extend else check_resumable(spec, previous.info.run_id if previous is not None else None)
+        if not new_store:
+            start_ray()
+        return _open_and_drive(spec, spec_path, data, tracker, previous, overrides, warm_tags, extend,
+                               extension, prior, tune_problem, verbose, interruption)
+
+
+def _open_and_drive(spec: SweepSpec, spec_path: Path, data: PreparedData, tracker: Tracker, previous,
+                    overrides: Overrides | None, warm_tags: dict[str, str], extend: bool,
+                    extension: extension_of.Extension | None, prior: PriorTrials | None,
+                    tune_problem: str | None, verbose: int, interruption: Interruption) -> SweepSummary:
+    """Every check passed and Ray runs: the parent run is opened (or reopened) and the sweep driven
+    through the journal and its uploader."""
+    if extend:  # the completed parent run, reopened by the move to `running` (_drive)
+        experiment_id, parent_run_id = previous.info.experiment_id, previous.info.run_id
+        current = rs.SWEEP_COMPLETED
+    else:
+        experiment_id, parent_run_id, current = open_parent(
+            tracker, spec, spec_path, previous, overrides, warm_tags
+        )
+    # From here every write is a journal append (recorder.SweepLog); one uploader applies them.
+    journal = Journal(journal_file(spec.storage_path, parent_run_id), experiment_id, parent_run_id)
+    log = SweepLog(journal)
+    uploader = JournalUploader(tracker, journal.path)
+    uploader.start(journal)
     try:
-        check_resources(spec.search.resources.cpu, spec.search.resources.gpu, wait_for_resources_s)
-        if extend:  # the completed parent run, reopened by the move to `running` (_drive)
-            experiment_id, parent_run_id = previous.info.experiment_id, previous.info.run_id
-            current = rs.SWEEP_COMPLETED
-        else:
-            experiment_id, parent_run_id, current = open_parent(
-                tracker, spec, spec_path, previous, overrides, warm_tags
-            )
-        # From here every write is a journal append (recorder.SweepLog); one uploader applies them.
-        journal = Journal(journal_file(spec.storage_path, parent_run_id), experiment_id, parent_run_id)
-        log = SweepLog(journal)
-        uploader = JournalUploader(tracker, journal.path)
-        uploader.start(journal)
-        try:
-            if extend:
-                extension_of.open_extension(log, spec, spec_path, overrides, extension)
-            elif previous is None:
-                record_spec(log, spec_path, overrides)
-            interruption.arm()
-            print(
-                f"sweep {spec.name}: {spec.num_trials()} trials; MLflow {mask_secrets(spec.tracking_uri)} "
-                f"experiment {experiment_id}, parent run {parent_run_id}",
-                file=sys.stderr,
-            )
-            print(f"data: {data.describe()}", file=sys.stderr)
-            with Heartbeat(log.add):
-                outcome = _drive(spec, spec_path, data, tracker, journal, SweepState(log.state, current),
-                                 resumed=previous is not None, verbose=verbose, interruption=interruption,
-                                 prior=prior, extension=extension, tune_problem=tune_problem)
-            # The store may be away until the end: the outcome stands, the journal keeps the rest.
-            if upload_finished(uploader) and outcome.state == rs.SWEEP_COMPLETED:
-                _log_analysis(tracker, log, experiment_id)
-                upload_finished(uploader)
-            return outcome
-        except BaseException:
-            with contextlib.suppress(BaseException):
-                upload_finished(uploader)  # what was recorded is in the store before the error shows
-            raise
-        finally:
-            uploader.stop()
-            journal.close()
+        if extend:
+            extension_of.open_extension(log, spec, spec_path, overrides, extension)
+        elif previous is None:
+            record_spec(log, spec_path, overrides)
+        interruption.arm()
+        print(
+            f"sweep {spec.name}: {spec.num_trials()} trial{'s' * (spec.num_trials() != 1)}; MLflow {mask_secrets(spec.tracking_uri)} "
+            f"experiment {experiment_id}, parent run {parent_run_id}",
+            file=sys.stderr,
+        )
+        print(f"data: {data.describe()}", file=sys.stderr)
+        with Heartbeat(log.add):
+            outcome = _drive(spec, spec_path, data, tracker, journal, SweepState(log.state, current),
+                             resumed=previous is not None, verbose=verbose, interruption=interruption,
+                             prior=prior, extension=extension, tune_problem=tune_problem)
+        # The store may be away until the end: the outcome stands, the journal keeps the rest.
+        if upload_finished(uploader) and outcome.state == rs.SWEEP_COMPLETED:
+            _log_analysis(tracker, log, experiment_id)
+            upload_finished(uploader)
+        return outcome
+    except BaseException:
+        with contextlib.suppress(BaseException):
+            upload_finished(uploader)  # what was recorded is in the store before the error shows
+        raise
     finally:
-        if connected_here:
-            shutdown_ray()
+        uploader.stop()
+        journal.close()
 
 
 _log_analysis = log_analysis  # a module attribute: benchmarks/scale_cluster.py replaces it
@@ -386,11 +419,11 @@ def _drive(spec: SweepSpec, spec_path: Path, data: PreparedData, tracker: Tracke
         dataset=dataset,
     )
     try:
-        finished_before = trials_with_status(journal, "FINISHED").values()  # a resumed sweep's
+        finished_before = trials_with_status(journal, "FINISHED")  # a resumed sweep's
         progress = ProgressPrinter(
-            planned, spec.search.metric, spec.search.mode, already_done=len(finished_before),
+            planned, spec.search.metric, spec.search.mode, finished_before=finished_before,
             epochs_per_trial=spec.training.epochs,
-            best_so_far=best_of(finished_before, spec.search.metric, spec.search.mode),
+            best_so_far=best_of(finished_before.values(), spec.search.metric, spec.search.mode),
         )
         ledger = TrialLedger([recorder, progress], interruption, spec.search.time_budget_s)
 
@@ -410,17 +443,24 @@ def _drive(spec: SweepSpec, spec_path: Path, data: PreparedData, tracker: Tracke
         # A budget that ran out before any trial ended leaves nothing to complete: resumable.
         complete = len(ended) >= planned or (ledger.budget_spent() and bool(ended))
         if ledger.budget_spent() and not ended and not interruption.requested:
-            progress.phase(f"the time budget (search.time_budget_s {spec.search.time_budget_s:g} s "
-                           "from the first trial's start) ran out before any trial ended")
+            budget = spec.search.time_budget_s
+            progress.phase(
+                f"the time budget (search.time_budget_s {budget:g} s from the first trial's start) ran "
+                "out before any trial ended" + (
+                    "; a --resume continues the trials from their last epoch with the budget again"
+                    if progress.epochs else
+                    "; no trial finished an epoch in it: a --resume with it would start them over "
+                    "and run out again. Raise it above one epoch's time: add --set "
+                    "search.time_budget_s=SECONDS to the resume command (`orchestrate validate SPEC "
+                    "--estimate` measures an epoch)"))
         if interruption.requested or not complete:
             return end_interrupted()
         finished = trials_with_status(journal, "FINISHED")
         progress.phase(
-            f"{len(ended)} trials ended; selecting on dev, then evaluating the selected "
+            f"{len(ended)} trial{'s' * (len(ended) != 1)} ended; selecting on dev, then evaluating the selected "
             "configuration on test" if finished else
-            f"{len(ended)} trials ended, none finished (failed or diverged): nothing to select"
+            f"{len(ended)} trial{'s' * (len(ended) != 1)} ended, none finished (failed or diverged): nothing to select"
         )
-        _test_evaluation_delay(interruption)
         if extension is not None:
             outcomes += extension_of.earlier_outcomes(spec, data, parent_run_id, extension)
         full_params = {o.trial_id: {**base_params, **o.params} for o in outcomes}

@@ -252,7 +252,7 @@ def plot_parallel_coordinates(trials: Sequence[TrialRun], experiment: str) -> Fi
     for side in ("top", "right", "left"):
         axes.spines[side].set_visible(False)
     figure.colorbar(ScalarMappable(norm, colour), ax=axes, label="best dev accuracy (%)")
-    axes.set_title(f"{experiment}: {len(done):,} finished trials", fontsize="medium")
+    axes.set_title(f"{experiment}: {len(done):,} finished trial{'s' * (len(done) != 1)}", fontsize="medium")
     return figure
 
 

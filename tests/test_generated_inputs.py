@@ -1,8 +1,10 @@
 """Issue 27 item 8: generated bad input (hypothesis) for the three ways input reaches the tool:
 spec mappings (`validate SPEC --no-data`), `--set` overrides, and SLURM submit options
 (`submit SPEC --slurm --dry-run`). Every input must end in exit 0 or 2, an error as one line
-`error: ...` with no traceback, and nothing written for a rejected one. tests/test_bad_inputs.py
-stays the hand-written regression list.
+`error: ...` with no traceback, and nothing written for a rejected one; a printed batch script
+must be sound, which a mutation check shows the property can tell (issue 44: it must fail with the
+partition's validation switched off). tests/test_bad_inputs.py stays the hand-written regression
+list.
 
 The CLI runs in this process (click's CliRunner on orchestrator.cli:main): thousands of
 subprocesses would take minutes of imports, and these commands touch no Ray, store or data.
@@ -12,12 +14,14 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import subprocess
 from pathlib import Path
 
+import click
 import pytest
 import yaml
 from click.testing import CliRunner
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from testkit.toy import tiny_config
 
@@ -152,27 +156,69 @@ def test_generated_set_overrides(workspace):
     assert counts["set"] >= PER_TEST["set"]
 
 
-SUBMIT_OPTIONS = ["--partition", "--account", "--qos", "--time", "--sbatch", "--job-name",
-                  "--log-dir", "--nodes", "--cpus-per-task", "--gpus-per-node", "--signal-before",
-                  "--env", "--set", "--tracking-uri"]
+def _submit_options() -> tuple[list[str], list[str]]:
+    """Every option of `submit` (value options, flags), read from the command itself: an option
+    added later is generated too. --slurm and --dry-run are always given; --help prints no script."""
+    from orchestrator.cluster_cli import submit_command
+
+    options = [p for p in submit_command.params if isinstance(p, click.Option)]
+    names = {p.opts[0]: p.is_flag for p in options if p.opts[0] not in ("--slurm", "--dry-run", "--help")}
+    return sorted(n for n, flag in names.items() if not flag), sorted(n for n, flag in names.items() if flag)
 
 
-def test_generated_submit_options(workspace):
-    @SETTINGS
+SUBMIT_OPTIONS, SUBMIT_FLAGS = _submit_options()
+INJECTION = "gpu\ntouch pwned"  # issue 27: ended the #SBATCH block, ran `touch` on the node
+
+
+def _sound_batch_script(script: str) -> None:
+    """What no option value may break: the header (up to the first blank line) is the shebang,
+    `#SBATCH OPTION` lines of one option each and comments, so sbatch reads every directive and
+    no value runs as a command before the settings; and bash parses the whole script."""
+    header = script.split("\n\n", 1)[0].splitlines()
+    assert header[0] == "#!/bin/bash", script
+    for line in header[1:]:
+        assert line.startswith("#"), f"a command in the #SBATCH block: {line!r}\n{script}"
+        if line.startswith("#SBATCH"):
+            assert len(line.split()) == 2, f"not one option: {line!r}"
+    syntax = subprocess.run(["bash", "-n"], input=script, capture_output=True, text=True)
+    assert syntax.returncode == 0, syntax.stderr + script
+
+
+def submit_property(workspace: Path, checks: settings = SETTINGS):
+    """The property of `submit --slurm --dry-run` with generated options: the contract of _check,
+    and a printed script that is sound (_sound_batch_script)."""
+
+    @checks
     @given(options=st.lists(st.tuples(st.sampled_from(SUBMIT_OPTIONS), option_text), max_size=4),
-           flags=st.lists(st.sampled_from(["--requeue", "--resume", "--new"]), max_size=2,
-                          unique=True))
+           flags=st.lists(st.sampled_from(SUBMIT_FLAGS), max_size=2, unique=True))
+    @example(options=[("--partition", INJECTION)], flags=[])
     def check(options, flags):
         args = ["submit", str(workspace / "spec.yaml"), "--slurm", "--dry-run", *flags]
         args += [part for option, value in options for part in (option, value)]
         code = _check(workspace, args, "submit")
-        if code == 0:  # a script was printed: no value may have broken out of its line
-            script = CliRunner(env={"MLFLOW_TRACKING_URI": None}).invoke(main, args).stdout
-            directives = [line for line in script.splitlines() if line.startswith("#SBATCH")]
-            assert all(len(line.split()) == 2 for line in directives), script
+        if code == 0:  # a script was printed: no value may have broken out of its place
+            _sound_batch_script(CliRunner(env={"MLFLOW_TRACKING_URI": None}).invoke(main, args).stdout)
 
-    check()
+    return check
+
+
+def test_generated_submit_options(workspace):
+    assert {"--setup", "--max-requeues", "--partition", "--set", "--env"} <= set(SUBMIT_OPTIONS)
+    assert {"--requeue", "--resume", "--new"} <= set(SUBMIT_FLAGS)
+    submit_property(workspace)()
     assert counts["submit"] >= PER_TEST["submit"]
+
+
+def test_the_submit_property_fails_when_the_partition_check_is_off(workspace, monkeypatch):
+    """A mutation check: with the partition's validation switched off, the injection passes
+    `submit`, and the property must catch it (a property that cannot fail proves nothing)."""
+    from orchestrator import slurm
+
+    checked = slurm.check_name
+    monkeypatch.setattr(slurm, "check_name",
+                        lambda option, value: None if option == "--partition" else checked(option, value))
+    with pytest.raises(AssertionError, match="a command in the #SBATCH block: 'touch pwned'"):
+        submit_property(workspace, settings(SETTINGS, max_examples=1))()
 
 
 def test_at_least_the_promised_number_of_inputs():

@@ -296,6 +296,9 @@ def test_failed_data_check_writes_nothing_then_ctrl_c_during_the_test_evaluation
     _, children = _assert_interrupted(tmp_path, "files", epochs=1)
     assert [c.info.status for c in children] == ["FINISHED"]
     assert "interrupted: 1/1 trials done" in log.read_text()
+    # Issue 44: the seed's test accuracy, computed before the signal came, is not shown for a
+    # selection that did not complete (and recorded nothing).
+    assert not re.search(r"selected on dev .* test \d", log.read_text()), log.read_text()
     _, children = _assert_resume_completes(tmp_path, spec, "files", planned=1, epochs=1)  # selects and tests, once
 
     # The selected configuration as a training config that `orchestrate train` runs as is:
@@ -321,6 +324,11 @@ def _tear_tune_state(folder: Path, name: str) -> list[str]:
             path.write_bytes(path.read_bytes()[: int(path.stat().st_size * keep)])
             torn.append(path.name)
     return torn
+
+
+def _finished(count: int) -> str:
+    """How the resume from the journal counts the trials it keeps."""
+    return f"{count} finished trial{'s' * (count != 1)}"
 
 
 def _epoch_steps(folder: Path, children: list) -> dict[str, list[int]]:
@@ -365,7 +373,7 @@ def test_torn_tune_state_resumes_a_grid_from_the_journal_each_trial_once(tmp_pat
     assert _interrupt(driver, log, signal.SIGINT, group=True) == EXIT_INTERRUPTED
     output = log.read_text()
     assert "Aborted!" not in output and "tuner.pkl is torn (0 bytes; " in output, output
-    assert re.search(rf"{len(finished_before)} finished trials kept, {planned - len(finished_before)} "
+    assert re.search(rf"{_finished(len(finished_before))} kept, {planned - len(finished_before)} "
                      rf"of {planned} planned trials to run", output), output
     _assert_interrupted(tmp_path, name)
 
@@ -407,8 +415,9 @@ def test_torn_tune_state_resumes_a_sampler_from_the_journal_each_configuration_o
     assert done and cut and len(journal) < planned, journal  # the driver died with a trial running
     finished_before = _epoch_steps(tmp_path, [c for c in runs_of(tmp_path, name)[1] if c.data.tags[rs.TAG_TRIAL_ID] in done])
 
-    says = (f"{len(done)} finished trials kept, {planned - len(done)} of {planned} planned trials to run; the "
-            f"{sampler} sampler is told the {len(done)} finished configurations, runs the unfinished ones' "
+    says = (f"{_finished(len(done))} kept, {planned - len(done)} of {planned} planned trials to run; the "
+            f"{sampler} sampler is told the {len(done)} finished configuration{'s' * (len(done) != 1)}, "
+            "runs the unfinished ones' "
             f"{len(cut)} trials first")
     parent, children = _assert_resume_completes(tmp_path, spec, name, planned=planned, from_journal=True, says=says)
     by_trial = {c.data.tags[rs.TAG_TRIAL_ID]: c for c in children}
@@ -438,7 +447,7 @@ def test_deleted_tune_state_resumes_grid_points_times_seeds_from_the_journal(tmp
     resumed = run_orchestrate(["sweep", str(spec), "--resume"], cwd=tmp_path)
     assert resumed.returncode == 0, resumed.stderr
     assert "Aborted!" not in resumed.stderr and "tuner.pkl is missing" in resumed.stderr
-    assert (f"{len(finished_before)} finished trials kept, {planned - len(finished_before)} of {planned} "
+    assert (f"{_finished(len(finished_before))} kept, {planned - len(finished_before)} of {planned} "
             "planned trials to run") in resumed.stderr
     parents, children = runs_of(tmp_path, name)
     assert parents[0].data.tags[rs.TAG_SWEEP_STATE] == rs.SWEEP_COMPLETED

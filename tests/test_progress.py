@@ -44,7 +44,7 @@ def test_eta_from_finished_trial_epochs(clock):
 
 
 def test_eta_is_not_zero_while_the_last_trial_trains(clock):
-    printer = ProgressPrinter(4, stream=io.StringIO(), epochs_per_trial=10, already_done=3)
+    printer = ProgressPrinter(4, stream=io.StringIO(), epochs_per_trial=10, finished_before="abc")
     printer.trial_started("d", {})
     clock.now += 20
     printer.trial_result("d", {rs.METRIC_EPOCHS_TRAINED: 2, "dev_accuracy": 0.4})
@@ -74,10 +74,22 @@ def test_the_last_line_is_printed_once(clock):
 
 def test_a_resumed_sweep_counts_the_whole_sweep(clock):
     """Done so far and the sweep's best, not this session's alone."""
-    printer = ProgressPrinter(8, stream=io.StringIO(), epochs_per_trial=4, already_done=5,
+    printer = ProgressPrinter(8, stream=io.StringIO(), epochs_per_trial=4, finished_before="abcde",
                               best_so_far=0.8125)
     printer.trial_started("f", {})
     clock.now += 10
     printer.trial_result("f", {rs.METRIC_EPOCHS_TRAINED: 1, "dev_accuracy": 0.6})
     line = printer.line()
     assert "5 done, 1 running, 2 pending" in line and "best dev_accuracy 81.25%" in line
+
+
+def test_a_trial_finished_before_the_resume_and_run_again_counts_once(clock):
+    """Issue 44: after a double SIGKILL and --resume, "5 done (of 4)": Tune's state, saved before
+    the driver died, ran a trial again that the journal had already seen finish."""
+    printer = ProgressPrinter(4, stream=io.StringIO(), epochs_per_trial=1, finished_before="abc")
+    printer.trial_started("c", {})  # again
+    assert "2 done, 1 running, 1 pending" in printer.line()
+    printer.trial_completed("c", {"dev_accuracy": 0.5}, None)
+    printer.trial_started("d", {})
+    printer.trial_completed("d", {"dev_accuracy": 0.5}, None)
+    assert "4 done, 0 running, 0 pending, 0 failed (of 4)" in printer.line()

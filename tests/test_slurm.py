@@ -90,6 +90,8 @@ def test_dry_run_prints_the_batch_script_with_every_option(tmp_path, private_rec
     assert f"SPEC={spec.resolve()}" in script
     assert f"PYTHON={sys.executable}" in script
     assert "GPUS_PER_NODE=1" in script and "REQUEUE=1" in script
+    # The sweep prints no `orchestrate sweep ... --resume` of its own: the job prints its submit.
+    assert "export NLI_RESUME_HINT=0" in script
     assert "scontrol requeue" in script and "--resume" in script
     assert "ray stop" not in script  # it would end every Ray of the user on the node
     # 2 nodes x min(8 CPU / 2, 1 GPU / 0.5) = 4 trials at once.
@@ -130,6 +132,8 @@ def test_resume_new_and_default_flags_reach_the_sweep(tmp_path):
         (("--cpus-per-task", "1"), {"resources": {"cpu": 2}}, "raise --cpus-per-task"),
         (("--address", "http://head:8265"), {}, "--address: Ray Jobs options; not with --slurm"),
         (("--resume", "--new"), {}, "exclude each other"),
+        (("--max-requeues", "2"), {}, "--max-requeues 2: only with --requeue"),
+        (("--requeue", "--max-requeues", "21"), {}, "'--max-requeues': 21 is not in the range 0<=x<=20"),
     ],
 )
 def test_bad_slurm_submissions_exit_2_and_submit_nothing(tmp_path, private_record, extra,

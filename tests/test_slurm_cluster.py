@@ -10,6 +10,7 @@ once, every epoch logged once, whatever stopped the sweep in between.
 from __future__ import annotations
 
 import json
+import re
 import socket
 import subprocess
 from datetime import datetime
@@ -128,6 +129,9 @@ def test_stop_mid_sweep_then_resume_runs_exactly_the_planned_trials(slurm_cluste
     output = output_of(spec, job_id)
     assert "got SIGUSR2 (stop)" in output and "stopped by orchestrate stop" in output
     assert f"resume with: orchestrate submit {spec} --slurm --resume " in output, output
+    # Issue 44: the job's own hint only; the sweep's local `orchestrate sweep ... --resume` came
+    # before it.
+    assert "interrupted: " in output and "continue with:" not in output, output
     assert "requeueing" not in output
     assert job["Restarts"] == "0"
     assert not list((spec.parent / "logs").glob("*.started"))
@@ -260,6 +264,17 @@ def test_time_limit_with_requeue_finishes_the_sweep_across_allocations(slurm_clu
                   if json.loads(line)["job_id"] == job_id)
     assert (record["backend"], record["state"], record["trials_done"], record["trials_planned"]) == (
         "slurm", "COMPLETED", planned, planned)
+    # Its time over both runs, in the one format of ELAPSED: SLURM's RunTime is the last run's;
+    # the first run's is read from its log lines' clock (its first and its last; `first` ends with
+    # the start of the second run's first line).
+    from orchestrator.slurm_jobs import slurm_seconds
+
+    assert re.fullmatch(r"\d+:\d\d:\d\d", record["elapsed"]), record
+    first_run_lines = first.rsplit("\n", 1)[0]
+    clock = [slurm_seconds(t) for t in re.findall(r"^nli\[(\d\d:\d\d:\d\d)\]", first_run_lines, re.MULTILINE)]
+    first_run, last_run = (clock[-1] - clock[0]) % 86400, slurm_seconds(slurm_cluster.job(job_id)["RunTime"])
+    assert first_run > 0 and abs(slurm_seconds(record["elapsed"]) - (first_run + last_run)) <= 10, (
+        record, first_run, last_run)
     shown = orchestrate("logs", job_id)
     assert shown.returncode == 0 and f"sweep finished: {planned} trials" in shown.stdout
     followed = orchestrate("logs", job_id, "--follow")

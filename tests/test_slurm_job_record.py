@@ -77,7 +77,7 @@ def test_jobs_lists_ended_jobs_from_the_record_without_asking_slurm(tmp_path):
     assert lines[0].split() == ["JOB", "BACKEND", "SPEC", "EXPERIMENT", "STATE", "ELAPSED", "TRIALS"]
     rows = [line.split() for line in lines[1:]]
     assert len(rows) == 20  # one row per job, its end replacing its submission
-    assert rows[1][:2] == ["101", "slurm"] and rows[1][3:] == ["exp-1", "STOPPED", "00:01:00", "1/8"]
+    assert rows[1][:2] == ["101", "slurm"] and rows[1][3:] == ["exp-1", "STOPPED", "0:01:00", "1/8"]
     assert seconds <= 3.0, f"jobs took {seconds:.1f}s for 20 jobs"
 
 
@@ -132,3 +132,75 @@ def test_ray_memory_follows_the_allocation():
     # A small /dev/shm caps the store (Ray refuses one larger than it).
     assert memory_options({"SLURM_MEM_PER_NODE": "10240"}, shm_bytes=gib) == [
         f"--memory={10 * gib - int(0.95 * gib)}", f"--object-store-memory={int(0.95 * gib)}"]
+
+
+def _fake_slurm(folder: Path, queue: str) -> Path:
+    """squeue printing `queue` (its -o "%i|%T|%M|%r" lines), and a cluster without accounting
+    whose controller has forgotten every ended job: sacct and scontrol know no job."""
+    bin_dir = folder / "fake-slurm"
+    bin_dir.mkdir(parents=True)
+    scripts = {
+        "squeue": f"cat <<'EOF'\n{queue}EOF\n",
+        "sacct": "echo 'sacct: error: Slurm accounting storage is disabled' >&2; exit 1\n",
+        "scontrol": "echo 'slurm_load_jobs error: Invalid job id specified' >&2; exit 1\n",
+    }
+    for name, body in scripts.items():
+        (bin_dir / name).write_text("#!/bin/sh\n" + body)
+        (bin_dir / name).chmod(0o755)
+    return bin_dir
+
+
+def _submitted(folder: Path, job_id: str, name: str) -> Submitted:
+    return Submitted(job_id=job_id, spec=str(folder / "spec.yaml"), spec_name=name,
+                     tracking_uri="http://127.0.0.1:1", planned_trials=36,
+                     output=str(folder / f"nli-{name}-{job_id}.out"), submitted="2026-11-28T07:00:00")
+
+
+def test_jobs_reads_the_end_file_of_a_job_slurm_forgot_and_counts_every_run(tmp_path):
+    """Issue 44: a finished job that slurmctld had forgotten (no accounting, past MinJobAge)
+    showed UNKNOWN with 0 trials although its end file held COMPLETED and 36; ELAPSED mixed
+    `00:02:45` and `1:10`; a requeued job showed its last run's time only."""
+    record = tmp_path / "cache" / "nli-orchestrator" / "slurm-jobs.jsonl"
+    record.parent.mkdir(parents=True)
+    forgotten = _submitted(tmp_path, "201", "forgotten")
+    requeued = _submitted(tmp_path, "202", "requeued")
+    gone = _submitted(tmp_path, "203", "gone")  # forgotten, and killed before writing its end
+    record.write_text("".join(json.dumps(asdict(e)) + "\n" for e in (forgotten, requeued, gone)))
+    # The forgotten job ran twice (requeued once): 100 s, then 65 s; its end file says so.
+    forgotten.end_file.write_text(json.dumps({"state": "COMPLETED", "exit_code": 0,
+                                              "experiment": "forgotten", "trials_done": 36,
+                                              "elapsed_s": 165}) + "\n")
+    # The requeued job's first run took 100 s; its second runs now, 1:10 by squeue.
+    Path(requeued.output).with_suffix(".runs").write_text("start 1000\nend 1100\nstart 1200\n")
+    bin_dir = _fake_slurm(tmp_path, "202|RUNNING|1:10|None\n")
+    env = {"XDG_CACHE_HOME": str(tmp_path / "cache"),
+           "PATH": f"{bin_dir}:{Path(ORCHESTRATE).parent}:/usr/bin:/bin"}
+
+    result = run_orchestrate(["jobs", "--slurm"], cwd=tmp_path, env=env, timeout=120)
+    assert result.returncode == 0, result.stderr
+    rows = {line.split()[0]: line.split() for line in result.stdout.splitlines()[1:]}
+    assert rows["201"][4:] == ["COMPLETED", "0:02:45", "36/36"], result.stdout
+    assert rows["202"][4:6] == ["RUNNING", "0:02:50"], result.stdout  # 100 s + 70 s
+    assert rows["203"][4:6] == ["UNKNOWN", "-"], result.stdout  # nothing says how it ended
+    # The forgotten job's end is in the record now: listed again with SLURM's commands gone.
+    [ended] = [json.loads(line) for line in record.read_text().splitlines()[3:]]
+    assert (ended["job_id"], ended["final_state"], ended["final_elapsed"], ended["trials_done"]) == (
+        "201", "COMPLETED", "0:02:45", 36)
+    again = run_orchestrate(["jobs", "--slurm", "--json"], cwd=tmp_path, timeout=120,
+                            env={**env, "PATH": f"{_fake_slurm(tmp_path / 'later', '')}:{Path(ORCHESTRATE).parent}"})
+    shown = {row["job_id"]: row for row in map(json.loads, again.stdout.splitlines())}
+    assert (shown["201"]["state"], shown["201"]["trials_done"]) == ("COMPLETED", 36)
+
+
+def test_the_job_end_counts_the_time_of_every_run(tmp_path):
+    from orchestrator.slurm_node import job_end, run_times
+
+    runs = tmp_path / "nli-x-7.runs"
+    # A run killed before it noted its end (SIGKILL) adds nothing; a torn line is skipped.
+    runs.write_text("start 1000\nend 1100\nstart 1200\nstart 1300\nend 1360\nend 13")
+    assert run_times(runs) == (160.0, None)
+    runs.write_text(f"start 1000\nend 1100\nstart {time.time() - 50:.0f}\n")
+    job_end(str(tmp_path / "nli-x-7.end"), "COMPLETED", "0", "x", "")
+    written = json.loads((tmp_path / "nli-x-7.end").read_text())
+    assert 149 <= written["elapsed_s"] <= 155 and written["trials_done"] == 0
+    assert run_times(tmp_path / "none.runs") is None
