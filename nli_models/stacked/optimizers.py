@@ -16,6 +16,7 @@ step by step.
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Sequence
 
 import torch
@@ -29,7 +30,7 @@ def _per_member(values: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
     return values.view(-1, *([1] * (like.dim() - 1)))
 
 
-class _StackedOptimizer(torch.optim.Optimizer):
+class _StackedOptimizer(torch.optim.Optimizer, ABC):
     """The shared part: per-member hyperparameters as [k] tensors, the masked step."""
 
     def __init__(self, params, lr: torch.Tensor, weight_decay: torch.Tensor, **defaults):
@@ -55,13 +56,14 @@ class _StackedOptimizer(torch.optim.Optimizer):
                     target = param if key == "param" else state[key]
                     target.copy_(torch.where(_per_member(keep, target), value, target))
 
+    @abstractmethod
     def _init_state(self, state: dict, param: torch.Tensor, group: dict) -> None:
-        raise NotImplementedError
+        """The optimizer's state of a parameter before its first step."""
 
+    @abstractmethod
     def _update(self, param: torch.Tensor, grad: torch.Tensor, state: dict, group: dict
                 ) -> dict[str, torch.Tensor]:
         """The new parameter ("param") and state tensors of every member."""
-        raise NotImplementedError
 
 
 class StackedAdam(_StackedOptimizer):
