@@ -261,3 +261,22 @@ def test_abcnn_layerwise_phase_one_is_the_one_block_network():
     model.train_blocks_up_to(2)
     assert not any(p.requires_grad for p in model.blocks[0].parameters())
     assert all(p.requires_grad for p in model.blocks[1].parameters())
+
+
+def test_abcnn_match_scores_where_units_coincide_are_1_with_a_zero_gradient():
+    """Eq. 2 at |x0_i - x1_j| = 0 (a word in both sentences, or two zero units): A = 1, and the
+    gradient there is 0, not NaN (the distance's derivative is undefined at 0)."""
+    from nli_models.models.abcnn import _similarity_scores, euclidean_match
+
+    x0 = torch.tensor([[[1.0, 2.0], [0.5, -1.0]]], dtype=torch.float64, requires_grad=True)
+    x1 = torch.tensor([[[1.0, 2.0], [3.0, 0.0]]], dtype=torch.float64, requires_grad=True)
+    mask = torch.ones(1, 2, dtype=torch.bool)
+    match = euclidean_match(x0, x1, mask, mask)
+    assert match[0, 0, 0] == 1.0
+    expected = 1 / (1 + torch.cdist(x0.detach(), x1.detach()))
+    torch.testing.assert_close(match.detach(), expected)
+    match[0, 0, 0].backward()
+    assert torch.equal(x0.grad, torch.zeros_like(x0)) and torch.equal(x1.grad, torch.zeros_like(x1))
+    same = torch.ones(1, 3, dtype=torch.float64, requires_grad=True)
+    _similarity_scores(same, same.detach().clone())[0, 1].backward()
+    assert torch.equal(same.grad, torch.zeros_like(same))
