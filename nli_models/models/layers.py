@@ -171,6 +171,8 @@ def same_length(a_ids: torch.Tensor, a_mask: torch.Tensor, b_ids: torch.Tensor, 
 
     def pad(ids: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         extra = length - ids.shape[1]
+        if extra == 0:  # F.pad would still copy
+            return ids, mask
         return F.pad(ids, (0, extra), value=PAD_INDEX), F.pad(mask, (0, extra), value=False)
 
     return (*pad(a_ids, a_mask), *pad(b_ids, b_mask))
