@@ -85,7 +85,9 @@ def test_submission_from_the_project_ships_the_project(monkeypatch):
         REPO / "search_spaces" / "quickstart.yaml", tracking_uri="http://127.0.0.1:5000",
         new=True, env=["NLI_DATA_DIR=/mnt/shared/data"], cwd=REPO,
     )
-    assert submission.entrypoint == "orchestrate sweep search_spaces/quickstart.yaml --new"
+    # The spec's real path in the shipped folder (search_spaces/ links to the package's specs).
+    shipped = (REPO / "search_spaces" / "quickstart.yaml").resolve().relative_to(REPO).as_posix()
+    assert submission.entrypoint == f"orchestrate sweep {shipped} --new"
     runtime_env = submission.runtime_env
     assert runtime_env["working_dir"] == str(REPO)
     for excluded in (".venv", ".git", "ray_results", "mlruns.db", "__pycache__"):
