@@ -195,7 +195,7 @@ def test_spec_validates_as_written_and_sweeps_shrunk(spec_path, data_dir, ray_se
 
     swept = _cli(["sweep", str(spec_path), *options])
     assert swept.returncode == 0, swept.output
-    assert "sweep finished: 1 trials (0 failed)" in swept.output
+    assert "sweep finished: 1 trial (0 failed)" in swept.output
     experiment = yaml.safe_load(spec_path.read_text())["name"]
     out = tmp_path / "table.parquet"
     if name in UNMATCHED:
