@@ -1,5 +1,6 @@
 """The only module that talks to Ray's job API (ray.job_submission): a sweep submitted to a
-running Ray cluster as a job whose driver runs `orchestrate sweep SPEC` on the head node.
+running Ray cluster as a job whose driver runs `orchestrate sweep SPEC` on the head node. Also
+the cluster's one other Ray call outside Tune: this node's address (node_ip, for SLURM's nodes).
 
 The job ships the spec's folder (or the project, when the spec lies under the current folder) as
 its runtime_env working_dir, so the cluster runs the submitter's code and spec; trials log to the
@@ -74,6 +75,13 @@ class JobInputError(ClusterError):
 
 
 # -- addresses ------------------------------------------------------------------------------
+def node_ip() -> str:
+    """The address other nodes reach this one on (Ray's own choice for `ray start`)."""
+    from ray.util import get_node_ip_address
+
+    return get_node_ip_address()
+
+
 def resolve_address(address: str | None = None) -> str:
     """The dashboard URL jobs go to: `address`, else RAY_API_SERVER_ADDRESS / RAY_ADDRESS, else
     http://127.0.0.1:8265. `HEAD:8265` becomes http://HEAD:8265."""
