@@ -56,6 +56,12 @@ WORKING_DIR_EXCLUDES = [
 # business: its nodes already run with whatever it needs).
 JOB_ENV_DEFAULTS = [k for k in DEFAULTS if k != "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"]
 TERMINAL = ("SUCCEEDED", "FAILED", "STOPPED")
+# The metadata a submitted job carries (Ray keeps it with the job; `orchestrate jobs` reads it).
+JOB_SPEC = "nli.spec"  # the spec's path inside the job's working_dir
+JOB_SPEC_NAME = "nli.spec_name"
+JOB_TRACKING_URI = "nli.tracking_uri"  # without its password
+JOB_STORAGE_PATH = "nli.storage_path"
+JOB_PLANNED_TRIALS = "nli.planned_trials"
 
 
 class ClusterError(RuntimeError):
@@ -320,11 +326,11 @@ def build_submission(
             "env_vars": env_vars,
         },
         metadata={
-            "nli.spec": relative,
-            "nli.spec_name": spec.name,
-            "nli.tracking_uri": without_passwords(uri),
-            "nli.storage_path": spec.search.storage_path or "",
-            "nli.planned_trials": str(spec.num_trials()),
+            JOB_SPEC: relative,
+            JOB_SPEC_NAME: spec.name,
+            JOB_TRACKING_URI: without_passwords(uri),
+            JOB_STORAGE_PATH: spec.search.storage_path or "",
+            JOB_PLANNED_TRIALS: str(spec.num_trials()),
         },
         submission_id=job_id,
         spec_name=spec.name,

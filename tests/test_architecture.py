@@ -5,6 +5,7 @@ packages import in one direction (orchestrator -> results -> nli_models)."""
 from __future__ import annotations
 
 import ast
+import re
 
 from testkit import REPO
 
@@ -91,3 +92,25 @@ def test_the_packages_import_one_way():
         upward |= {(module, name) for name, _ in _imports(tree)
                    if name.split(".")[0] in PACKAGES and name.split(".")[0] not in MAY_IMPORT[package]}
     assert upward == set()
+
+
+def test_the_product_reads_no_test_only_variable():
+    """The delays and fault injection of tests live in tests/seams/sitecustomize.py."""
+    from sitecustomize import EPOCH_DELAY_ENV, FAIL_ONCE_ENV, TEST_DELAY_ENV
+
+    readers = {path.relative_to(REPO).as_posix() for package in PACKAGES for path in (REPO / package).rglob("*.py")
+               if any(name in path.read_text() for name in (EPOCH_DELAY_ENV, FAIL_ONCE_ENV, TEST_DELAY_ENV))}
+    assert readers == set()
+
+
+# Where a literal `nli.*` name may be written: the tracked names (results/run_schema.py), the
+# results files' own metadata keys (results/schema.py) and a Ray Job's metadata keys (ray_jobs.py).
+NAME_HOMES = {"results/run_schema.py", "results/schema.py", "orchestrator/ray_jobs.py"}
+NAME = re.compile(r"nli\.[a-z_.]+")
+
+
+def test_names_live_in_one_place():
+    literals = {(module, node.value) for module, tree in _modules() if module not in NAME_HOMES
+                for node in ast.walk(tree)
+                if isinstance(node, ast.Constant) and isinstance(node.value, str) and NAME.fullmatch(node.value)}
+    assert literals == set()
