@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from nli_models.errors import without_passwords
+from nli_models.errors import InputError, without_passwords
 from orchestrator.environment import DEFAULTS
 
 if TYPE_CHECKING:
@@ -74,7 +74,7 @@ class ClusterUnreachable(ClusterError):
     exit_code = 1
 
 
-class JobInputError(ClusterError):
+class JobInputError(ClusterError, InputError):
     """Bad input from the user (spec, options, unknown job id): exit code 2."""
 
     exit_code = 2

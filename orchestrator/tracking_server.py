@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from nli_models.errors import mask_secrets
+from nli_models.errors import InputError, mask_secrets
 
 DATABASE_SCHEMES = ("postgresql", "mysql", "mssql", "sqlite")
 DRIVER_HINTS = {
@@ -32,7 +32,9 @@ class ServerError(RuntimeError):
     exit_code = 1
 
 
-class ServerInputError(ServerError):
+class ServerInputError(ServerError, InputError):
+    """Bad input to `orchestrate server` (an option, the store's URI): exit code 2."""
+
     exit_code = 2
 
 

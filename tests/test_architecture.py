@@ -1,6 +1,8 @@
-"""ARCHITECTURE.md's checkable claims, read from the source (ast): only the Ray adapter imports
-Ray, no private Ray API outside the few reaches ARCHITECTURE.md lists as known debt, and the three
-packages import in one direction (orchestrator -> results -> nli_models)."""
+"""ARCHITECTURE.md's checkable claims, read from the source (ast) or the CLI: only the Ray adapter
+imports Ray, no private Ray API outside the few reaches ARCHITECTURE.md lists as known debt, the
+three packages import in one direction (orchestrator -> results -> nli_models; nli_models without
+MLflow), the product reads no test-only variable, `nli.*` names live in one place, and every
+command reports bad input through the one handler."""
 
 from __future__ import annotations
 
@@ -94,6 +96,13 @@ def test_the_packages_import_one_way():
     assert upward == set()
 
 
+def test_nli_models_knows_nothing_of_mlflow():
+    """(and nothing of Ray: test_only_the_ray_adapter_imports_ray)"""
+    users = {(module, name) for module, tree in _modules() if module.startswith("nli_models/")
+             for name, _ in _imports(tree) if name.split(".")[0] == "mlflow"}
+    assert users == set()
+
+
 def test_the_product_reads_no_test_only_variable():
     """The delays and fault injection of tests live in tests/seams/sitecustomize.py."""
     from sitecustomize import EPOCH_DELAY_ENV, FAIL_ONCE_ENV, TEST_DELAY_ENV
@@ -114,3 +123,53 @@ def test_names_live_in_one_place():
                 for node in ast.walk(tree)
                 if isinstance(node, ast.Constant) and isinstance(node.value, str) and NAME.fullmatch(node.value)}
     assert literals == set()
+
+
+def _leaf_commands(group, path=()):
+    for name, command in group.commands.items():
+        if hasattr(command, "commands"):
+            yield from _leaf_commands(command, (*path, name))
+        else:
+            yield (*path, name), command
+
+
+def _input_error_classes():
+    """Every bad-input exception of the project: InputError and its subclasses (one hierarchy)."""
+    import nli_models.config  # noqa: F401 (the modules that define them)
+    import nli_models.models.arguments  # noqa: F401
+    import orchestrator.slurm  # noqa: F401
+    import orchestrator.tracking_server  # noqa: F401
+    import results.errors  # noqa: F401
+    from nli_models.errors import InputError
+
+    found, todo = [], [InputError]
+    while todo:
+        kind = todo.pop()
+        found.append(kind)
+        todo += kind.__subclasses__()
+    return found
+
+
+def test_every_command_reports_bad_input_through_the_one_handler(monkeypatch):
+    """Whatever bad-input class a command raises: `error: MESSAGE` on stderr and exit 2, the same
+    line for every command (orchestrator.cli._Commands, the one handler)."""
+    from click.testing import CliRunner
+
+    from orchestrator.cli import main
+
+    classes = _input_error_classes()
+    assert {kind.__name__ for kind in classes} >= {"ResultsError", "JobInputError", "ServerInputError",
+                                                    "ModelArgumentError", "SlurmInputError", "ConfigError"}
+    commands = list(_leaf_commands(main))
+    assert len(commands) > 15
+    for path, command in commands:
+        for kind in classes:
+            def fail(*args, kind=kind, path=path, **kwargs):
+                raise kind(f"bad {kind.__name__} for {' '.join(path)}; password://u:secret@h")
+
+            with monkeypatch.context() as patch:
+                patch.setattr(command, "params", [])
+                patch.setattr(command, "callback", fail)
+                result = CliRunner().invoke(main, list(path))
+            assert result.exit_code == 2, (path, kind, result.output)
+            assert result.stderr == f"error: bad {kind.__name__} for {' '.join(path)}; password://u:***@h\n", path
