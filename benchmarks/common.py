@@ -128,14 +128,6 @@ def spread(values: Sequence[float]) -> dict[str, float]:
     return {"median": median(values), "min": min(values), "max": max(values), "n": len(values)}
 
 
-class Stopwatch:
-    def __init__(self):
-        self.start = time.perf_counter()
-
-    def __call__(self) -> float:
-        return time.perf_counter() - self.start
-
-
 def loadavg() -> list[float]:
     try:
         return [round(x, 2) for x in os.getloadavg()]

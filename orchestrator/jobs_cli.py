@@ -11,6 +11,7 @@ import click
 
 from nli_models.errors import mask_secrets
 from orchestrator.cluster_common import ADDRESS_HELP, cluster_errors, ray_jobs_client
+from orchestrator.ray_jobs import JOB_PLANNED_TRIALS, JOB_SPEC, JOB_SPEC_NAME, JOB_TRACKING_URI
 
 
 def _clock(seconds: float | None) -> str:
@@ -52,16 +53,16 @@ def _ray_rows(address: str | None, progress: _Progress) -> list[dict]:
     for job in ray_jobs_client(address).list():
         metadata = job.metadata or {}
         end = job.end_time or (time.time() * 1000 if job.start_time else None)
-        planned = metadata.get("nli.planned_trials")
+        planned = metadata.get(JOB_PLANNED_TRIALS)
         rows.append({
             "job_id": job.submission_id or job.job_id or "-",
             "backend": "ray",
-            "spec": metadata.get("nli.spec") or job.entrypoint,
-            "experiment": metadata.get("nli.spec_name") or "-",
+            "spec": metadata.get(JOB_SPEC) or job.entrypoint,
+            "experiment": metadata.get(JOB_SPEC_NAME) or "-",
             "state": job.status.value,
             "elapsed": _clock((end - job.start_time) / 1000) if job.start_time else "-",
-            "trials_done": progress.done(metadata.get("nli.tracking_uri", ""),
-                                         metadata.get("nli.spec_name", "")),
+            "trials_done": progress.done(metadata.get(JOB_TRACKING_URI, ""),
+                                         metadata.get(JOB_SPEC_NAME, "")),
             "trials_planned": int(planned) if planned else None,
             "start_time": job.start_time,
             "end_time": job.end_time,

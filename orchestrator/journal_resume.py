@@ -35,9 +35,6 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow.fs
-from ray import cloudpickle, tune
-from ray.train._internal.storage import get_fs_and_path
-from ray.tune.search.variant_generator import generate_variants
 
 from nli_models.data import PreparedData
 from orchestrator.extend import tune_experiment
@@ -46,11 +43,13 @@ from orchestrator.ray_adapter import (
     StopHook,
     TrialListener,
     TrialOutcome,
+    checkpoint_at,
     param_space,
+    read_tune_pickle,
     run_tuner,
     trial_params,
 )
-from orchestrator.ray_search import PriorTrials, told_result, without_seed
+from orchestrator.ray_search import PriorTrials, grid_points, told_result, without_seed
 from orchestrator.spec import SweepSpec
 from orchestrator.warm_start import config_key, evaluated_points, finite_space, point_of, searched
 from results import run_schema as rs
@@ -61,11 +60,11 @@ SET_ASIDE_SUFFIX = ".set-aside"  # a Tune state file a resume from the journal n
 # Tune reads the newest of each pattern (timestamped names sort as text); the search states are
 # cloudpickle whatever their suffix (ray.tune.utils.util._atomic_save).
 TUNE_STATE_FILES = (
-    ("tuner.pkl", cloudpickle.loads, True),
+    ("tuner.pkl", read_tune_pickle, True),
     ("experiment_state-*.json", json.loads, True),
-    ("basic-variant-state-*.json", cloudpickle.loads, False),
-    ("search_gen_state-*.json", cloudpickle.loads, False),
-    ("searcher-state-*.pkl", cloudpickle.loads, False),
+    ("basic-variant-state-*.json", read_tune_pickle, False),
+    ("search_gen_state-*.json", read_tune_pickle, False),
+    ("searcher-state-*.pkl", read_tune_pickle, False),
 )
 
 
@@ -79,7 +78,7 @@ def _experiment_path(spec: SweepSpec, name: str) -> str:
 
 
 def _state_files(path: str) -> tuple[pyarrow.fs.FileSystem, str, list[str]]:
-    fs, fs_path = get_fs_and_path(path)
+    fs, fs_path = pyarrow.fs.FileSystem.from_uri(path)
     infos = fs.get_file_info(pyarrow.fs.FileSelector(fs_path, allow_not_found=True))
     names = [Path(info.path).name for info in infos if info.type == pyarrow.fs.FileType.File]
     return fs, fs_path, names
@@ -185,18 +184,18 @@ class JournalPlan:
 def _checkpoint_there(path: str | None) -> bool:
     if not path:
         return False
-    fs, fs_path = get_fs_and_path(path)
+    fs, fs_path = pyarrow.fs.FileSystem.from_uri(path)
     return fs.get_file_info(fs_path).type == pyarrow.fs.FileType.Directory
 
 
 def _kept(trial_id: str, point: dict[str, Any], trial: RecordedTrial) -> TrialOutcome:
-    return TrialOutcome(trial_id, point, dict(trial.values), tune.Checkpoint(trial.checkpoint), None)
+    return TrialOutcome(trial_id, point, dict(trial.values), checkpoint_at(trial.checkpoint), None)
 
 
 def plan_from_journal(spec: SweepSpec, journal_path: Path) -> JournalPlan:
     search = spec.search.model_dump()
     if spec.search.sampler == "grid":
-        planned = [trial_params(v["config"], search) for _, v in generate_variants({"config": param_space(spec)})]
+        planned = [trial_params(config, search) for config in grid_points(param_space(spec))]
         names = sorted(planned[0])
     else:
         names = sorted({*searched(spec), rs.PARAM_SEED})

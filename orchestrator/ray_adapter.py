@@ -220,14 +220,22 @@ def autoscaling() -> bool:
     """Whether the cluster's autoscaler can start nodes: its monitor reports the node types of a
     cluster config (`ray up`, KubeRay, ray.cluster_utils.AutoscalingCluster). A plain `ray start`
     or local instance runs it read-only, with each node's type named after the node itself."""
-    from ray._private.ray_constants import DEBUG_AUTOSCALING_STATUS
     from ray.autoscaler._private.util import format_readonly_node_type
+
+    types = (_autoscaler_report().get("node_type_mapping") or {}).items()
+    return any(name != format_readonly_node_type(node) for node, name in types)
+
+
+def _autoscaler_report() -> dict:
+    """The autoscaler monitor's last report ({} before its first). The one read of Ray's private
+    key-value store: Ray 2.60 has no public API for the report's node_type_mapping (the public
+    `ray status` prints it as text; ray.autoscaler.v2.sdk.get_cluster_status is not public API
+    and drops the mapping)."""
+    from ray._private.ray_constants import DEBUG_AUTOSCALING_STATUS
     from ray.experimental.internal_kv import _internal_kv_get
 
     status = _internal_kv_get(DEBUG_AUTOSCALING_STATUS)
-    report = (json.loads(status).get("autoscaler_report") or {}) if status else {}
-    types = (report.get("node_type_mapping") or {}).items()
-    return any(name != format_readonly_node_type(node) for node, name in types)
+    return (json.loads(status).get("autoscaler_report") or {}) if status else {}
 
 
 def _fits(cpu: float, gpu: float) -> tuple[bool, list[dict]]:
@@ -412,6 +420,25 @@ class TrialOutcome:
     def local_checkpoint(self):
         """Context manager: the checkpoint as a local folder (downloaded if remote)."""
         return self.checkpoint.as_directory()
+
+
+def checkpoint_at(path: str) -> tune.Checkpoint:
+    """The Tune checkpoint a trial left at `path`.
+
+    Args:
+        path: the checkpoint's folder, on local disk, a shared folder or s3://.
+    """
+    return tune.Checkpoint(path)
+
+
+def read_tune_pickle(content: bytes) -> Any:
+    """A file of Tune's experiment state that Tune pickled (tuner.pkl, the search states), read
+    with the cloudpickle Tune wrote it with.
+
+    Args:
+        content: the file's bytes.
+    """
+    return ray.cloudpickle.loads(content)
 
 
 def run_tuner(

@@ -1,5 +1,6 @@
 """The only module that talks to Ray's job API (ray.job_submission): a sweep submitted to a
-running Ray cluster as a job whose driver runs `orchestrate sweep SPEC` on the head node.
+running Ray cluster as a job whose driver runs `orchestrate sweep SPEC` on the head node. Also
+the cluster's one other Ray call outside Tune: this node's address (node_ip, for SLURM's nodes).
 
 The job ships the spec's folder (or the project, when the spec lies under the current folder) as
 its runtime_env working_dir, so the cluster runs the submitter's code and spec; trials log to the
@@ -23,7 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from nli_models.errors import without_passwords
+from nli_models.errors import InputError, without_passwords
 from orchestrator.environment import DEFAULTS
 
 if TYPE_CHECKING:
@@ -55,6 +56,12 @@ WORKING_DIR_EXCLUDES = [
 # business: its nodes already run with whatever it needs).
 JOB_ENV_DEFAULTS = [k for k in DEFAULTS if k != "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"]
 TERMINAL = ("SUCCEEDED", "FAILED", "STOPPED")
+# The metadata a submitted job carries (Ray keeps it with the job; `orchestrate jobs` reads it).
+JOB_SPEC = "nli.spec"  # the spec's path inside the job's working_dir
+JOB_SPEC_NAME = "nli.spec_name"
+JOB_TRACKING_URI = "nli.tracking_uri"  # without its password
+JOB_STORAGE_PATH = "nli.storage_path"
+JOB_PLANNED_TRIALS = "nli.planned_trials"
 
 
 class ClusterError(RuntimeError):
@@ -67,13 +74,20 @@ class ClusterUnreachable(ClusterError):
     exit_code = 1
 
 
-class JobInputError(ClusterError):
+class JobInputError(ClusterError, InputError):
     """Bad input from the user (spec, options, unknown job id): exit code 2."""
 
     exit_code = 2
 
 
 # -- addresses ------------------------------------------------------------------------------
+def node_ip() -> str:
+    """The address other nodes reach this one on (Ray's own choice for `ray start`)."""
+    from ray.util import get_node_ip_address
+
+    return get_node_ip_address()
+
+
 def resolve_address(address: str | None = None) -> str:
     """The dashboard URL jobs go to: `address`, else RAY_API_SERVER_ADDRESS / RAY_ADDRESS, else
     http://127.0.0.1:8265. `HEAD:8265` becomes http://HEAD:8265."""
@@ -312,11 +326,11 @@ def build_submission(
             "env_vars": env_vars,
         },
         metadata={
-            "nli.spec": relative,
-            "nli.spec_name": spec.name,
-            "nli.tracking_uri": without_passwords(uri),
-            "nli.storage_path": spec.search.storage_path or "",
-            "nli.planned_trials": str(spec.num_trials()),
+            JOB_SPEC: relative,
+            JOB_SPEC_NAME: spec.name,
+            JOB_TRACKING_URI: without_passwords(uri),
+            JOB_STORAGE_PATH: spec.search.storage_path or "",
+            JOB_PLANNED_TRIALS: str(spec.num_trials()),
         },
         submission_id=job_id,
         spec_name=spec.name,

@@ -403,6 +403,15 @@ SEARCH_FINISHED = Searcher.FINISHED
 TRIAL_RUNNING, TRIAL_TERMINATED, TRIAL_ERROR = Trial.RUNNING, Trial.TERMINATED, Trial.ERROR
 
 
+def grid_points(space: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every configuration of a grid, in the order Tune's BasicVariantGenerator runs them.
+
+    Args:
+        space: the param space (param_space), grid_search values included.
+    """
+    return [variant["config"] for _, variant in generate_variants({"config": space})]
+
+
 class GridProposals:
     """Tune's grid as a searcher: the variants BasicVariantGenerator makes of the param space
     (generate_variants), in its order."""

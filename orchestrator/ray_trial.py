@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
@@ -35,8 +34,6 @@ from results.trial_result import TrialResult
 
 CONFIGURATION_KEY = "configuration"
 POINT_KEY = "point"  # a grid --extend: Tune's grid runs over the points still to run, whole
-FAIL_ONCE_ENV = "NLI_FAIL_ONCE_AT_EPOCH"  # fault injection for recovery tests: "EPOCH:MARKER_DIR"
-EPOCH_DELAY_ENV = "NLI_EPOCH_DELAY_S"  # lifecycle tests: every epoch lasts this much longer
 
 
 # -- inside a trial ---------------------------------------------------------------------------
@@ -51,18 +48,6 @@ def trial_params(tune_config: dict[str, Any], spec_search: dict[str, Any]) -> di
     elif "seed" not in params:  # one seed and no grid over it
         params["seed"] = spec_search["seeds"][0]
     return params
-
-
-def _maybe_inject_failure(epoch: int) -> None:
-    setting = os.environ.get(FAIL_ONCE_ENV)
-    if not setting:
-        return
-    at_epoch, marker_dir = setting.split(":", 1)
-    marker = Path(marker_dir) / tune.get_context().get_trial_id()
-    if epoch == int(at_epoch) and not marker.exists():
-        marker.parent.mkdir(parents=True, exist_ok=True)
-        marker.touch()
-        raise RuntimeError(f"injected failure at epoch {epoch} ({FAIL_ONCE_ENV})")
 
 
 def trial_result(trainer: Trainer, epochs_trained: int) -> TrialResult:
@@ -130,8 +115,6 @@ def run_trial(tune_config: dict[str, Any], *, base: dict, search: dict, data: Pr
             trainer.load_checkpoint(directory)
 
     def report(trainer: Trainer, result: EpochResult) -> None:
-        _maybe_inject_failure(result.epoch)
-        time.sleep(float(os.environ.get(EPOCH_DELAY_ENV) or 0))
         finished = trainer.finished()
         with tempfile.TemporaryDirectory() as directory:
             trainer.save_checkpoint(directory)

@@ -105,7 +105,6 @@ def _compute(experiment, samplers, schedulers, repeats, budget, tracking_uri, ou
         strategy_spec,
     )
     from orchestrator.spec import SweepSpec
-    from results.errors import ResultsError
     from results.figures import figure_bytes
     from results.render import render
     from results.replay_record import read_recording, recorded_test_accuracy
@@ -122,8 +121,6 @@ def _compute(experiment, samplers, schedulers, repeats, budget, tracking_uri, ou
     try:
         client = open_client(resolve_tracking_uri(tracking_uri))
         record = read_recording(client, experiment)
-    except ResultsError as exc:
-        raise InputError(str(exc)) from None
     except MlflowException as exc:
         raise click.ClickException(f"reading the tracking store failed: {exc}") from None
     where = f"{experiment}: sweep {record.parent_run_id}"

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from nli_models.errors import InputError, mask_secrets
+from nli_models.errors import mask_secrets
 from orchestrator.cli_options import DEFAULT_SIGNAL_BEFORE_S
 from orchestrator.ray_jobs import (
     JobInputError,
@@ -73,7 +73,7 @@ SBATCH_NAME = re.compile(r"[A-Za-z0-9_.,+@:-]+")
 UNSAFE_PATH = re.compile(r"[\s\x00-\x1f\x7f\"'\\%]")
 
 
-class SlurmInputError(JobInputError, InputError):
+class SlurmInputError(JobInputError):
     """Bad input for a SLURM submission (exit code 2, nothing submitted)."""
 
 

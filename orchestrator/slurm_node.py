@@ -28,14 +28,7 @@ import time
 from pathlib import Path
 
 from orchestrator.ports import free_port, free_ports
-
-
-def node_ip() -> str:
-    """The address other nodes reach this one on (Ray's own choice for `ray start`)."""
-    from ray.util import get_node_ip_address
-
-    return get_node_ip_address()
-
+from orchestrator.ray_jobs import node_ip
 
 OBJECT_STORE_SHARE = 0.3  # of the memory Ray gets, as Ray's own default takes of the node's
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import io
-import os
 import sys
 import time
 from collections import defaultdict
@@ -208,7 +207,6 @@ def apply_paper_protocol(
                     metrics, predictions = _evaluate_selected(spec, data, outcome)
                     selection.tested[run_id], selection.predictions[run_id] = metrics, predictions
                     tests.append(metrics[rs.METRIC_TEST_ACCURACY])
-                    _test_evaluation_delay(interruption)
         test = sum(tests) / len(tests) if tests else None
         selected_lines.append(f"selected on dev for {label}: {seeds[0].params} dev {dev:.2%}"
                               + (f" test {test:.2%}" if test is not None else ""))
@@ -221,16 +219,6 @@ def apply_paper_protocol(
     for line in selected_lines:
         print(line, file=sys.stderr)
     return selection
-
-
-# Lifecycle tests: a signal lands during the test evaluation, after a seed was evaluated.
-TEST_DELAY_ENV = "NLI_TEST_EVALUATION_DELAY_S"
-
-
-def _test_evaluation_delay(interruption: Interruption) -> None:
-    deadline = time.monotonic() + float(os.environ.get(TEST_DELAY_ENV) or 0)
-    while time.monotonic() < deadline and not interruption.requested:
-        time.sleep(0.1)
 
 
 def run_sweep(

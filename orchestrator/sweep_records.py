@@ -9,6 +9,7 @@ journals earlier drivers left) and for the analysis, built from the uploaded tri
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import platform
 import sys
@@ -17,7 +18,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-import ray
 import torch
 
 from nli_models.config import Overrides
@@ -112,9 +112,9 @@ def git_tags() -> dict[str, str]:
 
 def _version_tags() -> dict[str, str]:
     return {
-        "nli.ray_version": ray.__version__,
-        "nli.torch_version": torch.__version__,
-        "nli.python_version": platform.python_version(),
+        rs.TAG_RAY_VERSION: importlib.metadata.version("ray"),  # Ray's own, without importing Ray
+        rs.TAG_TORCH_VERSION: torch.__version__,
+        rs.TAG_PYTHON_VERSION: platform.python_version(),
     }
 
 

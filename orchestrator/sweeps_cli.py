@@ -70,8 +70,6 @@ def sweeps_command(experiments: tuple[str, ...], tracking_uri: str | None) -> No
         client = open_client(resolve_tracking_uri(tracking_uri))
         chosen = resolve_experiments(client, experiments)
         records = [r for e in chosen for r in load_sweeps(client, e.experiment_id, e.name)]
-    except ResultsError as exc:
-        raise click.UsageError(str(exc)) from None
     except MlflowException as exc:
         raise click.ClickException(f"reading the tracking store failed: {exc}") from None
     click.echo(render_sweeps(records))
@@ -111,8 +109,6 @@ def best_command(experiment: str, out: Path | None, tracking_uri: str | None) ->
                 run_id, f"{rs.ARTIFACT_CHECKPOINT_DIR}/{TRIAL_CONFIG_FILE}", scratch
             )
             config = Path(path).read_text()
-    except ResultsError as exc:
-        raise click.UsageError(str(exc)) from None
     except (MlflowException, OSError) as exc:
         raise click.ClickException(f"reading the selected run failed: {exc}") from None
     selected = client.get_run(run_id).data

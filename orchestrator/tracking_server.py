@@ -16,13 +16,10 @@ import signal
 import socket
 import subprocess
 import sys
-import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from nli_models.errors import mask_secrets
+from nli_models.errors import InputError, mask_secrets
 
 DATABASE_SCHEMES = ("postgresql", "mysql", "mssql", "sqlite")
 DRIVER_HINTS = {
@@ -35,7 +32,9 @@ class ServerError(RuntimeError):
     exit_code = 1
 
 
-class ServerInputError(ServerError):
+class ServerInputError(ServerError, InputError):
+    """Bad input to `orchestrate server` (an option, the store's URI): exit code 2."""
+
     exit_code = 2
 
 
@@ -259,18 +258,3 @@ def url_for_jobs(host: str, port: int) -> str:
         fqdn = socket.getfqdn()
         return f"http://{fqdn if '.' in fqdn else socket.gethostname()}:{port}"
     return f"http://{f'[{host}]' if ':' in host else host}:{port}"
-
-
-def wait_until_up(url: str, timeout_s: float = 60.0, alive=lambda: True) -> None:
-    """Poll GET {url}/health until the server answers; TimeoutError otherwise."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            urllib.request.urlopen(f"{url}/health", timeout=2).close()
-            return
-        except (urllib.error.URLError, OSError):
-            if not alive():
-                raise ServerError(f"the MLflow server for {url} exited during startup") from None
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"MLflow server at {url} not up after {timeout_s:.0f}s") from None
-            time.sleep(0.3)

@@ -18,7 +18,6 @@ import click
 
 # Light imports only (`orchestrate --help` loads neither MLflow nor pandas); the commands import
 # the rest when they run.
-from nli_models.errors import InputError
 from nli_models.outputs import check_output_path
 from results.errors import ResultsError, ResultsWarning
 from results.formats import PAPER_NAMES, SUFFIXES
@@ -152,8 +151,6 @@ def results_command(experiments: tuple[str, ...], tracking_uri: str | None, **op
             outputs = _compute(experiments, tracking_uri, request)
             for path, _ in outputs.files:  # every file checked before the first is written
                 check_output_path(path, _option_of(path, request.evp))
-        except (ResultsError, InputError) as exc:
-            raise click.UsageError(str(exc)) from exc
         except MlflowException as exc:
             raise click.ClickException(f"reading the tracking store failed: {exc}") from exc
     from results.tracking import open_client
@@ -430,7 +427,7 @@ def attention_command(
         chosen = parse_pair_ids(pair_ids) if pair_ids else list(range(pairs))
         client = open_client(resolve_tracking_uri(tracking_uri))
         written = attention_heatmaps(client, run_id, chosen, out_dir / run_id, split)
-    except (ResultsError, MlflowException) as exc:
+    except MlflowException as exc:
         raise click.UsageError(str(exc)) from None
     for path in written:
         click.echo(str(path))
@@ -457,8 +454,6 @@ def report_command(experiments: tuple[str, ...], out_dir: Path, tracking_uri: st
             client = open_client(resolve_tracking_uri(tracking_uri))
             chosen = resolve_experiments(client, experiments)
             files = [f for e in chosen for f in report_files(client, e, out_dir)]
-        except ResultsError as exc:
-            raise click.UsageError(str(exc)) from None
         except MlflowException as exc:
             raise click.ClickException(f"reading the tracking store failed: {exc}") from exc
     _echo_warnings(caught)

@@ -1,7 +1,10 @@
-"""What the results package raises and warns; the CLI turns ResultsError into a usage error."""
+"""What the results package raises and warns; ResultsError is bad input (an InputError), which
+the CLI's one handler turns into `error: MESSAGE`, exit 2."""
+
+from nli_models.errors import InputError
 
 
-class ResultsError(Exception):
+class ResultsError(InputError):
     """Bad input the user can fix (unknown experiment, unknown row, missing artifact, ...)."""
 
 

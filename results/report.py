@@ -285,9 +285,9 @@ def provenance_section(record: Record) -> Section:
         environment = record.artifacts[info.run_id]["environment"] or {}
         packages = environment.get("packages") or {}
         versions = {
-            "python": environment.get("python") or tags.get("nli.python_version"),
-            "torch": packages.get("torch") or tags.get("nli.torch_version"),
-            "ray": packages.get("ray") or tags.get("nli.ray_version"),
+            "python": environment.get("python") or tags.get(rs.TAG_PYTHON_VERSION),
+            "torch": packages.get("torch") or tags.get(rs.TAG_TORCH_VERSION),
+            "ray": packages.get("ray") or tags.get(rs.TAG_RAY_VERSION),
             "mlflow": packages.get("mlflow"),
             "optuna": packages.get("optuna"),
         }

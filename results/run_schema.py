@@ -20,6 +20,10 @@ TAG_SPEC_HASH = "nli.spec_hash"
 TAG_SPEC_NAME = "nli.spec_name"
 TAG_GIT_COMMIT = "nli.git_commit"
 TAG_GIT_DIRTY = "nli.git_dirty"
+# the versions the driver ran under (the provenance artifact holds them too; older sweeps only here)
+TAG_RAY_VERSION = "nli.ray_version"
+TAG_TORCH_VERSION = "nli.torch_version"
+TAG_PYTHON_VERSION = "nli.python_version"
 TAG_HOST = "nli.host"
 TAG_BEST_RUN = "nli.best_run_id"  # child run of the selected configuration's best seed
 TAG_SWEEP_STATE = "nli.sweep_state"  # one of SWEEP_STATES (orchestrator/lifecycle.py moves it)

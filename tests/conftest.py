@@ -5,9 +5,11 @@ suite loads what the test modules themselves import); the helpers are in the tes
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import pytest
+from testkit import SEAMS
 
 # The cluster tests' PostgreSQL database and MLflow server (module-scoped), and the one-node SLURM
 # cluster (session-scoped).
@@ -19,6 +21,11 @@ from testkit.tracking_server import logs_dir, tracking  # noqa: F401
 from orchestrator.environment import configure_environment
 
 configure_environment()
+# The test-only seams in this process and in every process it starts (a local Ray's workers,
+# Ray nodes, subprocesses that inherit the environment): tests/seams/sitecustomize.py.
+os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(SEAMS), os.environ.get("PYTHONPATH")]))
+sys.path.insert(0, str(SEAMS))
+import sitecustomize  # noqa: E402, F401 (installs the seams in this process)
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO_ROOT.parent / "shared" / "data"

@@ -101,11 +101,11 @@ def test_pair_ids_are_parsed_and_bad_ones_named():
 def test_bad_pair_ids_are_a_usage_error_before_anything_is_read(tmp_path):
     from click.testing import CliRunner
 
-    from results.cli import attention_command
+    from orchestrator.cli import main
 
     result = CliRunner().invoke(
-        attention_command,
-        ["0123", "--pair-ids", "3,x", "--out", str(tmp_path / "maps"),
+        main,
+        ["attention", "0123", "--pair-ids", "3,x", "--out", str(tmp_path / "maps"),
          "--tracking-uri", f"sqlite:///{tmp_path / 'none.db'}"],
     )
     assert result.exit_code == 2 and "'x' is not a pair index" in result.output

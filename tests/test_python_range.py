@@ -11,7 +11,7 @@ import tomllib
 
 import pytest
 from packaging.specifiers import SpecifierSet
-from sweep_helpers import REPO_ROOT
+from testkit import REPO as REPO_ROOT
 
 pytestmark = pytest.mark.unit
 

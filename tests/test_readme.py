@@ -8,7 +8,7 @@ import re
 
 import pytest
 import yaml
-from sweep_helpers import REPO_ROOT
+from testkit import REPO as REPO_ROOT
 
 pytestmark = pytest.mark.unit
 

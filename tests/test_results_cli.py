@@ -21,9 +21,9 @@ from click.testing import CliRunner
 from mlflow import MlflowClient
 from mlflow.entities import Metric, Param
 
+from orchestrator.cli import main
 from results import run_schema as rs
 from results import table as results_table
-from results.cli import results_command
 from results.errors import ResultsWarning
 from results.table import build_table
 from results.tracking import fetch_test_metrics, load_trials, resolve_experiments
@@ -196,7 +196,8 @@ def store(tmp_path_factory) -> Store:
 
 
 def invoke(store, *args):
-    return CliRunner().invoke(results_command, ["--tracking-uri", store.uri, *map(str, args)])
+    """`orchestrate results ARGS` on `store`, through the CLI's one error handler."""
+    return CliRunner().invoke(main, ["results", "--tracking-uri", store.uri, *map(str, args)])
 
 
 @pytest.fixture(scope="module")
@@ -428,8 +429,8 @@ def test_unknown_mcnemar_row_writes_nothing(store, tmp_path):
 def test_missing_sqlite_store_is_not_created(tmp_path):
     database = tmp_path / "typo.db"
     result = CliRunner().invoke(
-        results_command,
-        ["--tracking-uri", f"sqlite:///{database}", "--out", str(tmp_path / "x.parquet")],
+        main,
+        ["results", "--tracking-uri", f"sqlite:///{database}", "--out", str(tmp_path / "x.parquet")],
     )
     assert result.exit_code == 2 and "no tracking store" in result.output
     assert list(tmp_path.iterdir()) == []

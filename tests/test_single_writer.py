@@ -10,8 +10,10 @@ import re
 from pathlib import Path
 
 import pytest
-from cluster_support import TrackingServer
-from sweep_helpers import run_orchestrate, start_orchestrate, wait_while_driving, write_spec
+from testkit.cli import run_orchestrate, start_orchestrate
+from testkit.processes import wait_while_driving
+from testkit.specs import write_spec
+from testkit.tracking_server import TrackingServer
 
 from results import run_schema as rs
 

@@ -1,6 +1,6 @@
 """Sweeps submitted with `orchestrate submit --slurm` to a real one-node SLURM cluster on this machine
-(fixture slurm_cluster, tests/slurm_support.py), logging to `orchestrate server` on the local
-PostgreSQL (fixture tracking, tests/cluster_support.py).
+(fixture slurm_cluster, tests/testkit/slurm.py), logging to `orchestrate server` on the local
+PostgreSQL (fixture tracking, tests/testkit/tracking_server.py).
 
 Each job starts its own Ray inside the allocation; after every job the test checks that nothing
 of that Ray is left on the node. The store is the judge: each planned trial FINISHED exactly
@@ -320,7 +320,7 @@ def test_an_allocation_that_finishes_no_trial_is_not_requeued(slurm_cluster, tra
 
 
 def test_a_preempted_sweep_is_requeued_and_resumed_with_nothing_lost(slurm_cluster, tracking, tmp_path):
-    """PreemptMode=REQUEUE (slurm_support.write_conf): a job in the higher-tier partition takes
+    """PreemptMode=REQUEUE (testkit.slurm.write_conf): a job in the higher-tier partition takes
     the node from the sweep mid-way; SLURM sends the sweep's job SIGTERM and requeues it, and its
     next run resumes the sweep: every planned trial FINISHED exactly once, every epoch once."""
     name, epochs, planned = "slurm-preempt", 2, 4

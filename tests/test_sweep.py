@@ -32,7 +32,7 @@ def test_grid_sweep_records_parent_and_children(ray_session, workdir):
     assert parent.info.status == "FINISHED"
     assert parent.data.tags[rs.TAG_SWEEP_STATE] == rs.SWEEP_COMPLETED
     assert parent.data.tags[rs.TAG_PLANNED_TRIALS] == "4"
-    for tag in (rs.TAG_SPEC_HASH, rs.TAG_GIT_COMMIT, rs.TAG_GIT_DIRTY, "nli.ray_version", "nli.torch_version"):
+    for tag in (rs.TAG_SPEC_HASH, rs.TAG_GIT_COMMIT, rs.TAG_GIT_DIRTY, rs.TAG_RAY_VERSION, rs.TAG_TORCH_VERSION):
         assert parent.data.tags.get(tag), tag
     # Each trial records what its own process trained on (resources.gpu 0: the CPU, 1 thread per
     # resources.cpu); the parent counts them.

@@ -6,7 +6,7 @@ protocol builds from the same trial's last Tune result."""
 from __future__ import annotations
 
 import pytest
-from toy_configs import decomposable, toy_run_config
+from testkit.toy import decomposable, toy_run_config
 
 from nli_models.training import make_trainer
 from orchestrator.journal import Journal

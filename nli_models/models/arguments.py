@@ -14,8 +14,10 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, ValidationError, ValidationInfo
 
+from nli_models.errors import InputError
 
-class ModelArgumentError(ValueError):
+
+class ModelArgumentError(InputError):
     """A model's arguments break its schema; ``argument`` is the first one at fault (None for
     unknown or missing names and for rules over several arguments)."""
 

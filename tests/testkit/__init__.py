@@ -10,6 +10,7 @@ Ray, pandas load inside the functions that need them), so collecting the suite s
 - processes: process groups, waits, kills.
 - ports: the ports the suite's own servers take, a band per test process.
 - ray_nodes, postgres, tracking_server, slurm, browser: the real components some tests drive.
+- SEAMS: the folder of the test-only delays and fault injection (tests/seams/sitecustomize.py).
 """
 
 from __future__ import annotations
@@ -18,4 +19,6 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
+# Test-only seams (tests/seams/sitecustomize.py): on PYTHONPATH in every process a test starts.
+SEAMS = REPO / "tests" / "seams"
 BIN = Path(sys.executable).parent

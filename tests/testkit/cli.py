@@ -15,7 +15,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from testkit import BIN, REPO
+from testkit import BIN, REPO, SEAMS
 
 ORCHESTRATE = str(BIN / "orchestrate")
 OUTSIDE = ("MLFLOW_TRACKING_URI", "RAY_ADDRESS", "RAY_API_SERVER_ADDRESS", "OMP_WAIT_POLICY")
@@ -50,10 +50,10 @@ def orchestrate(*args: str, env: dict | None = None, cwd: Path | None = None) ->
 
 
 def process_env(env: dict | None = None) -> dict[str, str]:
-    """The environment of a real `orchestrate`: this worktree's code (PYTHONPATH), nothing of
-    OUTSIDE, then `env`."""
+    """The environment of a real `orchestrate`: this worktree's code and the test seams
+    (PYTHONPATH), nothing of OUTSIDE, then `env`."""
     environment = {k: v for k, v in os.environ.items() if k not in OUTSIDE}
-    environment["PYTHONPATH"] = str(REPO)
+    environment["PYTHONPATH"] = f"{REPO}{os.pathsep}{SEAMS}"
     environment.update(env or {})
     return {k: v for k, v in environment.items() if v is not None}
 

@@ -1,0 +1,175 @@
+"""ARCHITECTURE.md's checkable claims, read from the source (ast) or the CLI: only the Ray adapter
+imports Ray, no private Ray API outside the few reaches ARCHITECTURE.md lists as known debt, the
+three packages import in one direction (orchestrator -> results -> nli_models; nli_models without
+MLflow), the product reads no test-only variable, `nli.*` names live in one place, and every
+command reports bad input through the one handler."""
+
+from __future__ import annotations
+
+import ast
+import re
+
+from testkit import REPO
+
+PACKAGES = ("orchestrator", "results", "nli_models")
+# The Ray adapter: the only modules that import Ray (ARCHITECTURE.md).
+RAY_ADAPTER = {"orchestrator/ray_adapter.py", "orchestrator/ray_search.py", "orchestrator/ray_trial.py",
+               "orchestrator/ray_jobs.py"}
+# The private Ray names the adapter reaches for, each in one function, because Ray 2.60 has no
+# public API for it (ARCHITECTURE.md, Known debt): (module, function, dotted name).
+PRIVATE_RAY_REACHES = {
+    ("orchestrator/ray_adapter.py", "_ray_logs", "ray._common.utils.get_default_ray_temp_dir"),
+    ("orchestrator/ray_adapter.py", "_start_deadline", "ray._private.services"),
+    ("orchestrator/ray_adapter.py", "autoscaling", "ray.autoscaler._private.util.format_readonly_node_type"),
+    ("orchestrator/ray_adapter.py", "_autoscaler_report", "ray._private.ray_constants.DEBUG_AUTOSCALING_STATUS"),
+    ("orchestrator/ray_adapter.py", "_autoscaler_report", "ray.experimental.internal_kv._internal_kv_get"),
+    ("orchestrator/ray_adapter.py", "_kill_at_shutdown", "ray._private.worker"),
+}
+# Which package may import which (the floors: none imports one above it).
+MAY_IMPORT = {"orchestrator": set(PACKAGES), "results": {"results", "nli_models"}, "nli_models": {"nli_models"}}
+
+
+def _modules():
+    for package in PACKAGES:
+        for path in sorted((REPO / package).rglob("*.py")):
+            yield path.relative_to(REPO).as_posix(), ast.parse(path.read_text(), str(path))
+
+
+def _imports(tree: ast.AST):
+    """(dotted name, enclosing function) of every import in `tree`, `from a import b` as a.b."""
+    def walk(node, function):
+        for child in ast.iter_child_nodes(node):
+            inner = child.name if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef) else function
+            if isinstance(child, ast.Import):
+                yield from ((alias.name, function) for alias in child.names)
+            elif isinstance(child, ast.ImportFrom) and child.level == 0 and child.module:
+                yield from (((f"{child.module}.{alias.name}"), function) for alias in child.names)
+            yield from walk(child, inner)
+    yield from walk(tree, None)
+
+
+def _ray_attributes(tree: ast.AST):
+    """(dotted name, enclosing function) of every attribute chain that starts at `ray`."""
+    def dotted(node):
+        return f"{dotted(node.value)}.{node.attr}" if isinstance(node, ast.Attribute) else (
+            node.id if isinstance(node, ast.Name) else "")
+
+    def walk(node, function):
+        for child in ast.iter_child_nodes(node):
+            inner = child.name if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef) else function
+            if isinstance(child, ast.Attribute) and dotted(child).startswith("ray."):
+                yield dotted(child), function
+            else:
+                yield from walk(child, inner)
+    yield from walk(tree, None)
+
+
+def _is_ray(name: str) -> bool:
+    return name == "ray" or name.startswith("ray.")
+
+
+def _private(name: str) -> bool:
+    return any(part.startswith("_") for part in name.split("."))
+
+
+def test_only_the_ray_adapter_imports_ray():
+    outside = {(module, name) for module, tree in _modules() for name, _ in _imports(tree)
+               if _is_ray(name) and module not in RAY_ADAPTER}
+    assert outside == set()
+
+
+def test_no_private_ray_name_outside_the_listed_reaches():
+    used = set()
+    for module, tree in _modules():
+        names = [*_imports(tree), *_ray_attributes(tree)]
+        used |= {(module, function, name) for name, function in names if _is_ray(name) and _private(name)}
+    assert used == PRIVATE_RAY_REACHES
+    assert not any("_internal" in name.split(".") for _, _, name in used)  # Ray Train/Tune internals: never
+
+
+def test_the_packages_import_one_way():
+    upward = set()
+    for module, tree in _modules():
+        package = module.split("/")[0]
+        upward |= {(module, name) for name, _ in _imports(tree)
+                   if name.split(".")[0] in PACKAGES and name.split(".")[0] not in MAY_IMPORT[package]}
+    assert upward == set()
+
+
+def test_nli_models_knows_nothing_of_mlflow():
+    """(and nothing of Ray: test_only_the_ray_adapter_imports_ray)"""
+    users = {(module, name) for module, tree in _modules() if module.startswith("nli_models/")
+             for name, _ in _imports(tree) if name.split(".")[0] == "mlflow"}
+    assert users == set()
+
+
+def test_the_product_reads_no_test_only_variable():
+    """The delays and fault injection of tests live in tests/seams/sitecustomize.py."""
+    from sitecustomize import EPOCH_DELAY_ENV, FAIL_ONCE_ENV, TEST_DELAY_ENV
+
+    readers = {path.relative_to(REPO).as_posix() for package in PACKAGES for path in (REPO / package).rglob("*.py")
+               if any(name in path.read_text() for name in (EPOCH_DELAY_ENV, FAIL_ONCE_ENV, TEST_DELAY_ENV))}
+    assert readers == set()
+
+
+# Where a literal `nli.*` name may be written: the tracked names (results/run_schema.py), the
+# results files' own metadata keys (results/schema.py) and a Ray Job's metadata keys (ray_jobs.py).
+NAME_HOMES = {"results/run_schema.py", "results/schema.py", "orchestrator/ray_jobs.py"}
+NAME = re.compile(r"nli\.[a-z_.]+")
+
+
+def test_names_live_in_one_place():
+    literals = {(module, node.value) for module, tree in _modules() if module not in NAME_HOMES
+                for node in ast.walk(tree)
+                if isinstance(node, ast.Constant) and isinstance(node.value, str) and NAME.fullmatch(node.value)}
+    assert literals == set()
+
+
+def _leaf_commands(group, path=()):
+    for name, command in group.commands.items():
+        if hasattr(command, "commands"):
+            yield from _leaf_commands(command, (*path, name))
+        else:
+            yield (*path, name), command
+
+
+def _input_error_classes():
+    """Every bad-input exception of the project: InputError and its subclasses (one hierarchy)."""
+    import nli_models.config  # noqa: F401 (the modules that define them)
+    import nli_models.models.arguments  # noqa: F401
+    import orchestrator.slurm  # noqa: F401
+    import orchestrator.tracking_server  # noqa: F401
+    import results.errors  # noqa: F401
+    from nli_models.errors import InputError
+
+    found, todo = [], [InputError]
+    while todo:
+        kind = todo.pop()
+        found.append(kind)
+        todo += kind.__subclasses__()
+    return found
+
+
+def test_every_command_reports_bad_input_through_the_one_handler(monkeypatch):
+    """Whatever bad-input class a command raises: `error: MESSAGE` on stderr and exit 2, the same
+    line for every command (orchestrator.cli._Commands, the one handler)."""
+    from click.testing import CliRunner
+
+    from orchestrator.cli import main
+
+    classes = _input_error_classes()
+    assert {kind.__name__ for kind in classes} >= {"ResultsError", "JobInputError", "ServerInputError",
+                                                    "ModelArgumentError", "SlurmInputError", "ConfigError"}
+    commands = list(_leaf_commands(main))
+    assert len(commands) > 15
+    for path, command in commands:
+        for kind in classes:
+            def fail(*args, kind=kind, path=path, **kwargs):
+                raise kind(f"bad {kind.__name__} for {' '.join(path)}; password://u:secret@h")
+
+            with monkeypatch.context() as patch:
+                patch.setattr(command, "params", [])
+                patch.setattr(command, "callback", fail)
+                result = CliRunner().invoke(main, list(path))
+            assert result.exit_code == 2, (path, kind, result.output)
+            assert result.stderr == f"error: bad {kind.__name__} for {' '.join(path)}; password://u:***@h\n", path
