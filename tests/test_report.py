@@ -12,6 +12,7 @@ from click.testing import CliRunner
 from mlflow import MlflowClient
 from test_results_cli import store  # noqa: F401  (the module's store fixture)
 from testkit.browser import screenshot
+from testkit.cli import orchestrate
 
 from results import run_schema as rs
 from results.cli import report_command
@@ -116,12 +117,10 @@ def test_page_renders_in_a_browser(report):
 
 
 def test_unknown_experiment_is_a_usage_error_and_writes_nothing(store, tmp_path):  # noqa: F811
-    out = tmp_path / "report"
-    result = CliRunner().invoke(
-        report_command, ["no-such-sweep", "--out", str(out), "--tracking-uri", store.uri]
-    )
-    assert result.exit_code == 2
-    assert "unknown experiment(s): no-such-sweep" in result.output
+    out = tmp_path / "report"  # through `orchestrate`, whose one handler turns bad input into exit 2
+    result = orchestrate("report", "no-such-sweep", "--out", str(out), "--tracking-uri", store.uri)
+    assert result.returncode == 2
+    assert "error: unknown experiment(s): no-such-sweep" in result.stderr
     assert not out.exists()
 
 
