@@ -20,7 +20,7 @@ NUMBERED = re.compile(r"benchmarks/README\.md,? (section|finding) \d+", re.I)
 
 
 def test_the_page_is_current_measurements_not_a_diary():
-    assert len(TEXT.splitlines()) <= 330
+    assert len(TEXT.splitlines()) <= 350
     for diary in ("this machine", "on the eighth", "the run before"):
         assert diary not in TEXT, diary
     assert not re.search(r"\bissues? \d+", TEXT, re.I)
