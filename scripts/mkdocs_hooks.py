@@ -4,7 +4,9 @@
   time, so it is never out of date: on the page that holds the marker line, the marker becomes one
   section per command (and subcommand), each with the command's own `--help` text.
 - The home page is README.md (docs/index.md links to it), whose links point into docs/ from the
-  repository's root: on the site they point at the pages beside it."""
+  repository's root: on the site they point at the pages beside it.
+- The benchmarks page is benchmarks/README.md (docs/benchmarks.md links to it), whose links point
+  into docs/ from benchmarks/ (`../docs/PAGE`): on the site they too point at the pages beside it."""
 
 from __future__ import annotations
 
@@ -40,9 +42,16 @@ def readme_links_from_docs(markdown: str) -> str:
     return markdown.replace("](docs/", "](").replace("](CHANGELOG.md)", "](changelog.md)")
 
 
+def benchmarks_links_from_docs(markdown: str) -> str:
+    """benchmarks/README.md's `](../docs/PAGE)` links as links from docs/benchmarks.md."""
+    return markdown.replace("](../docs/", "](")
+
+
 def on_page_markdown(markdown: str, page, config, files) -> str:
     if page.file.src_uri == "index.md":
         markdown = readme_links_from_docs(markdown)
+    if page.file.src_uri == "benchmarks.md":
+        markdown = benchmarks_links_from_docs(markdown)
     if MARKER in markdown:
         markdown = markdown.replace(MARKER, cli_reference())
     return markdown

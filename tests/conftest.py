@@ -43,7 +43,7 @@ def ray_session():
     """One real local Ray instance for a module's in-process sweep tests (starting one takes
     seconds), started and stopped as a sweep does it (init_ray: a private instance even when
     another Ray cluster runs on this machine). Per module, not per session: an idle instance
-    still uses about 4.5% of a core (benchmarks/README.md, section 15), and a worker's session
+    still uses about 4.5% of a core (benchmarks/README.md, "sweep_cpu"), and a worker's session
     lasts to the end of the suite."""
     import ray
 

@@ -159,7 +159,7 @@ def test_server_command_is_lean_and_masks_passwords():
 
 def test_server_gives_every_request_thread_a_database_connection(monkeypatch):
     """SQLAlchemy's default pool (5 + 10) under uvicorn's 40 request threads left 32 clients at
-    once waiting 30 s for a connection (benchmarks/README.md, section 10). log_batch nests
+    once waiting 30 s for a connection (benchmarks/README.md, "scale_tracking"). log_batch nests
     sessions, so the overflow doubles the pool. A user's value wins."""
     monkeypatch.delenv("MLFLOW_SQLALCHEMYSTORE_POOL_SIZE", raising=False)
     monkeypatch.delenv("MLFLOW_SQLALCHEMYSTORE_MAX_OVERFLOW", raising=False)

@@ -3,7 +3,7 @@ complete.
 
 Ray prestarts one worker per CPU when a driver connects; a sweep's trials never used them (each
 trial's actor starts a worker with the sweep's runtime environment), and the two cost 1.0-1.2
-CPU-s to start, at every sweep (benchmarks/README.md, section 15). The instance's processes start with SIGTERM blocked (so that
+CPU-s to start, at every sweep (benchmarks/README.md, "sweep_cpu"). The instance's processes start with SIGTERM blocked (so that
 a TERM to the whole process group reaches the driver alone), so Ray's own stop, SIGTERM then a
 second's wait per process then SIGKILL, spent 5 s at the end of every sweep and every Ctrl-C
 waiting for the SIGKILL."""

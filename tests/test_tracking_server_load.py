@@ -3,7 +3,7 @@
 MLflow's `log_batch` holds a database session while it opens others for params and metrics. With
 SQLAlchemy's default pool (5 + 10 connections) under uvicorn's 40 request threads, threads held
 the pool's connections while they waited for a second one, until the pool's 30 s timeout: the
-client got a 400 and the batch was not written (benchmarks/README.md, section 10). Here as many
+client got a 400 and the batch was not written (benchmarks/README.md, "scale_tracking"). Here as many
 clients as the server has request threads log batches shaped like the uploader's at once;
 every batch must be written, once, without any request waiting out the pool.
 """
