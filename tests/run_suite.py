@@ -52,7 +52,8 @@ def main() -> int:
     workers = os.environ.get("TEST_WORKERS", "2")
     with tempfile.TemporaryFile("w+") as slurm_output:
         slurm = pytest("-m", "not serial", SLURM_FILE, stdout=slurm_output, stderr=subprocess.STDOUT)
-        rest = pytest("-n", workers, "--dist", "loadfile", "-m", "not serial", "--ignore", SLURM_FILE, "tests")
+        rest = pytest("-n", workers, "--dist", "loadfile", "-m", "not serial", "--ignore", SLURM_FILE,
+                      "--durations", "15", "tests")  # the slowest, for whoever trims the suite
         try:
             failed = int(any([rest.wait(), slurm.wait()]))  # both waited for
         except KeyboardInterrupt:  # both got the Ctrl-C: let them stop as pytest does
