@@ -15,6 +15,7 @@ all), which takes the same branches as CUDA.
 
 from __future__ import annotations
 
+import functools
 import warnings
 from collections.abc import Sequence
 
@@ -89,6 +90,19 @@ def distinct_words(*ids: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]
         words, inverse = flat, torch.arange(flat.numel(), device=flat.device)
     indices = inverse.split([i.numel() for i in ids])
     return words, [index.view_as(i) for index, i in zip(indices, ids, strict=True)]
+
+
+def per_word(layer, *ids: torch.Tensor) -> list[torch.Tensor]:
+    """``layer`` (word ids [N] -> [N, D]) at every position of each ids tensor -> [*ids.shape, D]
+    each. On CPU it runs once per distinct word, gathered back (``distinct_words``); off the CPU,
+    where the "distinct" words are every position's, its rows are split back as views instead of
+    gathered through an identity index (no gather forward, no scatter backward)."""
+    if on_host(ids[0]):
+        words, indices = distinct_words(*ids)
+        table = layer(words)
+        return [gather_rows(table, index) for index in indices]
+    rows = layer(torch.cat([i.reshape(-1) for i in ids]))
+    return [part.view(*i.shape, -1) for part, i in zip(rows.split([i.numel() for i in ids]), ids, strict=True)]
 
 
 def gather_rows(table: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
@@ -287,12 +301,14 @@ def run_lstm(
     inputs: torch.Tensor,
     mask: torch.Tensor,
     state: tuple[torch.Tensor, torch.Tensor] | None = None,
-) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+    final_h: bool = True,
+) -> tuple[torch.Tensor, tuple[torch.Tensor | None, torch.Tensor]]:
     """Run a batch_first LSTM over rows of different lengths (in float32 under autocast).
 
     The returned (h_n, c_n) is the state after each row's last real token (not after its
-    padding), and the outputs at padding positions are zero. A one-layer unidirectional LSTM
-    runs as one call over the padded rows with the padding steps held (``_run_held``): on CPU one
+    padding), and the outputs at padding positions are zero. With ``final_h=False`` h_n may be
+    None: off the CPU, reading it out of a held run costs ops that a caller who drops it saves.
+    A one-layer unidirectional LSTM runs as one call over the padded rows with the padding steps held (``_run_held``): on CPU one
     oneDNN fused kernel, where a packed sequence runs a loop of small operators per time step (3x
     slower for Rocktäschel's attention model at SNLI lengths, batch 32); off the CPU no host
     sync, where packing needs the lengths on the host. Off the CPU a bidirectional LSTM from zeros
@@ -303,14 +319,15 @@ def run_lstm(
     """
     with recurrent_precision(inputs) as precision:
         inputs, state = precision.cast(inputs, state)
-        lengths = sequence_lengths(mask)
+        # Off the CPU a held run that drops h_n needs no lengths (on CPU they check the mask).
+        lengths = sequence_lengths(mask) if final_h or on_host(mask) else None
         bidirectional_held = state is None and not on_host(inputs)
         if lstm.num_layers == 1 and not lstm.proj_size and (not lstm.bidirectional or bidirectional_held):
             return _run_held(lstm, inputs, mask, lengths, state)
         packed = pack_padded_sequence(inputs, lengths.cpu(), batch_first=True, enforce_sorted=False)
-        outputs, final_state = lstm(packed, state)
+        outputs, (h_n, c_n) = lstm(packed, state)
         outputs, _ = pad_packed_sequence(outputs, batch_first=True, total_length=inputs.shape[1])
-        return outputs, final_state
+        return outputs, (h_n if final_h else None, c_n)
 
 
 def run_lstm_outputs(
@@ -329,25 +346,32 @@ def run_lstm_outputs(
         inputs, state = precision.cast(inputs, state)
         lengths = sequence_lengths(mask)
         outputs, _ = lstm(inputs, state)
-        return _masked_outputs(outputs, mask, lengths)
+        # Zeroed in the LSTM's own (time-major) layout: word-by-word attention reads them per step.
+        outputs = outputs * mask.unsqueeze(-1)
+        return outputs, _at_last_token(outputs, lengths)
 
 
-def _masked_outputs(
-    outputs: torch.Tensor, mask: torch.Tensor, lengths: torch.Tensor
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Outputs zeroed at padding, and each row's output at its last real token."""
-    outputs = outputs * mask.unsqueeze(-1).to(outputs.dtype)
-    rows = torch.arange(outputs.shape[0], device=outputs.device)
-    return outputs, outputs[rows, lengths - 1]
+def _at_last_token(outputs: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+    """Each row's output at its last real token, [B, D]."""
+    last = (lengths - 1).view(-1, 1, 1).expand(-1, 1, outputs.shape[-1])
+    return outputs.gather(1, last).squeeze(1)
+
+
+@functools.cache
+def _hold_weights(hidden: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """The held run's extra input column (see ``_run_held``): a constant, built once."""
+    hold = torch.zeros(4 * hidden, 1, dtype=dtype, device=device)
+    hold[:hidden], hold[hidden : 2 * hidden] = -PADDING_HOLD, PADDING_HOLD
+    return hold
 
 
 def _run_held(
     lstm: nn.LSTM,
     inputs: torch.Tensor,
     mask: torch.Tensor,
-    lengths: torch.Tensor,
+    lengths: torch.Tensor | None,
     state: tuple[torch.Tensor, torch.Tensor] | None,
-) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+) -> tuple[torch.Tensor, tuple[torch.Tensor | None, torch.Tensor]]:
     """A one-layer LSTM over right-padded rows in one call, as a packed run.
 
     The input gets one more feature, 1 at padding, whose input weights are -PADDING_HOLD into the
@@ -358,13 +382,16 @@ def _run_held(
     padding is not held (o moves), so h_n is read at the last real token, as the outputs are.
     A reverse direction (bidirectional, from zeros) meets the padding first: c stays 0, so
     h = o tanh(0) = 0, and it reaches each row's last real token from exactly the zero state; its
-    final state is after position 0, as a packed run's.
+    final state is after position 0, as a packed run's. The padding inputs themselves need no
+    zeroing: with i = 0 they reach no state, and every gate's gradient there is exactly zero
+    (σ' = 0 at ±PADDING_HOLD, di = dg = 0, and do = dh tanh(c) with dh = 0 after the last real
+    token, c = 0 before a reverse direction's first), so neither they nor W_ih get any.
     """
     hidden = lstm.hidden_size
     directions = 2 if lstm.bidirectional else 1
-    padding = (~mask).to(inputs.dtype).unsqueeze(-1)
-    hold = inputs.new_zeros(4 * hidden, 1)
-    hold[:hidden], hold[hidden : 2 * hidden] = -PADDING_HOLD, PADDING_HOLD
+    # 1.0 at padding, written as inputs' dtype by the one op.
+    padding = torch.logical_not(mask, out=inputs.new_empty(mask.shape)).unsqueeze(-1)
+    hold = _hold_weights(hidden, inputs.dtype, inputs.device)
     weights = []
     for suffix in ("_l0", "_l0_reverse")[:directions]:
         weights += [torch.cat([getattr(lstm, "weight_ih" + suffix), hold], dim=1),
@@ -374,13 +401,17 @@ def _run_held(
     if state is None:
         zeros = inputs.new_zeros(directions, inputs.shape[0], hidden)
         state = (zeros, zeros)
-    held_inputs = torch.cat([inputs * (1 - padding), padding], dim=-1)
+    held_inputs = torch.cat([inputs, padding], dim=-1)
     # nn.LSTM.forward's own call, with the widened input weights (one oneDNN kernel on CPU).
     outputs, h_n, c_n = torch._VF.lstm(
         held_inputs, state, weights, lstm.bias, 1, 0.0, lstm.training, lstm.bidirectional, True
     )
-    outputs, h_last = _masked_outputs(outputs, mask, lengths)
-    forward_h = h_last[:, :hidden].unsqueeze(0)
+    # Zeroed at padding, the mask first: the product takes its (contiguous) layout, where the
+    # LSTM's batch-first outputs are a transposed view that a matmul over them would copy first.
+    outputs = mask.unsqueeze(-1) * outputs
+    if lengths is None:  # h_n not wanted
+        return outputs, (None, c_n)
+    forward_h = _at_last_token(outputs[..., :hidden], lengths).unsqueeze(0)
     h_n = torch.cat([forward_h, h_n[1:]]) if lstm.bidirectional else forward_h
     return outputs, (h_n, c_n)
 
