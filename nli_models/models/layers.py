@@ -63,8 +63,11 @@ def masked_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return masked_sum(values, mask) / counts
 
 
-def masked_max(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    return values.masked_fill(~mask.unsqueeze(-1), float("-inf")).amax(dim=1)
+def padding_bias(mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """0 at a real token and the dtype's minimum at padding: added to scores, it is masked_softmax's
+    fill (score + minimum rounds to the minimum) by an add that a matmul can fuse, and with no
+    op in backward; computed once per batch for every attention over a sentence."""
+    return (mask.to(dtype) - 1) * torch.finfo(dtype).max
 
 
 def on_host(tensor: torch.Tensor) -> bool:
@@ -207,24 +210,55 @@ def attention_at_lengths(weights: dict[str, torch.Tensor], lengths: dict[str, in
     return cut
 
 
+class SentencePair:
+    """Values of both sentences of a batch ([B, L, ...] each). Off the CPU they are one [2B, L, ...]
+    tensor (``same_length`` gave them one length): a layer shared by both runs once over both, half
+    the kernel launches of two calls, where a step is launch-bound. On the CPU they are two tensors,
+    each sentence at its own length, where padding would cost compute. The values are the same
+    (tests/test_host_sync.py checks the two paths agree)."""
+
+    def __init__(self, values: torch.Tensor | tuple[torch.Tensor, torch.Tensor], batch: int):
+        self.values, self.batch = values, batch
+
+    @classmethod
+    def of(cls, first: torch.Tensor, second: torch.Tensor) -> SentencePair:
+        if on_host(first):
+            return cls((first, second), first.shape[0])
+        if first.shape[1] != second.shape[1]:
+            raise ValueError("on_both_sentences needs sentences of one length off the CPU (same_length)")
+        return cls(torch.cat([first, second]), first.shape[0])
+
+    def map(self, function, *others: SentencePair) -> tuple[SentencePair, ...]:
+        """``function(values, *others' values)`` on each sentence, or once on both; it returns a
+        tuple of tensors, one pair each."""
+        if not isinstance(self.values, tuple):
+            return tuple(SentencePair(out, self.batch)
+                         for out in function(self.values, *(o.values for o in others)))
+        each = [function(self.values[i], *(o.values[i] for o in others)) for i in (0, 1)]
+        return tuple(SentencePair(pair, self.batch) for pair in zip(*each, strict=True))
+
+    def halves(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """(first sentence's, second sentence's)."""
+        if isinstance(self.values, tuple):
+            return self.values
+        # split, not two slices: its backward is one kernel, theirs two each.
+        first, second = self.values.split(self.batch)
+        return first, second
+
+    def swapped(self) -> SentencePair:
+        """Each sentence's partner's values."""
+        first, second = self.halves()
+        return SentencePair.of(second, first)
+
+
 def on_both_sentences(function, a: Sequence[torch.Tensor], b: Sequence[torch.Tensor]
                       ) -> tuple[tuple[torch.Tensor, ...], tuple[torch.Tensor, ...]]:
     """``function(*a)`` and ``function(*b)``: a layer shared by both sentences (its inputs, e.g.
-    values and mask, are [B, L, ...] per sentence; it returns a tuple of [B, ...] tensors).
-
-    Off the CPU both go through it as one batch of 2B rows (``same_length`` gave them one length)
-    and are split: half the kernel launches of two calls, where a step is launch-bound, and the
-    same values (tests/test_host_sync.py checks the two paths agree). The CPU makes two calls: it
-    keeps each sentence at its own length, where padding would cost compute.
-    """
-    if on_host(a[0]):
-        return function(*a), function(*b)
-    if [t.shape[1] for t in a] != [t.shape[1] for t in b]:
-        raise ValueError("on_both_sentences needs sentences of one length off the CPU (same_length)")
-    joint = function(*(torch.cat([x, y]) for x, y in zip(a, b, strict=True)))
-    # split, not two slices: its backward is one kernel, theirs two each.
-    halves = [output.split(a[0].shape[0]) for output in joint]
-    return tuple(first for first, _ in halves), tuple(second for _, second in halves)
+    values and mask, are [B, L, ...] per sentence; it returns a tuple of [B, ...] tensors), run
+    once over both off the CPU (``SentencePair``)."""
+    first, *rest = (SentencePair.of(x, y) for x, y in zip(a, b, strict=True))
+    halves = [out.halves() for out in first.map(function, *rest)]
+    return tuple(h[0] for h in halves), tuple(h[1] for h in halves)
 
 
 def sequence_lengths(mask: torch.Tensor) -> torch.Tensor:
@@ -430,9 +464,13 @@ class AdditiveAttention(nn.Module):
         self.w = nn.Linear(dim, 1, bias=False)
 
     def forward(
-        self, memory: torch.Tensor, mask: torch.Tensor, query: torch.Tensor
+        self, memory: torch.Tensor, padding: torch.Tensor, query: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """memory [B, L, D]; mask [B, L]; query [B, D] -> (r [B, D], α [B, L])."""
+        """memory [B, L, D]; padding [B, L] or [B, 1, L] (``padding_bias``); query [B, D]
+        -> (r [B, D], α [B, L])."""
+        batch, length, dim = memory.shape
         m = torch.tanh(self.w_y(memory) + self.w_h(query).unsqueeze(1))
-        alpha = masked_softmax(self.w(m).squeeze(-1), mask)
+        # w^T M + the padding bias in one addmm: masked_softmax's scores.
+        scores = torch.addmm(padding.reshape(-1, 1), m.view(-1, dim), self.w.weight.t())
+        alpha = torch.softmax(scores.view(batch, length), dim=-1)
         return torch.bmm(alpha.unsqueeze(1), memory).squeeze(1), alpha

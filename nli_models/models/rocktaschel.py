@@ -36,6 +36,7 @@ from nli_models.models.arguments import ModelArguments, Rate, Size, one_of, vari
 from nli_models.models.layers import (
     AdditiveAttention,
     Dropout,
+    padding_bias,
     per_word,
     run_lstm,
     run_lstm_outputs,
@@ -231,7 +232,8 @@ class Rocktaschel2016(PairClassifier):
         if self.variant == "conditional":
             return h_n, None
         if self.variant == "attention":
-            r, alpha = self.attention(outputs_premise, premise_mask, h_n)  # eq. 7-9
+            r, alpha = self.attention(  # eq. 7-9
+                outputs_premise, padding_bias(premise_mask, outputs_premise.dtype), h_n)
             alpha = alpha.unsqueeze(1)
         else:
             # Attention runs over the hypothesis words only, not the delimiter (t in (L+1, N)).
