@@ -17,7 +17,7 @@ from test_models_contract import CASES, _batch, _build
 from testkit.toy import decomposable, toy_run_config
 
 from nli_models.data import batch_indices, iterate_batches
-from nli_models.models import layers
+from nli_models.models import layers, word_by_word
 from nli_models.registry import paper_configs
 from nli_models.training.metrics import evaluate
 from nli_models.training.trainer import build_for_data
@@ -78,7 +78,8 @@ def test_the_off_cpu_path_computes_what_the_cpu_path_does(name, config, monkeypa
     if "dropout" in config:  # the two paths draw their masks differently
         config = {**config, "dropout": 0.0}
     logits, grads, attention = _logits_and_gradients(name, config)
-    monkeypatch.setattr(layers, "on_host", lambda tensor: False)
+    for module in (layers, word_by_word):
+        monkeypatch.setattr(module, "on_host", lambda tensor: False)
     dense_logits, dense_grads, dense_attention = _logits_and_gradients(name, config)
     torch.testing.assert_close(dense_logits, logits, rtol=0, atol=1e-10)
     # The attention maps too, at the sentences' own lengths (the GPU path may pad them).

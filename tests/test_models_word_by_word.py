@@ -1,15 +1,25 @@
-"""The fused word-by-word attention function against Rocktäschel et al. eq. 11-13 written with
-plain autograd (the reference below), on ragged premises and hypotheses."""
+"""The fused word-by-word attention functions (the CPU's and the GPU path's) against Rocktäschel et
+al. eq. 11-13 written with plain autograd (the reference below), on ragged premises and
+hypotheses."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
+from nli_models.models import word_by_word
 from nli_models.models.layers import masked_softmax
 from nli_models.models.word_by_word import word_by_word_attention
 
 pytestmark = pytest.mark.unit
+
+
+@pytest.fixture(autouse=True, params=["cpu function", "gpu path function"])
+def path(request, monkeypatch):
+    """Every test runs both functions: the GPU path's is taken off the CPU (on_host False)."""
+    if request.param == "gpu path function":
+        monkeypatch.setattr(word_by_word, "on_host", lambda tensor: False)
+    return request.param
 
 
 def reference(memory, memory_mask, queries, query_mask, w_y, w_h, w_r, w_t, w):
