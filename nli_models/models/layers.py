@@ -129,6 +129,11 @@ class RealPositions:
         self.masks = masks
         self.dense = not all(on_host(mask) for mask in masks)
         if self.dense:
+            # Padding, once per batch for every layer applied; batches of one shape (``same_length``)
+            # go through a layer as one.
+            self.joint = len({mask.shape for mask in masks}) == 1
+            self.padding = (~torch.cat(masks).unsqueeze(-1) if self.joint
+                            else [~mask.unsqueeze(-1) for mask in masks])
             return
         # Per batch: the flat index (row * L + position) and the row of each real position.
         self.rows, self.flat = [], []
@@ -146,16 +151,10 @@ class RealPositions:
         return layer(words).split(self.counts)
 
     def _padded(self, layer: nn.Module, values: Sequence[torch.Tensor]) -> list[torch.Tensor]:
-        """The dense path: the layer over every position, zero (not 0 x value) at padding; batches
-        of one shape (``same_length``) go through it as one."""
-        if len({v.shape[:2] for v in values}) == 1:
-            joint = layer(torch.cat(list(values)))
-            masks = torch.cat(list(self.masks)).unsqueeze(-1)
-            return list(torch.where(masks, joint, 0.0).split(values[0].shape[0]))
-        return [
-            torch.where(mask.unsqueeze(-1), layer(v), 0.0)
-            for v, mask in zip(values, self.masks, strict=True)
-        ]
+        """The dense path: the layer over every position, zero (not 0 x value) at padding."""
+        if self.joint:
+            return list(layer(torch.cat(list(values))).masked_fill(self.padding, 0.0).split(values[0].shape[0]))
+        return [layer(v).masked_fill(padding, 0.0) for v, padding in zip(values, self.padding, strict=True)]
 
     def apply(self, layer: nn.Module, *values: torch.Tensor) -> list[torch.Tensor]:
         """``layer`` on each batch's real words -> per batch [B, L, D_out], zero at padding."""
