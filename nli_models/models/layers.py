@@ -284,8 +284,9 @@ warnings.filterwarnings("ignore", message="RNN module weights are not part of si
 # A padding step's input gate pre-activation gets -PADDING_HOLD and its forget gate's +PADDING_HOLD,
 # so the sigmoids are exactly 0 and 1 (they saturate beyond ~17 in float32, ~9 in float16): the cell
 # state passes the step unchanged and the step passes no gradient to anything else. The rest of
-# the pre-activation is b + W_hh h (the padding input is zeroed, |h| < 1), far below 1e4 unless the
-# weights have blown up; 1e4 is finite in float16 and bfloat16, so 0 x PADDING_HOLD stays 0.
+# the pre-activation is W_ih x + b + W_hh h (x a padding word's vector, |h| < 1), far below 1e4
+# unless the weights have blown up; 1e4 is finite in float16 and bfloat16, so 0 x PADDING_HOLD
+# stays 0.
 PADDING_HOLD = 1e4
 
 
@@ -341,8 +342,8 @@ def run_lstm(
     The returned (h_n, c_n) is the state after each row's last real token (not after its
     padding), and the outputs at padding positions are zero. With ``final_h=False`` h_n may be
     None: off the CPU, reading it out of a held run costs ops that a caller who drops it saves.
-    A one-layer unidirectional LSTM runs as one call over the padded rows with the padding steps held (``_run_held``): on CPU one
-    oneDNN fused kernel, where a packed sequence runs a loop of small operators per time step (3x
+    A one-layer unidirectional LSTM runs as one call over the padded rows with the padding steps
+    held (``_run_held``): on CPU one oneDNN fused kernel, where a packed sequence runs a loop of small operators per time step (3x
     slower for Rocktäschel's attention model at SNLI lengths, batch 32); off the CPU no host
     sync, where packing needs the lengths on the host. Off the CPU a bidirectional LSTM from zeros
     runs held too (its reverse direction reads the padding first and stays exactly at zero through
