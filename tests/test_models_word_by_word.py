@@ -1,22 +1,32 @@
-"""The fused word-by-word attention function against Rocktäschel et al. eq. 11-13 written with
-plain autograd (the reference below), on ragged premises and hypotheses."""
+"""The fused word-by-word attention functions (the CPU's and the GPU path's) against Rocktäschel et
+al. eq. 11-13 written with plain autograd (the reference below), on ragged premises and
+hypotheses."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
+from nli_models.models import word_by_word
 from nli_models.models.layers import masked_softmax
 from nli_models.models.word_by_word import word_by_word_attention
 
 pytestmark = pytest.mark.unit
 
 
-def reference(memory, projected_memory, memory_mask, projected_queries, query_mask, w_r, w_t, w):
+@pytest.fixture(autouse=True, params=["cpu function", "gpu path function"])
+def path(request, monkeypatch):
+    """Every test runs both functions: the GPU path's is taken off the CPU (on_host False)."""
+    if request.param == "gpu path function":
+        monkeypatch.setattr(word_by_word, "on_host", lambda tensor: False)
+    return request.param
+
+
+def reference(memory, memory_mask, queries, query_mask, w_y, w_h, w_r, w_t, w):
     r = memory.new_zeros(memory.shape[0], memory.shape[2])
     alphas = []
-    for t in range(projected_queries.shape[1]):
-        m = torch.tanh(projected_memory + (projected_queries[:, t] + r @ w_r.t()).unsqueeze(1))
+    for t in range(queries.shape[1]):
+        m = torch.tanh(memory @ w_y.t() + (queries[:, t] @ w_h.t() + r @ w_r.t()).unsqueeze(1))
         alpha = masked_softmax((m @ w.t()).squeeze(-1), memory_mask)
         new = torch.bmm(alpha.unsqueeze(1), memory).squeeze(1) + torch.tanh(r @ w_t.t())
         r = torch.where(query_mask[:, t, None], new, r)
@@ -34,8 +44,8 @@ def inputs(batch=4, premise=6, hypothesis=5, dim=3, dtype=torch.float64, seed=0)
     def leaf(*shape):
         return torch.randn(*shape, generator=g, dtype=dtype).requires_grad_()
 
-    return (leaf(batch, premise, dim), leaf(batch, premise, dim), memory_mask,
-            leaf(batch, hypothesis, dim), query_mask, leaf(dim, dim), leaf(dim, dim), leaf(1, dim))
+    return (leaf(batch, premise, dim), memory_mask, leaf(batch, hypothesis, dim), query_mask,
+            leaf(dim, dim), leaf(dim, dim), leaf(dim, dim), leaf(dim, dim), leaf(1, dim))
 
 
 def differentiable(args):
@@ -62,17 +72,17 @@ def test_passes_gradcheck():
 
 def test_padding_gets_no_weight_and_does_not_change_r():
     args = list(inputs())
-    args[4] = args[4] & (torch.arange(5) < 3)  # hypotheses of at most 3 words, padded to 5
+    args[3] = args[3] & (torch.arange(5) < 3)  # hypotheses of at most 3 words, padded to 5
     r, alphas = word_by_word_attention(*args)
-    memory_mask, query_mask = args[2], args[4]
+    memory_mask, query_mask = args[1], args[3]
     assert torch.all(alphas[~query_mask] == 0)
     assert torch.all(alphas.masked_select(~memory_mask.unsqueeze(1)) == 0)
     cut = list(args)
-    cut[3], cut[4] = args[3][:, :3], args[4][:, :3]
+    cut[2], cut[3] = args[2][:, :3], args[3][:, :3]
     assert torch.allclose(word_by_word_attention(*cut)[0], r)
     longer = list(args)  # two more padded premise positions holding arbitrary values
-    longer[0], longer[1] = (torch.cat([a, torch.randn(4, 2, 3, dtype=a.dtype)], 1) for a in args[:2])
-    longer[2] = torch.cat([args[2], torch.zeros(4, 2, dtype=torch.bool)], 1)
+    longer[0] = torch.cat([args[0], torch.randn(4, 2, 3, dtype=args[0].dtype)], 1)
+    longer[1] = torch.cat([args[1], torch.zeros(4, 2, dtype=torch.bool)], 1)
     assert torch.allclose(word_by_word_attention(*longer)[0], r)
 
 

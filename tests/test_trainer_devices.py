@@ -133,9 +133,12 @@ def test_bf16_autocasts_every_layer_but_the_recurrent_ones(toy, model):
     called = layers & seen.keys()
     for name in called:
         assert seen[name][1] == torch.bfloat16, f"{name} computed in {seen[name][1]}"
-    # Layers whose weights are used without calling them: word-by-word attention's recurrence
-    # (float32, below) and ABCNN's output layer (F.linear over the active blocks' columns).
-    uncalled = {"rocktaschel": {"attention.w", "w_r", "w_t"}, "abcnn": {"output"}}
+    # Layers whose weights are used without calling them: word-by-word attention's (W^y, W^h and
+    # the recurrence's, float32, below), ops that fuse a layer with an add (autocast, bf16:
+    # Rocktäschel's W^p in h*'s addmm, additive attention's w in the scores' addmm) and ABCNN's
+    # output layer (F.linear over the active blocks' columns).
+    uncalled = {"rocktaschel": {"attention.w", "attention.w_y", "attention.w_h", "w_r", "w_t", "w_p"},
+                "cam": {"intra_attention.w"}, "abcnn": {"output"}}
     assert layers - called == uncalled.get(model, set())
     # The LSTMs: held runs call the fused kernel directly (seen by the dispatch recorder), the
     # others call the module (seen by its hook; on CPU a packed run is a loop of matmuls).
@@ -146,8 +149,8 @@ def test_bf16_autocasts_every_layer_but_the_recurrent_ones(toy, model):
         assert dtypes == {torch.float32}, f"{kernel} ran on {dtypes}"
     for name, (inputs, out) in lstm_calls.items():
         assert inputs == {torch.float32} and out == torch.float32, name
-    if model == "rocktaschel":  # r_N, the word-by-word recurrence's result, reaches W^p as float32
-        assert seen["w_p"][0] == {torch.float32}
+    if model == "rocktaschel":  # h_N, a float32 recurrent result, reaches W^x as float32
+        assert seen["w_x"][0] == {torch.float32}
 
 
 def test_fp16_is_refused_with_the_reason_and_what_to_use():

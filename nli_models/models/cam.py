@@ -36,11 +36,9 @@ from nli_models.models.arguments import ModelArguments, Rate, Size, one_of, vari
 from nli_models.models.layers import (
     AdditiveAttention,
     Dropout,
+    SentencePair,
     attention_at_lengths,
-    masked_max,
-    masked_mean,
-    masked_softmax,
-    on_both_sentences,
+    padding_bias,
     run_lstm,
     same_length,
 )
@@ -133,22 +131,20 @@ class CombinedAttentionModel(PairClassifier):
         lengths = premise.ids.shape[1], hypothesis.ids.shape[1]
         premise_ids, premise_mask, hypothesis_ids, hypothesis_mask = same_length(
             premise.ids, premise.mask, hypothesis.ids, hypothesis.mask)
-        # The encoder and intra-attention are shared by both sentences: one pass over both.
-        (r_p, *alpha_p), (r_h, *alpha_h) = on_both_sentences(
-            self._encode_and_attend, (premise_ids, premise_mask), (hypothesis_ids, hypothesis_mask))
+        # Every layer but inter-attention is shared by both sentences: off the CPU it runs once
+        # over both (SentencePair); inter-attention runs once too, each sentence against its partner.
+        ids, mask = SentencePair.of(premise_ids, hypothesis_ids), SentencePair.of(premise_mask, hypothesis_mask)
+        r, means, padding, *alpha = ids.map(self._encode_and_attend, mask)
         weights = {}
         if self.intra_attention is not None:
-            weights["premise_intra"], weights["hypothesis_intra"] = alpha_p[0], alpha_h[0]  # [B, L]
-        f_p, f_h = r_p, r_h
+            weights["premise_intra"], weights["hypothesis_intra"] = alpha[0].halves()  # [B, L]
+        f = r
         if self.variant != "intra_only":
-            e = torch.bmm(r_p, r_h.transpose(1, 2))  # eq. 6, [B, Lp, Lh]
-            to_h = masked_softmax(e, hypothesis_mask.unsqueeze(1))
-            to_p = masked_softmax(e.transpose(1, 2), premise_mask.unsqueeze(1))
-            f_p = torch.bmm(to_h, r_h) * r_p  # eq. 7, 9
-            f_h = torch.bmm(to_p, r_p) * r_h  # eq. 8, 10
-            weights.update(premise_to_hypothesis=to_h, hypothesis_to_premise=to_p)
-        pooled_p, pooled_h = on_both_sentences(_pooled, (f_p, premise_mask), (f_h, hypothesis_mask))
-        relation = torch.cat([*pooled_p, *pooled_h], dim=-1)  # eq. 11-13
+            f, to_partner = r.map(_aligned, r.swapped(), padding.swapped())  # eq. 6-10
+            weights["premise_to_hypothesis"], weights["hypothesis_to_premise"] = to_partner.halves()
+        average, maximum = f.map(_pooled, means, padding)  # eq. 11-12
+        (average_p, average_h), (maximum_p, maximum_h) = average.halves(), maximum.halves()
+        relation = torch.cat([average_p, maximum_p, average_h, maximum_h], dim=-1)  # eq. 13
         weights = attention_at_lengths(weights, {"premise": lengths[0], "hypothesis": lengths[1]})
         for name in ("premise_intra", "hypothesis_intra"):
             if name in weights:
@@ -156,14 +152,24 @@ class CombinedAttentionModel(PairClassifier):
         return self.classifier(relation), weights
 
     def _encode_and_attend(self, ids: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        """Eq. 1-2 (the BiLSTM), then eq. 3-5 where there is intra-attention -> (r [B, L, 2d],)
-        or (r, α [B, 1, L])."""
-        outputs, _ = run_lstm(self.encoder, self.dropout(self.word_embeddings(ids)), mask)
-        return self._intra(outputs, mask) if self.intra_attention is not None else (outputs,)
+        """Eq. 1-2 (the BiLSTM), then eq. 3-5 where there is intra-attention -> (r [B, L, 2d],
+        the masked-average weights [B, 1, L] and the padding bias [B, 1, L] that every later
+        average and attention over the sentence reuses) and α [B, L] with intra-attention."""
+        embedded = self.dropout(self.word_embeddings(ids))
+        outputs, _ = run_lstm(self.encoder, embedded, mask, final_h=False)
+        # The masks' terms, once per batch: a masked mean is the product with 1/n at real tokens.
+        real = mask.unsqueeze(1).to(outputs.dtype)
+        means = real / real.sum(dim=-1, keepdim=True).clamp(min=1)
+        padding = padding_bias(mask.unsqueeze(1), outputs.dtype)
+        if self.intra_attention is None:
+            return outputs, means, padding
+        sequence, alpha = self._intra(outputs, means, padding)
+        return sequence, means, padding, alpha
 
-    def _intra(self, y: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def _intra(self, y: torch.Tensor, means: torch.Tensor, padding: torch.Tensor
+               ) -> tuple[torch.Tensor, torch.Tensor]:
         """Eq. 3-5 with R_avg the masked average of Y -> (r_p or r_h [B, L, 2d], α [B, L])."""
-        r, alpha = self.intra_attention(y, mask, masked_mean(y, mask))
+        r, alpha = self.intra_attention(y, padding, torch.bmm(means, y).squeeze(1))
         if self.intra_output == "repeat":  # the literal reading: uniform inter-attention
             sequence = r.unsqueeze(1).expand_as(y)
         else:  # "scale", the reconstruction: r_i = α_i ȳ_i, one vector per word
@@ -171,6 +177,16 @@ class CombinedAttentionModel(PairClassifier):
         return sequence, alpha
 
 
-def _pooled(f: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def _aligned(r: torch.Tensor, partner: torch.Tensor, partner_padding: torch.Tensor
+             ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Eq. 6-10 for one sentence against its partner: e_ij = r_i · r~_j, its softmax over the
+    partner's words, and f = (the aligned partner) ⊙ r -> (f [B, L, 2d], weights [B, L, L']).
+    For the hypothesis, e is eq. 6's e transposed, taken by its own product (the same sums): each
+    side is then one op, and off the CPU both sides are one op over the pair."""
+    weights = torch.softmax(torch.bmm(r, partner.transpose(1, 2)) + partner_padding, dim=-1)
+    return torch.bmm(weights, partner) * r, weights
+
+
+def _pooled(f: torch.Tensor, means: torch.Tensor, padding: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Eq. 11-12: the average and the max over a sentence's words -> ([B, 2d], [B, 2d])."""
-    return masked_mean(f, mask), masked_max(f, mask)
+    return torch.bmm(means, f).squeeze(1), (f + padding.transpose(1, 2)).amax(dim=1)

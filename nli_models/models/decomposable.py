@@ -27,6 +27,7 @@ Intra-attention distance biases d_{i-j}: one per signed distance -10..10 and one
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import torch
@@ -42,6 +43,7 @@ from nli_models.models.layers import (
     distinct_words,
     gather_rows,
     masked_softmax,
+    on_both_sentences,
     same_length,
 )
 from nli_models.models.pair_classifier import PairClassifier, Sentences
@@ -90,6 +92,20 @@ def _paper_config(variant: str, table_row: str, published: int) -> PaperConfig:
     )
 
 
+def _distance_buckets(length: int, device: torch.device) -> torch.Tensor:
+    """The index of d_{i-j} for every (i, j) of a sentence of ``length`` positions, [L, L]: the
+    top-left corner (a view) of a table built once per device and power-of-two size, since the
+    index depends on i - j only."""
+    return _bucket_table(max(64, 1 << (length - 1).bit_length()), device)[:length, :length]
+
+
+@functools.cache
+def _bucket_table(size: int, device: torch.device) -> torch.Tensor:
+    positions = torch.arange(size, device=device)
+    distance = positions.unsqueeze(1) - positions.unsqueeze(0)  # i - j
+    return torch.where(distance.abs() > MAX_DISTANCE, 2 * MAX_DISTANCE + 1, distance + MAX_DISTANCE)
+
+
 class _IntraAttention(nn.Module):
     """Eq. 6-7: a'_i = sum_j softmax_j(F_intra(a_i)^T F_intra(a_j) + d_{i-j}) a_j; returns [a, a']."""
 
@@ -103,11 +119,7 @@ class _IntraAttention(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """``hidden``: F_intra(a), computed by the caller on the real words (RealPositions)."""
         f = torch.bmm(hidden, hidden.transpose(1, 2))
-        positions = torch.arange(a.shape[1], device=a.device)
-        distance = positions.unsqueeze(1) - positions.unsqueeze(0)  # i - j
-        bucket = torch.where(
-            distance.abs() > MAX_DISTANCE, 2 * MAX_DISTANCE + 1, distance + MAX_DISTANCE
-        )
+        bucket = _distance_buckets(a.shape[1], a.device)
         weights = masked_softmax(f + self.distance_bias[bucket], mask.unsqueeze(1))
         return torch.cat([a, torch.bmm(weights, a)], dim=-1), weights
 
@@ -149,7 +161,8 @@ class DecomposableAttention(PairClassifier):
         """Attention: "premise_to_hypothesis" [B, 1+Lp, 1+Lh], "hypothesis_to_premise"
         [B, 1+Lh, 1+Lp] (eq. 2) and with intra, "premise_intra" [B, 1+Lp, 1+Lp] and
         "hypothesis_intra" [B, 1+Lh, 1+Lh] (eq. 6): the NULL position is index 0 of every axis."""
-        # Off the CPU both sentences take one length, so F_intra, F and G run once over both.
+        # Off the CPU both sentences take one length, so F_intra, intra-attention, F and G run once
+        # over both.
         lengths = {"premise": 1 + premise.ids.shape[1], "hypothesis": 1 + hypothesis.ids.shape[1]}
         premise_ids, premise_mask, hypothesis_ids, hypothesis_mask = same_length(
             premise.ids, premise.mask, hypothesis.ids, hypothesis.mask)
@@ -161,8 +174,8 @@ class DecomposableAttention(PairClassifier):
         weights = {}
         if self.intra is not None:
             hidden_a, hidden_b = words.apply(self.intra.f_intra, a, b)
-            a, weights["premise_intra"] = self.intra(a, a_mask, hidden_a)
-            b, weights["hypothesis_intra"] = self.intra(b, b_mask, hidden_b)
+            (a, weights["premise_intra"]), (b, weights["hypothesis_intra"]) = on_both_sentences(
+                self.intra, (a, a_mask, hidden_a), (b, b_mask, hidden_b))
         attend_a, attend_b = words.apply(self.attend, a, b)
         e = torch.bmm(attend_a, attend_b.transpose(1, 2))  # eq. 1, [B, La, Lb]
         to_b = masked_softmax(e, b_mask.unsqueeze(1))  # eq. 2: β_i attends over b

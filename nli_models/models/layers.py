@@ -15,6 +15,7 @@ all), which takes the same branches as CUDA.
 
 from __future__ import annotations
 
+import functools
 import warnings
 from collections.abc import Sequence
 
@@ -62,8 +63,11 @@ def masked_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return masked_sum(values, mask) / counts
 
 
-def masked_max(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    return values.masked_fill(~mask.unsqueeze(-1), float("-inf")).amax(dim=1)
+def padding_bias(mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """0 at a real token and the dtype's minimum at padding: added to scores, it is masked_softmax's
+    fill (score + minimum rounds to the minimum) by an add that a matmul can fuse, and with no
+    op in backward; computed once per batch for every attention over a sentence."""
+    return (mask.to(dtype) - 1) * torch.finfo(dtype).max
 
 
 def on_host(tensor: torch.Tensor) -> bool:
@@ -91,6 +95,19 @@ def distinct_words(*ids: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]
     return words, [index.view_as(i) for index, i in zip(indices, ids, strict=True)]
 
 
+def per_word(layer, *ids: torch.Tensor) -> list[torch.Tensor]:
+    """``layer`` (word ids [N] -> [N, D]) at every position of each ids tensor -> [*ids.shape, D]
+    each. On CPU it runs once per distinct word, gathered back (``distinct_words``); off the CPU,
+    where the "distinct" words are every position's, its rows are split back as views instead of
+    gathered through an identity index (no gather forward, no scatter backward)."""
+    if on_host(ids[0]):
+        words, indices = distinct_words(*ids)
+        table = layer(words)
+        return [gather_rows(table, index) for index in indices]
+    rows = layer(torch.cat([i.reshape(-1) for i in ids]))
+    return [part.view(*i.shape, -1) for part, i in zip(rows.split([i.numel() for i in ids]), ids, strict=True)]
+
+
 def gather_rows(table: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
     """``table[index]`` for a [N, D] table, with a deterministic backward: ``table[index]``'s
     backward (index_put_ with accumulate) adds a row's gradients in a thread-dependent order on
@@ -112,6 +129,11 @@ class RealPositions:
         self.masks = masks
         self.dense = not all(on_host(mask) for mask in masks)
         if self.dense:
+            # Padding, once per batch for every layer applied; batches of one shape (``same_length``)
+            # go through a layer as one.
+            self.joint = len({mask.shape for mask in masks}) == 1
+            self.padding = (~torch.cat(masks).unsqueeze(-1) if self.joint
+                            else [~mask.unsqueeze(-1) for mask in masks])
             return
         # Per batch: the flat index (row * L + position) and the row of each real position.
         self.rows, self.flat = [], []
@@ -129,16 +151,10 @@ class RealPositions:
         return layer(words).split(self.counts)
 
     def _padded(self, layer: nn.Module, values: Sequence[torch.Tensor]) -> list[torch.Tensor]:
-        """The dense path: the layer over every position, zero (not 0 x value) at padding; batches
-        of one shape (``same_length``) go through it as one."""
-        if len({v.shape[:2] for v in values}) == 1:
-            joint = layer(torch.cat(list(values)))
-            masks = torch.cat(list(self.masks)).unsqueeze(-1)
-            return list(torch.where(masks, joint, 0.0).split(values[0].shape[0]))
-        return [
-            torch.where(mask.unsqueeze(-1), layer(v), 0.0)
-            for v, mask in zip(values, self.masks, strict=True)
-        ]
+        """The dense path: the layer over every position, zero (not 0 x value) at padding."""
+        if self.joint:
+            return list(layer(torch.cat(list(values))).masked_fill(self.padding, 0.0).split(values[0].shape[0]))
+        return [layer(v).masked_fill(padding, 0.0) for v, padding in zip(values, self.padding, strict=True)]
 
     def apply(self, layer: nn.Module, *values: torch.Tensor) -> list[torch.Tensor]:
         """``layer`` on each batch's real words -> per batch [B, L, D_out], zero at padding."""
@@ -193,24 +209,55 @@ def attention_at_lengths(weights: dict[str, torch.Tensor], lengths: dict[str, in
     return cut
 
 
+class SentencePair:
+    """Values of both sentences of a batch ([B, L, ...] each). Off the CPU they are one [2B, L, ...]
+    tensor (``same_length`` gave them one length): a layer shared by both runs once over both, half
+    the kernel launches of two calls, where a step is launch-bound. On the CPU they are two tensors,
+    each sentence at its own length, where padding would cost compute. The values are the same
+    (tests/test_host_sync.py checks the two paths agree)."""
+
+    def __init__(self, values: torch.Tensor | tuple[torch.Tensor, torch.Tensor], batch: int):
+        self.values, self.batch = values, batch
+
+    @classmethod
+    def of(cls, first: torch.Tensor, second: torch.Tensor) -> SentencePair:
+        if on_host(first):
+            return cls((first, second), first.shape[0])
+        if first.shape[1] != second.shape[1]:
+            raise ValueError("on_both_sentences needs sentences of one length off the CPU (same_length)")
+        return cls(torch.cat([first, second]), first.shape[0])
+
+    def map(self, function, *others: SentencePair) -> tuple[SentencePair, ...]:
+        """``function(values, *others' values)`` on each sentence, or once on both; it returns a
+        tuple of tensors, one pair each."""
+        if not isinstance(self.values, tuple):
+            return tuple(SentencePair(out, self.batch)
+                         for out in function(self.values, *(o.values for o in others)))
+        each = [function(self.values[i], *(o.values[i] for o in others)) for i in (0, 1)]
+        return tuple(SentencePair(pair, self.batch) for pair in zip(*each, strict=True))
+
+    def halves(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """(first sentence's, second sentence's)."""
+        if isinstance(self.values, tuple):
+            return self.values
+        # split, not two slices: its backward is one kernel, theirs two each.
+        first, second = self.values.split(self.batch)
+        return first, second
+
+    def swapped(self) -> SentencePair:
+        """Each sentence's partner's values."""
+        first, second = self.halves()
+        return SentencePair.of(second, first)
+
+
 def on_both_sentences(function, a: Sequence[torch.Tensor], b: Sequence[torch.Tensor]
                       ) -> tuple[tuple[torch.Tensor, ...], tuple[torch.Tensor, ...]]:
     """``function(*a)`` and ``function(*b)``: a layer shared by both sentences (its inputs, e.g.
-    values and mask, are [B, L, ...] per sentence; it returns a tuple of [B, ...] tensors).
-
-    Off the CPU both go through it as one batch of 2B rows (``same_length`` gave them one length)
-    and are split: half the kernel launches of two calls, where a step is launch-bound, and the
-    same values (tests/test_host_sync.py checks the two paths agree). The CPU makes two calls: it
-    keeps each sentence at its own length, where padding would cost compute.
-    """
-    if on_host(a[0]):
-        return function(*a), function(*b)
-    if [t.shape[1] for t in a] != [t.shape[1] for t in b]:
-        raise ValueError("on_both_sentences needs sentences of one length off the CPU (same_length)")
-    joint = function(*(torch.cat([x, y]) for x, y in zip(a, b, strict=True)))
-    # split, not two slices: its backward is one kernel, theirs two each.
-    halves = [output.split(a[0].shape[0]) for output in joint]
-    return tuple(first for first, _ in halves), tuple(second for _, second in halves)
+    values and mask, are [B, L, ...] per sentence; it returns a tuple of [B, ...] tensors), run
+    once over both off the CPU (``SentencePair``)."""
+    first, *rest = (SentencePair.of(x, y) for x, y in zip(a, b, strict=True))
+    halves = [out.halves() for out in first.map(function, *rest)]
+    return tuple(h[0] for h in halves), tuple(h[1] for h in halves)
 
 
 def sequence_lengths(mask: torch.Tensor) -> torch.Tensor:
@@ -237,8 +284,9 @@ warnings.filterwarnings("ignore", message="RNN module weights are not part of si
 # A padding step's input gate pre-activation gets -PADDING_HOLD and its forget gate's +PADDING_HOLD,
 # so the sigmoids are exactly 0 and 1 (they saturate beyond ~17 in float32, ~9 in float16): the cell
 # state passes the step unchanged and the step passes no gradient to anything else. The rest of
-# the pre-activation is b + W_hh h (the padding input is zeroed, |h| < 1), far below 1e4 unless the
-# weights have blown up; 1e4 is finite in float16 and bfloat16, so 0 x PADDING_HOLD stays 0.
+# the pre-activation is W_ih x + b + W_hh h (x a padding word's vector, |h| < 1), far below 1e4
+# unless the weights have blown up; 1e4 is finite in float16 and bfloat16, so 0 x PADDING_HOLD
+# stays 0.
 PADDING_HOLD = 1e4
 
 
@@ -287,13 +335,15 @@ def run_lstm(
     inputs: torch.Tensor,
     mask: torch.Tensor,
     state: tuple[torch.Tensor, torch.Tensor] | None = None,
-) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+    final_h: bool = True,
+) -> tuple[torch.Tensor, tuple[torch.Tensor | None, torch.Tensor]]:
     """Run a batch_first LSTM over rows of different lengths (in float32 under autocast).
 
     The returned (h_n, c_n) is the state after each row's last real token (not after its
-    padding), and the outputs at padding positions are zero. A one-layer unidirectional LSTM
-    runs as one call over the padded rows with the padding steps held (``_run_held``): on CPU one
-    oneDNN fused kernel, where a packed sequence runs a loop of small operators per time step (3x
+    padding), and the outputs at padding positions are zero. With ``final_h=False`` h_n may be
+    None: off the CPU, reading it out of a held run costs ops that a caller who drops it saves.
+    A one-layer unidirectional LSTM runs as one call over the padded rows with the padding steps
+    held (``_run_held``): on CPU one oneDNN fused kernel, where a packed sequence runs a loop of small operators per time step (3x
     slower for Rocktäschel's attention model at SNLI lengths, batch 32); off the CPU no host
     sync, where packing needs the lengths on the host. Off the CPU a bidirectional LSTM from zeros
     runs held too (its reverse direction reads the padding first and stays exactly at zero through
@@ -303,14 +353,15 @@ def run_lstm(
     """
     with recurrent_precision(inputs) as precision:
         inputs, state = precision.cast(inputs, state)
-        lengths = sequence_lengths(mask)
+        # Off the CPU a held run that drops h_n needs no lengths (on CPU they check the mask).
+        lengths = sequence_lengths(mask) if final_h or on_host(mask) else None
         bidirectional_held = state is None and not on_host(inputs)
         if lstm.num_layers == 1 and not lstm.proj_size and (not lstm.bidirectional or bidirectional_held):
             return _run_held(lstm, inputs, mask, lengths, state)
         packed = pack_padded_sequence(inputs, lengths.cpu(), batch_first=True, enforce_sorted=False)
-        outputs, final_state = lstm(packed, state)
+        outputs, (h_n, c_n) = lstm(packed, state)
         outputs, _ = pad_packed_sequence(outputs, batch_first=True, total_length=inputs.shape[1])
-        return outputs, final_state
+        return outputs, (h_n if final_h else None, c_n)
 
 
 def run_lstm_outputs(
@@ -329,25 +380,32 @@ def run_lstm_outputs(
         inputs, state = precision.cast(inputs, state)
         lengths = sequence_lengths(mask)
         outputs, _ = lstm(inputs, state)
-        return _masked_outputs(outputs, mask, lengths)
+        # Zeroed in the LSTM's own (time-major) layout: word-by-word attention reads them per step.
+        outputs = outputs * mask.unsqueeze(-1)
+        return outputs, _at_last_token(outputs, lengths)
 
 
-def _masked_outputs(
-    outputs: torch.Tensor, mask: torch.Tensor, lengths: torch.Tensor
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Outputs zeroed at padding, and each row's output at its last real token."""
-    outputs = outputs * mask.unsqueeze(-1).to(outputs.dtype)
-    rows = torch.arange(outputs.shape[0], device=outputs.device)
-    return outputs, outputs[rows, lengths - 1]
+def _at_last_token(outputs: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+    """Each row's output at its last real token, [B, D]."""
+    last = (lengths - 1).view(-1, 1, 1).expand(-1, 1, outputs.shape[-1])
+    return outputs.gather(1, last).squeeze(1)
+
+
+@functools.cache
+def _hold_weights(hidden: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """The held run's extra input column (see ``_run_held``): a constant, built once."""
+    hold = torch.zeros(4 * hidden, 1, dtype=dtype, device=device)
+    hold[:hidden], hold[hidden : 2 * hidden] = -PADDING_HOLD, PADDING_HOLD
+    return hold
 
 
 def _run_held(
     lstm: nn.LSTM,
     inputs: torch.Tensor,
     mask: torch.Tensor,
-    lengths: torch.Tensor,
+    lengths: torch.Tensor | None,
     state: tuple[torch.Tensor, torch.Tensor] | None,
-) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+) -> tuple[torch.Tensor, tuple[torch.Tensor | None, torch.Tensor]]:
     """A one-layer LSTM over right-padded rows in one call, as a packed run.
 
     The input gets one more feature, 1 at padding, whose input weights are -PADDING_HOLD into the
@@ -358,13 +416,16 @@ def _run_held(
     padding is not held (o moves), so h_n is read at the last real token, as the outputs are.
     A reverse direction (bidirectional, from zeros) meets the padding first: c stays 0, so
     h = o tanh(0) = 0, and it reaches each row's last real token from exactly the zero state; its
-    final state is after position 0, as a packed run's.
+    final state is after position 0, as a packed run's. The padding inputs themselves need no
+    zeroing: with i = 0 they reach no state, and every gate's gradient there is exactly zero
+    (σ' = 0 at ±PADDING_HOLD, di = dg = 0, and do = dh tanh(c) with dh = 0 after the last real
+    token, c = 0 before a reverse direction's first), so neither they nor W_ih get any.
     """
     hidden = lstm.hidden_size
     directions = 2 if lstm.bidirectional else 1
-    padding = (~mask).to(inputs.dtype).unsqueeze(-1)
-    hold = inputs.new_zeros(4 * hidden, 1)
-    hold[:hidden], hold[hidden : 2 * hidden] = -PADDING_HOLD, PADDING_HOLD
+    # 1.0 at padding, written as inputs' dtype by the one op.
+    padding = torch.logical_not(mask, out=inputs.new_empty(mask.shape)).unsqueeze(-1)
+    hold = _hold_weights(hidden, inputs.dtype, inputs.device)
     weights = []
     for suffix in ("_l0", "_l0_reverse")[:directions]:
         weights += [torch.cat([getattr(lstm, "weight_ih" + suffix), hold], dim=1),
@@ -374,13 +435,17 @@ def _run_held(
     if state is None:
         zeros = inputs.new_zeros(directions, inputs.shape[0], hidden)
         state = (zeros, zeros)
-    held_inputs = torch.cat([inputs * (1 - padding), padding], dim=-1)
+    held_inputs = torch.cat([inputs, padding], dim=-1)
     # nn.LSTM.forward's own call, with the widened input weights (one oneDNN kernel on CPU).
     outputs, h_n, c_n = torch._VF.lstm(
         held_inputs, state, weights, lstm.bias, 1, 0.0, lstm.training, lstm.bidirectional, True
     )
-    outputs, h_last = _masked_outputs(outputs, mask, lengths)
-    forward_h = h_last[:, :hidden].unsqueeze(0)
+    # Zeroed at padding, the mask first: the product takes its (contiguous) layout, where the
+    # LSTM's batch-first outputs are a transposed view that a matmul over them would copy first.
+    outputs = mask.unsqueeze(-1) * outputs
+    if lengths is None:  # h_n not wanted
+        return outputs, (None, c_n)
+    forward_h = _at_last_token(outputs[..., :hidden], lengths).unsqueeze(0)
     h_n = torch.cat([forward_h, h_n[1:]]) if lstm.bidirectional else forward_h
     return outputs, (h_n, c_n)
 
@@ -399,9 +464,13 @@ class AdditiveAttention(nn.Module):
         self.w = nn.Linear(dim, 1, bias=False)
 
     def forward(
-        self, memory: torch.Tensor, mask: torch.Tensor, query: torch.Tensor
+        self, memory: torch.Tensor, padding: torch.Tensor, query: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """memory [B, L, D]; mask [B, L]; query [B, D] -> (r [B, D], α [B, L])."""
+        """memory [B, L, D]; padding [B, L] or [B, 1, L] (``padding_bias``); query [B, D]
+        -> (r [B, D], α [B, L])."""
+        batch, length, dim = memory.shape
         m = torch.tanh(self.w_y(memory) + self.w_h(query).unsqueeze(1))
-        alpha = masked_softmax(self.w(m).squeeze(-1), mask)
+        # w^T M + the padding bias in one addmm: masked_softmax's scores.
+        scores = torch.addmm(padding.reshape(-1, 1), m.view(-1, dim), self.w.weight.t())
+        alpha = torch.softmax(scores.view(batch, length), dim=-1)
         return torch.bmm(alpha.unsqueeze(1), memory).squeeze(1), alpha

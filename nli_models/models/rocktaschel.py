@@ -36,8 +36,8 @@ from nli_models.models.arguments import ModelArguments, Rate, Size, one_of, vari
 from nli_models.models.layers import (
     AdditiveAttention,
     Dropout,
-    distinct_words,
-    gather_rows,
+    padding_bias,
+    per_word,
     run_lstm,
     run_lstm_outputs,
 )
@@ -200,18 +200,13 @@ class Rocktaschel2016(PairClassifier):
         self, premise: Sentences, hypothesis: Sentences
     ) -> tuple[Sentences, Sentences, torch.Tensor | None]:
         """Both sentences' word vectors and the delimiter's [1, 1, k] (None without one),
-        projected to k (§2.2.1): each distinct word of the batch is looked up and projected once."""
+        projected to k (§2.2.1), on CPU once per distinct word of the batch (``per_word``)."""
         ids = [premise.ids, hypothesis.ids]
         if self.delimiter_id is not None:
             ids.append(premise.ids.new_full((1, 1), self.delimiter_id))
-        words, indices = distinct_words(*ids)
-        table = self.projection(self.word_embeddings(words))
-        delimiter = gather_rows(table, indices[2]) if self.delimiter_id is not None else None
-        return (
-            Sentences(gather_rows(table, indices[0]), premise.mask),
-            Sentences(gather_rows(table, indices[1]), hypothesis.mask),
-            delimiter,
-        )
+        vectors = per_word(lambda words: self.projection(self.word_embeddings(words)), *ids)
+        delimiter = vectors[2] if self.delimiter_id is not None else None
+        return Sentences(vectors[0], premise.mask), Sentences(vectors[1], hypothesis.mask), delimiter
 
     def _read(
         self, premise: Sentences, hypothesis: Sentences, delimiter: torch.Tensor | None
@@ -219,15 +214,17 @@ class Rocktaschel2016(PairClassifier):
         """Read the premise, then the hypothesis conditioned on it -> (h_N or h*, attention).
         The sentences hold projected word vectors [B, L, k]; dropout is drawn here, per read."""
         (premise, premise_mask), (hypothesis, hypothesis_mask) = premise, hypothesis
+        # One zero state: the premise LSTM's (h_0, c_0) and the hypothesis LSTM's h_0.
+        zeros = premise.new_zeros(1, premise.shape[0], self.premise_lstm.hidden_size)
         outputs_premise, (_, c_premise) = run_lstm(
-            self.premise_lstm, self.dropout(premise), premise_mask
+            self.premise_lstm, self.dropout(premise), premise_mask, (zeros, zeros), final_h=False
         )
         read, read_mask = hypothesis, hypothesis_mask
         if delimiter is not None:
             read = torch.cat([delimiter.expand(read.shape[0], 1, -1), read], dim=1)
             read_mask = torch.cat([torch.ones_like(hypothesis_mask[:, :1]), hypothesis_mask], 1)
         # §2.2.1: the second LSTM's memory (cell) state starts as the premise's last cell state.
-        state = (torch.zeros_like(c_premise), c_premise)
+        state = (zeros, c_premise)
         # Only the outputs and h_N are needed here, not the last cell state: one LSTM call.
         outputs, h_n = run_lstm_outputs(
             self.hypothesis_lstm, self.dropout(read), read_mask, state
@@ -235,7 +232,8 @@ class Rocktaschel2016(PairClassifier):
         if self.variant == "conditional":
             return h_n, None
         if self.variant == "attention":
-            r, alpha = self.attention(outputs_premise, premise_mask, h_n)  # eq. 7-9
+            r, alpha = self.attention(  # eq. 7-9
+                outputs_premise, padding_bias(premise_mask, outputs_premise.dtype), h_n)
             alpha = alpha.unsqueeze(1)
         else:
             # Attention runs over the hypothesis words only, not the delimiter (t in (L+1, N)).
@@ -243,7 +241,8 @@ class Rocktaschel2016(PairClassifier):
             r, alpha = self._word_by_word(
                 outputs_premise, premise_mask, word_outputs, hypothesis_mask
             )
-        return torch.tanh(self.w_p(r) + self.w_x(h_n)), alpha  # eq. 10 / 14
+        # Eq. 10 / 14, h* = tanh(W^p r + W^x h_N), the sum fused into one addmm.
+        return torch.tanh(torch.addmm(self.w_x(h_n), r, self.w_p.weight.t())), alpha
 
     def _word_by_word(
         self,
@@ -252,14 +251,14 @@ class Rocktaschel2016(PairClassifier):
         hypothesis_outputs: torch.Tensor,
         hypothesis_mask: torch.Tensor,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Eq. 11-13 -> (r_N, α [B, Lh, Lp]); everything not depending on r is projected once,
-        outside the recurrence."""
+        """Eq. 11-13 -> (r_N, α [B, Lh, Lp])."""
         return word_by_word_attention(
             premise_outputs,
-            self.attention.w_y(premise_outputs),  # W^y Y
             premise_mask,
-            self.attention.w_h(hypothesis_outputs),  # W^h h_t, every t
+            hypothesis_outputs,
             hypothesis_mask,
+            self.attention.w_y.weight,
+            self.attention.w_h.weight,
             self.w_r.weight,
             self.w_t.weight,
             self.attention.w.weight,
