@@ -2,7 +2,7 @@
 
 ../shared/tools/count_step_ops.py counts them per training step over six SNLI-length batches
 (benchmarks/README.md); here they are counted the same way (every aten op that reaches a kernel,
-views and metadata ops not; the CUDA branches taken) for one fixed toy batch, without dropout,
+views and metadata ops not; the CUDA branches taken) for one fixed toy batch after a warm-up step, without dropout,
 and pinned for the models whose goal (at most half of 46f39b8's count) is met, so that a change
 that adds ops to their step fails. A change that removes ops lowers the pin.
 """
@@ -29,7 +29,7 @@ NO_KERNEL = {"view", "_unsafe_view", "t", "transpose", "permute", "unsqueeze", "
 # (model, config) -> ops of forward + backward for _batch() (premises of up to 9 words, hypotheses
 # of up to 7), measured when the goal was met.
 PINNED = {
-    ("rocktaschel", "word_by_word"): 140,  # 253 at 45eca66
+    ("rocktaschel", "word_by_word"): 137,  # 253 at 45eca66 (with the one-off constants)
     ("cam", "full"): 97,  # 138 at 45eca66
 }
 
@@ -51,6 +51,10 @@ def test_the_gpu_path_step_does_not_grow(name, variant, monkeypatch):
         monkeypatch.setattr(module, "on_host", lambda tensor: False)
     model = _build(name, {"variant": variant}).train()
     inputs, count = _batch(), _Count()
+    # A step as every step after the first: constants built once per process (layers'
+    # functools.cache) are built by this warm-up, whichever test ran before.
+    model(*inputs).sum().backward()
+    model.zero_grad(set_to_none=True)  # as the trainer's step: gradients assigned, not added
     with count:
         model(*inputs).sum().backward()
     assert sum(count.ops.values()) <= PINNED[name, variant], dict(count.ops)
