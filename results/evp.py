@@ -27,10 +27,10 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
 from results.figures import new_figure
+from results.run_reader import TrialRun
 from results.run_schema import METRIC_TRIAL_TIME
 from results.schema import arrow_table, describe, table_columns
 from results.selection import eligible
-from results.tracking import TrialRun
 
 COLUMNS = table_columns("evp")
 

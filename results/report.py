@@ -37,17 +37,15 @@ from results.analysis import (
     plot_parallel_coordinates,
     top_trials,
 )
+from results.atomic_files import file_stem
 from results.compare import compare_predictions, describe_comparison
-from results.errors import ResultsError
 from results.evp import evp_table, plot_evp
 from results.figures import figure_bytes, new_figure
-from results.files import file_stem
 from results.pareto import describe_front, pareto_front, plot_front, sweep_objectives
 from results.predictions import majority_class, read_predictions
 from results.render import format_count, format_hyperparameters, render, results_view
-from results.sweeps import observed_state
-from results.table import build_table
-from results.tracking import (
+from results.results_errors import ResultsError
+from results.run_reader import (
     TrialRun,
     download_predictions,
     fetch_test_metrics,
@@ -55,6 +53,8 @@ from results.tracking import (
     metric_histories,
     sweep_metric,
 )
+from results.sweeps import observed_state
+from results.table import build_table
 
 NOT_RECORDED = "not recorded"
 
@@ -731,7 +731,7 @@ def report_files(
     client: MlflowClient, experiment: Experiment, out_dir: Path
 ) -> list[tuple[Path, str | bytes]]:
     """EXPERIMENT.html (self-contained), EXPERIMENT.md and the Markdown's images, inside
-    `out_dir` whatever the experiment is called (results.files.file_stem)."""
+    `out_dir` whatever the experiment is called (results.atomic_files.file_stem)."""
     title, subtitle, sections = build_report(client, experiment)
     stem = file_stem(experiment.name)
     markdown, images = to_markdown(title, subtitle, sections, f"{stem}_files")

@@ -15,7 +15,7 @@ from testkit.browser import screenshot
 from testkit.cli import orchestrate
 
 from results import run_schema as rs
-from results.cli import report_command
+from results.table_command import report_command
 
 DATA = {
     "corpus": "snli",

@@ -8,8 +8,8 @@ from testkit.specs import write_spec
 from testkit.store import client_for, runs_of
 
 from nli_models.training.device_info import cpu_model
-from orchestrator.sweep import run_sweep
-from orchestrator.sweep_records import SweepExists
+from orchestrator.journal.parent_records import SweepExists
+from orchestrator.sweep.driver import run_sweep
 from results import run_schema as rs
 
 pytestmark = pytest.mark.ray
@@ -250,7 +250,7 @@ def test_real_sweep_feeds_results_table_and_attention_maps(ray_session, workdir)
     import pandas as pd
     from click.testing import CliRunner
 
-    from orchestrator.cli import main
+    from orchestrator.cli.orchestrate import main
 
     spec = write_spec(
         workdir,

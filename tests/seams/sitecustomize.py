@@ -63,7 +63,7 @@ def _slow_test_evaluations(sweep) -> None:
     sweep._evaluate_selected = delayed_evaluate_selected
 
 
-SEAMS = {"orchestrator.ray_trial": _slow_or_failing_epochs, "orchestrator.sweep": _slow_test_evaluations}
+SEAMS = {"orchestrator.ray_adapter.ray_trial": _slow_or_failing_epochs, "orchestrator.sweep.driver": _slow_test_evaluations}
 
 
 class _WrapOnImport(importlib.abc.MetaPathFinder):
