@@ -157,6 +157,7 @@ def start_cluster():
 def run_ours(spec_path: Path, address: str) -> dict[str, Any]:
     import orchestrator.ray_adapter.tuner as tuner_module
     import orchestrator.sweep.driver as sweep_module
+    import orchestrator.sweep.protocol as protocol_module
     from orchestrator.journal.recorder import SweepRecorder
     from orchestrator.tracking.uploader import JournalUploader
     from results import run_schema as rs
@@ -168,7 +169,7 @@ def run_ours(spec_path: Path, address: str) -> dict[str, Any]:
     times: dict[str, float] = {}
     originals = {
         "run_trial": tuner_module.run_trial,
-        "evaluate": sweep_module._evaluate_selected,
+        "evaluate": protocol_module._evaluate_selected,
         "init": JournalUploader.__init__,
         "started": SweepRecorder.trial_started,
         "result": SweepRecorder.trial_result,
@@ -226,7 +227,7 @@ def run_ours(spec_path: Path, address: str) -> dict[str, Any]:
         return {rs.METRIC_TEST_ACCURACY: outcome.result.best_dev_accuracy}, b"stand-in\n"
 
     tuner_module.run_trial = standin_trial
-    sweep_module._evaluate_selected = evaluate
+    protocol_module._evaluate_selected = evaluate
     sweep_module.run_tuner, sweep_module._log_analysis = run_tuner, analysis
     JournalUploader.__init__, JournalUploader.drain = init, drain
     SweepRecorder.trial_started, SweepRecorder.trial_result = started, result
@@ -247,12 +248,12 @@ def run_ours(spec_path: Path, address: str) -> dict[str, Any]:
     sampler = Sampler(probe)
     begun = time.perf_counter()
     try:
-        summary = sweep_module.run_sweep(spec_path, new=True, address=address)
+        summary = sweep_module.run_sweep(sweep_module.SweepRequest(spec_path, new=True, address=address))
     finally:
         wall = time.perf_counter() - begun
         sampler.stop()
         tuner_module.run_trial = originals["run_trial"]
-        sweep_module._evaluate_selected = originals["evaluate"]
+        protocol_module._evaluate_selected = originals["evaluate"]
         sweep_module.run_tuner, sweep_module._log_analysis = originals["run_tuner"], originals["analysis"]
         JournalUploader.__init__, JournalUploader.drain = originals["init"], originals["drain"]
         SweepRecorder.trial_started, SweepRecorder.trial_result = originals["started"], originals["result"]

@@ -249,7 +249,7 @@ def run_instrumented_sweep(spec: dict[str, Any], folder: Path) -> dict[str, Any]
         started = time.perf_counter()
         sampler = CpuSampler()
         try:
-            summary = sweep_module.run_sweep(spec_path, new=True)
+            summary = sweep_module.run_sweep(sweep_module.SweepRequest(spec_path, new=True))
         finally:
             cpu = sampler.stop()
         wall = time.perf_counter() - started

@@ -2,8 +2,9 @@
 sub-package imports Ray, no private Ray API outside the few reaches ARCHITECTURE.md lists as known
 debt, the three packages import in one direction (orchestrator -> results -> nli_models; nli_models
 without MLflow), orchestrator/ is sub-packages that say their role, every module's name is unique
-across the three packages, the product reads no test-only variable, `nli.*` names live in one
-place, and every command reports bad input through the one handler."""
+across the three packages, no module or function of orchestrator/ and results/ is too long, the
+product reads no test-only variable, `nli.*` names live in one place, and every command reports
+bad input through the one handler."""
 
 from __future__ import annotations
 
@@ -117,6 +118,27 @@ def test_no_private_ray_name_outside_the_listed_reaches():
         used |= {(module, function, name) for name, function in names if _is_ray(name) and _private(name)}
     assert used == PRIVATE_RAY_REACHES
     assert not any("_internal" in name.split(".") for _, _, name in used)  # Ray Train/Tune internals: never
+
+
+# The size a reader can hold (ARCHITECTURE.md), in the packages a change most often touches.
+SIZED = ("orchestrator", "results")
+MAX_MODULE_LINES = 450
+MAX_FUNCTION_LINES = 80
+
+
+def test_no_module_is_over_450_lines():
+    long = {module: lines for module, tree in _modules() if module.split("/")[0] in SIZED
+            for lines in [len((REPO / module).read_text().splitlines())] if lines > MAX_MODULE_LINES}
+    assert long == {}
+
+
+def test_no_function_is_over_80_lines():
+    """From `def` to its last line (decorators, a click command's options, not counted)."""
+    long = {(module, node.name): node.end_lineno - node.lineno + 1
+            for module, tree in _modules() if module.split("/")[0] in SIZED
+            for node in ast.walk(tree) if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+            and node.end_lineno - node.lineno + 1 > MAX_FUNCTION_LINES}
+    assert long == {}
 
 
 def test_the_packages_import_one_way():

@@ -14,7 +14,8 @@ from pathlib import Path
 import click
 
 from nli_models.errors import mask_secrets
-from orchestrator.cli.cluster_common import ADDRESS_HELP, cluster_errors, fail, ray_jobs_client
+from orchestrator.cli.cluster_common import ADDRESS_HELP, cluster_errors, ray_jobs_client
+from orchestrator.cli.exits import fail
 from orchestrator.cli.jobs_commands import jobs_command, logs_command, stop_command
 from orchestrator.cli.options import (
     DEFAULT_SIGNAL_BEFORE_S,

@@ -1,20 +1,11 @@
-"""What the cluster commands share: the Ray address option's help, one way to fail with a message
-and an exit code, and the ClusterError -> exit code rule."""
+"""What the cluster commands share: the Ray address option's help and the ClusterError -> exit code
+rule (a ClusterError's message and exit code, through orchestrator.cli.exits.fail)."""
 
 from __future__ import annotations
 
-import sys
-
-import click
-
-from nli_models.errors import error_line
+from orchestrator.cli.exits import fail
 
 ADDRESS_HELP = "Ray dashboard of the head node (default: RAY_ADDRESS or http://127.0.0.1:8265)"
-
-
-def fail(message: str, code: int) -> None:
-    click.echo(error_line(message), err=True)
-    sys.exit(code)
 
 
 def ray_jobs_client(address: str | None):

@@ -8,11 +8,13 @@ import os
 import shlex
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from nli_models.errors import InputError, error_line, mask_secrets
 from orchestrator.cli.cluster_commands import allocation_report, slurm_allocation_options
+from orchestrator.cli.exits import EXIT_BAD_INPUT, EXIT_INTERRUPTED, fail
 from orchestrator.cli.options import (
     DEFAULT_RAY_START_TIMEOUT_S,
     RAY_START_TIMEOUT_ENV,
@@ -22,15 +24,11 @@ from orchestrator.cli.options import (
     tracking_uri_option,
 )
 from orchestrator.sweep.environment import WAIT_POLICY, configure_environment, wait_policy
-from results.table_command import attention_command, report_command, results_command
+from results.attention_command import attention_command
+from results.results_commands import report_command, results_command
 
-EXIT_BAD_INPUT = 2
-EXIT_INTERRUPTED = 3
-
-
-def _fail(message: str, code: int = EXIT_BAD_INPUT) -> None:
-    click.echo(error_line(message), err=True)
-    sys.exit(code)
+if TYPE_CHECKING:  # the driver loads Ray and MLflow: imported when `sweep` runs
+    from orchestrator.sweep.driver import SweepRequest
 
 
 def _versions() -> str:
@@ -151,26 +149,26 @@ def train(config_path: str, checkpoint_dir: str | None, resume: bool, refit_epoc
     try:
         config = load_run_config(config_path, overrides)
     except ConfigError as exc:
-        _fail(str(exc))
+        fail(str(exc))
     if overrides:
         click.echo(f"overrides: {', '.join(overrides.describe())}")
     try:
         config.model.check()
     except ValueError as exc:
-        _fail(f"{config_path}: model: {exc}")
+        fail(f"{config_path}: model: {exc}")
     if resume and not checkpoint_dir:
-        _fail("--resume needs --checkpoint-dir")
+        fail("--resume needs --checkpoint-dir")
     if refit_epochs is not None and checkpoint_dir:
-        _fail("--refit trains from scratch and keeps no checkpoint; drop --checkpoint-dir")
+        fail("--refit trains from scratch and keeps no checkpoint; drop --checkpoint-dir")
     try:
         if refit_epochs is not None:
             refit_and_report(config, refit_epochs, echo=click.echo)
         else:
             train_and_test(config, checkpoint_dir=checkpoint_dir, resume=resume, echo=click.echo)
     except (FileNotFoundError, ValueError) as exc:
-        _fail(str(exc))
+        fail(str(exc))
     except TrainingDiverged as exc:
-        _fail(f"{config_path}: {exc}; lower training.lr or set training.grad_clip", code=1)
+        fail(f"{config_path}: {exc}; lower training.lr or set training.grad_clip", code=1)
 
 
 def _configured_threads(config_path: str, assignments: tuple[str, ...]) -> int | None:
@@ -216,7 +214,7 @@ def validate(spec_path: str, no_data: bool, estimate: bool, assignments: tuple[s
     from orchestrator.sweep.spec import load_spec
 
     if estimate and no_data:
-        _fail("--estimate trains on the data; drop --no-data")
+        fail("--estimate trains on the data; drop --no-data")
     overrides = make_overrides(assignments, data_dir)
     try:
         spec = load_spec(spec_path, overrides, tracking_uri)
@@ -235,7 +233,7 @@ def validate(spec_path: str, no_data: bool, estimate: bool, assignments: tuple[s
         if estimate:
             click.echo(_estimate(spec, spec_path, overrides, data))
     except (ConfigError, FileNotFoundError, ValueError) as exc:
-        _fail(str(exc))
+        fail(str(exc))
 
 
 def _estimate(spec, spec_path, overrides, data) -> str:
@@ -247,7 +245,7 @@ def _estimate(spec, spec_path, overrides, data) -> str:
     try:
         found = estimate_sweep(spec, spec_path, overrides, data, usable_cpus(), torch.cuda.device_count())
     except PilotFailed as exc:
-        _fail(str(exc), 1)
+        fail(str(exc), 1)
     record_estimate(spec, found)
     return found.describe(spec)
 
@@ -290,35 +288,36 @@ def sweep(spec_path: str, resume: bool, new: bool, warm_start: str | None, exten
     chosen = [name for name, given in (("--resume", resume), ("--new", new), ("--extend", extend),
                                        ("--warm-start", warm_start is not None)) if given]
     if len(chosen) > 1:
-        _fail(f"{' and '.join(chosen)} exclude each other")
+        fail(f"{' and '.join(chosen)} exclude each other")
     if verbose:
         os.environ["MLFLOW_LOGGING_LEVEL"] = "INFO"  # before MLflow loads (environment.py: WARNING)
     overrides = make_overrides(assignments, data_dir)
     try:  # before MLflow, Ray Tune and pandas load: a bad spec is refused in half the time
         spec = load_spec(spec_path, overrides, tracking_uri)
     except (InputError, FileNotFoundError) as exc:
-        _fail(str(exc))
+        fail(str(exc))
 
     from orchestrator.journal.parent_records import SweepExists
     from orchestrator.ray_adapter.ray_runtime import RayStartError
-    from orchestrator.sweep.driver import run_sweep
+    from orchestrator.sweep.driver import SweepRequest, run_sweep
     from orchestrator.sweep.lifecycle import SweepInterrupted
     from orchestrator.sweep.progress import interrupted_line
     from orchestrator.tracking.tracker import TrackingUnavailable
 
+    request = SweepRequest(Path(spec_path), resume=resume, new=new, verbose=verbose, address=address,
+                           overrides=overrides, tracking_uri=tracking_uri, wait_for_resources_s=wait_s,
+                           warm_start=warm_start, extend=extend, spec=spec,
+                           ray_start_timeout_s=ray_start_timeout_s)
     try:
-        summary = run_sweep(spec_path, resume=resume, new=new, verbose=verbose, address=address,
-                            overrides=overrides, tracking_uri=tracking_uri, wait_for_resources_s=wait_s,
-                            warm_start=warm_start, extend=extend, spec=spec,
-                            ray_start_timeout_s=ray_start_timeout_s)
+        summary = run_sweep(request)
     except (InputError, SweepExists, TrackingUnavailable, FileNotFoundError) as exc:
-        _fail(str(exc))
+        fail(str(exc))
     except RayStartError as exc:
-        _fail(str(exc), code=1)
+        fail(str(exc), code=1)
     except SweepInterrupted as exc:  # before the parent run existed
-        _fail(str(exc), code=EXIT_INTERRUPTED)
+        fail(str(exc), code=EXIT_INTERRUPTED)
     if summary.interrupted:
-        resume = _resume_command(spec_path, overrides, tracking_uri, address, wait_s, ray_start_timeout_s)
+        resume = _resume_command(spec_path, request)
         click.echo(interrupted_line(summary.done, summary.failed, summary.planned, resume), err=True)
         sys.exit(EXIT_INTERRUPTED)
     nothing_selected = summary.best_dev_accuracy is None  # every trial failed or diverged
@@ -337,21 +336,21 @@ def sweep(spec_path: str, resume: bool, new: bool, warm_start: str | None, exten
         sys.exit(1)
 
 
-def _resume_command(spec_path: str, overrides, tracking_uri: str | None, address: str | None,
-                    wait_s: float | None, ray_start_timeout_s: float | None) -> str:
+def _resume_command(spec_path: str, request: SweepRequest) -> str:
     """`orchestrate sweep SPEC --resume` with the options this sweep was given on its command line
-    (its overrides, store, cluster, waits), quoted for a shell, passwords masked."""
+    (its overrides, store, cluster, waits), quoted for a shell, passwords masked. `request`: the
+    sweep's SweepRequest; `spec_path` as the user wrote it."""
     from click.core import ParameterSource
 
     from orchestrator.ray_adapter.ray_jobs import override_arguments
 
     context = click.get_current_context()
-    words = ["orchestrate", "sweep", spec_path, "--resume", *override_arguments(overrides)]
-    for flag, value in (("--tracking-uri", tracking_uri), ("--address", address)):
+    words = ["orchestrate", "sweep", spec_path, "--resume", *override_arguments(request.overrides)]
+    for flag, value in (("--tracking-uri", request.tracking_uri), ("--address", request.address)):
         if value:
             words += [flag, value]
-    for flag, name, seconds in (("--wait-for-resources", "wait_s", wait_s),
-                                ("--ray-start-timeout", "ray_start_timeout_s", ray_start_timeout_s)):
+    for flag, name, seconds in (("--wait-for-resources", "wait_s", request.wait_for_resources_s),
+                                ("--ray-start-timeout", "ray_start_timeout_s", request.ray_start_timeout_s)):
         if context.get_parameter_source(name) == ParameterSource.COMMANDLINE:
             words += [flag, f"{seconds:g}"]
     return mask_secrets(shlex.join(words))
@@ -361,77 +360,6 @@ def _percent(value: float | None) -> str:
     return "-" if value is None else f"{value:.2%}"
 
 
-# -- MLflow UI --------------------------------------------------------------------------------
-def _port_in_use(port: int) -> OSError | None:
-    """Why 127.0.0.1:PORT cannot be listened on (another server holds it), or None."""
-    import socket
-
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        # As servers do: a port left in TIME_WAIT by a server that just quit counts as free.
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            probe.bind(("127.0.0.1", port))
-        except OSError as exc:
-            return exc
-    return None
-
-
-@main.command()
-@tracking_uri_option
-@click.option("--port", default=5000, show_default=True, type=click.IntRange(1, 65535))
-@click.option("-v", "--verbose", is_flag=True, help="show MLflow's and uvicorn's own log lines")
-def ui(tracking_uri: str | None, port: int, verbose: bool) -> None:
-    """Start the MLflow UI on the configured store, on 127.0.0.1.
-
-    Its home page opens experiments on their runs table; /sweeps lists every sweep's trials."""
-    from results.tracking_uri import (
-        check_tracking_uri,
-        missing_store,
-        resolve_tracking_uri,
-        unreachable_store,
-    )
-
-    uri = resolve_tracking_uri(tracking_uri)
-    check_tracking_uri(uri)
-    missing = missing_store(uri)
-    if missing is not None:
-        _fail(missing)
-    unreachable = unreachable_store(uri)
-    if unreachable is not None:
-        _fail(f"MLflow tracking store {mask_secrets(uri)} is unreachable: "
-              f"{mask_secrets(unreachable)}")
-    busy = _port_in_use(port)
-    if busy is not None:
-        _fail(f"port {port} on 127.0.0.1 is not free ({busy.strerror}): another server (an "
-              f"MLflow UI?) uses it; pick another with --port", code=1)
-    if verbose:
-        os.environ["MLFLOW_LOGGING_LEVEL"] = "INFO"  # before MLflow loads (environment.py: WARNING)
-    from orchestrator.tracking.ui_server import SWEEPS_PAGE, serve
-
-    root = f"http://127.0.0.1:{port}"
-    click.echo(f"MLflow UI for {mask_secrets(uri)} at {root}/ (Ctrl-C stops it)\n"
-               f"  every sweep's trials: {root}{SWEEPS_PAGE}")
-    _echo_sweep_links(uri, root)
-    serve(uri, port, verbose)
-
-
-def _echo_sweep_links(tracking_uri: str, base_url: str) -> None:
-    """Each swept experiment's trials view (table and parallel-coordinates chart)."""
-    from orchestrator.tracking.run_view import runs_view_path, ui_link
-    from orchestrator.tracking.tracker import sweep_views
-
-    try:
-        views = sweep_views(tracking_uri)
-    except Exception as exc:  # the UI still starts; it shows the same store's error
-        click.echo(f"(could not list the sweeps' views: {exc})", err=True)
-        return
-    for name, experiment_id in views.items():
-        table = ui_link(base_url, runs_view_path(experiment_id))
-        chart = ui_link(base_url, runs_view_path(experiment_id, charts=True))
-        click.echo(f"  {name}: trials {table}\n  {' ' * len(name)}  chart  {chart}")
-
-
-# -- data -------------------------------------------------------------------------------------
 @main.group()
 def data() -> None:
     """Fetch official corpus releases."""
@@ -448,7 +376,7 @@ def data_download(corpus: str, data_dir: str | None) -> None:
     try:
         path = download_corpus(corpus, data_dir=data_dir)
     except DownloadError as exc:
-        _fail(str(exc), code=1)
+        fail(str(exc), code=1)
     click.echo(str(path))
 
 
@@ -460,8 +388,9 @@ from orchestrator.cli.cluster_commands import CLUSTER_COMMANDS  # noqa: E402
 from orchestrator.cli.replay_commands import replay_command  # noqa: E402
 from orchestrator.cli.specs_commands import specs  # noqa: E402
 from orchestrator.cli.sweeps_commands import SWEEP_COMMANDS  # noqa: E402
+from orchestrator.cli.ui_command import ui  # noqa: E402
 
-for command in (*CLUSTER_COMMANDS, *SWEEP_COMMANDS, replay_command, specs):
+for command in (*CLUSTER_COMMANDS, *SWEEP_COMMANDS, replay_command, specs, ui):
     main.add_command(command)
 
 if __name__ == "__main__":

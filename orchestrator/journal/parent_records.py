@@ -265,7 +265,7 @@ def describe_for_researchers(log: SweepLog, spec: SweepSpec, spec_path: Path,
 
 def record_selection(log: SweepLog, journal: Journal, spec: SweepSpec, spec_path: Path,
                      experiment_id: str, selection, step: int = 0) -> None:
-    """The selection (sweep.Selection, keyed by trial id): test metrics, predictions and the
+    """The selection (protocol.Selection, keyed by trial id): test metrics, predictions and the
     `selected` mark on the tested trials' runs; the sweep's summary metrics (at `step`: the
     test evaluation's index - 1, see extend.record_evaluation), its best run and the
     description linking it on the parent."""

@@ -1,27 +1,20 @@
-"""`orchestrate sweep`: validate, prepare data once, run Tune, then apply the paper protocol.
-
-Paper protocol (Rocktäschel §3): within each model configuration pick the hyperparameters with
-the best mean dev accuracy over seeds, and evaluate test data for that configuration alone.
+"""`orchestrate sweep`: validate, prepare data once, run Tune, then apply the paper protocol
+(orchestrator/sweep/protocol.py). ``run_sweep`` takes one ``SweepRequest``; every check runs before
+the parent run exists, and ``_drive`` takes the sweep from `running` to a final state in steps.
 """
 
 from __future__ import annotations
 
 import contextlib
-import io
 import sys
-import time
-from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
-
-import pandas as pd
+from typing import TYPE_CHECKING
 
 from nli_models.config import Overrides
 from nli_models.cpus import usable_cpus
 from nli_models.data import PreparedData
 from nli_models.errors import mask_secrets
-from nli_models.training import make_trainer, refit_and_test
-from nli_models.training.refit import refit_epochs
 from orchestrator.journal.operations import Journal, journal_file
 from orchestrator.journal.parent_records import (
     SweepSummary,
@@ -59,10 +52,9 @@ from orchestrator.sweep.lifecycle import (
 )
 from orchestrator.sweep.plan import check_input, check_local_capacity
 from orchestrator.sweep.progress import ProgressPrinter
+from orchestrator.sweep.protocol import Selection, apply_paper_protocol
 from orchestrator.sweep.spec import (
     SweepSpec,
-    apply_hyperparameters,
-    config_key,
     load_spec,
     logged_params,
 )
@@ -71,185 +63,59 @@ from orchestrator.tracking.run_view import ui_hint
 from orchestrator.tracking.tracker import Tracker
 from orchestrator.tracking.uploader import JournalUploader
 from results import run_schema as rs
-from results.selection import FINISHED, SELECTION_RULE, seed_runs, select_configuration
 from results.tracking_uri import missing_store
 
-
-def _predictions_table(evaluation, labels: tuple[str, ...]) -> bytes:
-    frame = pd.DataFrame(
-        {
-            "index": range(len(evaluation.gold)),
-            "label": evaluation.gold,
-            "prediction": evaluation.predictions,
-            "label_name": [labels[i] for i in evaluation.gold],
-        }
-    )
-    buffer = io.BytesIO()
-    frame.to_parquet(buffer, index=False)
-    return buffer.getvalue()
+if TYPE_CHECKING:
+    from mlflow.entities import Run
 
 
-@dataclass
-class Selection:
-    """The selection on dev and the test evaluation of a completed sweep, computed before any
-    of it is recorded (record_selection writes it in one go)."""
+@dataclass(frozen=True)
+class SweepRequest:
+    """What `orchestrate sweep` asks of the driver: the spec and how to run it.
 
-    tested: dict[str, dict[str, float]] = field(default_factory=dict)  # run id -> test metrics
-    selected: set[str] = field(default_factory=set)  # the selected configurations' seeds (ids as in tested)
-    predictions: dict[str, bytes] = field(default_factory=dict)  # run id -> test predictions
-    best_dev: float | None = None
-    best_test: float | None = None
-    best_run_id: str | None = None
+    Args:
+        spec_path: the sweep's spec file.
+        resume: continue the experiment's latest sweep (interrupted or failed).
+        new: start another sweep in an experiment that has one.
+        verbose: how much of Ray's own output and trial tables to show (0: none).
+        address: the Ray cluster to join; None: RAY_ADDRESS or a local Ray.
+        overrides: the command line's --set and --data-dir.
+        tracking_uri: the command line's --tracking-uri (results/tracking_uri.py says which wins).
+        wait_for_resources_s: how long a cluster may take to add a node that holds a trial
+            (ray_runtime.check_resources; None: its default).
+        warm_start: an experiment whose finished trials seed the sampler of this new sweep
+            (orchestrator/sweep/warm_start.py).
+        extend: add the spec's new trials to the experiment's completed sweep
+            (orchestrator/sweep/extend.py).
+        spec: what load_spec(spec_path, overrides, tracking_uri) returned, when the caller has read
+            it already (the CLI does, before this module's imports); None: read here.
+        ray_start_timeout_s: how long Ray's start may take (ray_runtime.init_ray; None: its default).
+    """
 
-
-def _test_evaluation(spec, config, data, trainer, outcome: TrialOutcome):
-    """The protocol's test evaluation (search.protocol): the best-dev weights, or a refit on
-    train + dev for the run's best epoch count. Returns it and, for a refit, its epochs (all
-    phases) and wall time."""
-    if spec.search.protocol.refit_on_train_dev:
-        started = time.perf_counter()
-        refit, evaluation = refit_and_test(
-            config, data, outcome.result.best_epoch, _refit_progress(config, data, outcome, started)
-        )
-        return evaluation, {
-            rs.METRIC_REFIT_EPOCHS: refit.state.epoch,
-            rs.METRIC_REFIT_TIME: time.perf_counter() - started,
-        }
-    return trainer.evaluate_best("test"), {}
-
-
-def _refit_progress(config, data, outcome: TrialOutcome, started: float):
-    """A line per refit epoch on stderr, so that minutes of refit are not silent."""
-    total = refit_epochs(config, outcome.result.best_epoch)
-    pairs = len(data.splits["train"]) + len(data.splits["dev"])
-    print(f"refit of {outcome.params} on train + dev ({pairs:,} pairs): {total} epochs "
-          f"(the selection run's best epoch {outcome.result.best_epoch}), then test", file=sys.stderr)
-
-    def progress(trainer, result) -> None:
-        elapsed = time.perf_counter() - started
-        left = elapsed / result.epoch * (total - result.epoch)
-        print(f"  refit epoch {result.epoch}/{total}: {elapsed:.0f} s, about {left:.0f} s left",
-              file=sys.stderr)
-
-    return progress
+    spec_path: Path
+    resume: bool = False
+    new: bool = False
+    verbose: int = 0
+    address: str | None = None
+    overrides: Overrides | None = None
+    tracking_uri: str | None = None
+    wait_for_resources_s: float | None = None
+    warm_start: str | None = None
+    extend: bool = False
+    spec: SweepSpec | None = None
+    ray_start_timeout_s: float | None = None
 
 
-def _evaluate_selected(spec: SweepSpec, data: PreparedData, outcome: TrialOutcome) -> tuple[dict[str, float], bytes]:
-    """Test metrics and predictions of one seed of the selected configuration (from its
-    best-on-dev weights, or its refit: _test_evaluation)."""
-    config = apply_hyperparameters(spec.base_config(), outcome.params)
-    config = config.model_copy(update={"training": config.training.model_copy(update={"device": "auto"})})
-    trainer = make_trainer(config, data)
-    with outcome.local_checkpoint() as directory:
-        trainer.load_checkpoint(directory)
-    evaluation, refit = _test_evaluation(spec, config, data, trainer, outcome)
-    dev = trainer.evaluate_best("dev")
-    metrics = {rs.METRIC_TEST_ACCURACY: evaluation.accuracy, **refit}
-    metrics.update({rs.CLASS_ACCURACY_PREFIX + k: v for k, v in evaluation.class_accuracy.items()})
-    metrics.update({rs.DEV_CLASS_ACCURACY_PREFIX + k: v for k, v in dev.class_accuracy.items()})
-    return metrics, _predictions_table(evaluation, data.labels)
-
-
-def apply_paper_protocol(
-    spec: SweepSpec,
-    data: PreparedData,
-    ended: list[TrialOutcome],
-    run_ids: dict[str, str],
-    full_params: dict[str, dict],
-    interruption: Interruption,
-    tested_before: dict[str, float] | None = None,
-) -> Selection:
-    """Select on dev per model configuration among the trials that ended; evaluate test data for
-    the selected configurations only (a trial in `tested_before`, trial id -> test accuracy, is
-    not evaluated again: --extend). Stops with SweepInterrupted if a signal comes meanwhile; what
-    was selected and tested is printed only once the whole selection completed (an interrupted
-    one records no test metric, so shows none)."""
-    tested_before = tested_before or {}
-    finished = [
-        o for o in ended
-        if o.error is None and o.result.best_dev_accuracy is not None
-        and rs.METRIC_DIVERGED_EPOCH not in o.metrics
-    ]
-    groups: dict[str, list[TrialOutcome]] = defaultdict(list)
-    for outcome in finished:
-        groups[rs.model_config_label(full_params[outcome.trial_id])].append(outcome)
-    selection = Selection()
-    selected_lines = []
-    if groups:
-        print(f"selection rule: {SELECTION_RULE}", file=sys.stderr)
-    for label, members in sorted(groups.items()):
-        records = [
-            o.result.record(
-                run_id=run_ids.get(o.trial_id, o.trial_id),
-                config_key=config_key(full_params[o.trial_id]),
-                model_config=label,
-                params=full_params[o.trial_id],
-                status=FINISHED,
-            )
-            for o in members
-        ]
-        chosen = select_configuration(records)
-        by_run = {record.run_id: o for record, o in zip(records, members, strict=True)}
-        seeds = [by_run[r.run_id] for r in seed_runs(records) if r.config_key == chosen]
-        dev = sum(o.result.best_dev_accuracy for o in seeds) / len(seeds)
-        tests = []
-        if "test" in data.splits:
-            for outcome in seeds:
-                if outcome.checkpoint is not None and outcome.trial_id in run_ids:
-                    if interruption.requested:
-                        raise SweepInterrupted("interrupted during the test evaluation")
-                    run_id = run_ids[outcome.trial_id]
-                    selection.selected.add(run_id)
-                    if run_id in tested_before:
-                        tests.append(tested_before[run_id])
-                        continue
-                    metrics, predictions = _evaluate_selected(spec, data, outcome)
-                    selection.tested[run_id], selection.predictions[run_id] = metrics, predictions
-                    tests.append(metrics[rs.METRIC_TEST_ACCURACY])
-        test = sum(tests) / len(tests) if tests else None
-        selected_lines.append(f"selected on dev for {label}: {seeds[0].params} dev {dev:.2%}"
-                              + (f" test {test:.2%}" if test is not None else ""))
-        if selection.best_dev is None or dev > selection.best_dev:
-            selection.best_dev, selection.best_test = dev, test
-            best_run = max(seeds, key=lambda o: o.result.best_dev_accuracy)
-            selection.best_run_id = run_ids.get(best_run.trial_id)
-    if interruption.requested:
-        raise SweepInterrupted("interrupted during the selection")
-    for line in selected_lines:
-        print(line, file=sys.stderr)
-    return selection
-
-
-def run_sweep(
-    spec_path: str | Path,
-    resume: bool = False,
-    new: bool = False,
-    verbose: int = 0,
-    address: str | None = None,
-    overrides: Overrides | None = None,
-    tracking_uri: str | None = None,
-    wait_for_resources_s: float | None = None,
-    warm_start: str | None = None,
-    extend: bool = False,
-    spec: SweepSpec | None = None,
-    ray_start_timeout_s: float | None = None,
-) -> SweepSummary:
+def run_sweep(request: SweepRequest) -> SweepSummary:
     """Run a sweep through its lifecycle (orchestrator/sweep/lifecycle.py). Everything that can be
     checked is checked before the parent run exists; SIGINT/SIGTERM end it `interrupted`.
-    `spec`: what load_spec(spec_path, overrides, tracking_uri) returned, when the caller has read
-    it already (the CLI does, before this module's imports); None: read here.
-    `wait_for_resources_s`: how long a cluster may take to add a node that holds a trial
-    (ray_runtime.check_resources; None: its default). `warm_start`: an experiment whose finished
-    trials seed the sampler of this new sweep (orchestrator/sweep/warm_start.py); `extend`: add the
-    spec's new trials to the experiment's completed sweep (orchestrator/sweep/extend.py).
-    `ray_start_timeout_s`: how long Ray's start may take (ray_runtime.init_ray; None: its
-    default)."""
+
+    Args:
+        request: the spec and how to run it.
+    """
     with Interruption() as interruption:
         try:
-            return _run_sweep(
-                Path(spec_path), resume, new, verbose, address, interruption, overrides, tracking_uri,
-                wait_for_resources_s, warm_start, extend, spec, ray_start_timeout_s,
-            )
+            return _run_sweep(request, interruption)
         except SweepInterrupted:
             if interruption.armed:
                 raise  # recorded by _drive
@@ -266,24 +132,46 @@ def trials_wait_policy(spec: SweepSpec, address: str | None) -> str | None:
     return wait_policy(trials_own_cores(resources.cpu, spec.search.max_concurrent_trials, node_cpus))
 
 
-def _run_sweep(spec_path: Path, resume: bool, new: bool, verbose: int, address: str | None,
-               interruption: Interruption, overrides: Overrides | None,
-               tracking_uri: str | None, wait_for_resources_s: float | None,
-               warm_start: str | None, extend: bool, spec: SweepSpec | None,
-               ray_start_timeout_s: float | None) -> SweepSummary:
+@dataclass
+class _Sweep:
+    """A sweep whose input passed every check and whose Ray runs: what each step of the driver
+    reads."""
+
+    request: SweepRequest
+    spec: SweepSpec
+    data: PreparedData
+    tracker: Tracker
+    interruption: Interruption
+
+
+@dataclass
+class _Continuation:
+    """What the sweep continues, read from the store before anything is written: the previous
+    sweep (resumed, or extended), the tags of a --warm-start, the extension, what the sampler is
+    told of earlier trials, and why Tune's own state cannot resume it (None: it can)."""
+
+    previous: Run | None = None
+    warm_tags: dict[str, str] = field(default_factory=dict)
+    extension: extension_of.Extension | None = None
+    prior: PriorTrials | None = None
+    tune_problem: str | None = None
+
+
+def _run_sweep(request: SweepRequest, interruption: Interruption) -> SweepSummary:
     # Every check of the input runs before the first write: addresses and stores answer within
     # seconds, data and vectors are read, and the cluster can hold a trial.
-    spec = spec or load_spec(spec_path, overrides, tracking_uri)
-    data = check_input(spec, address)  # what `validate` checks too
-    if not joins_a_cluster(address):
+    spec = request.spec or load_spec(request.spec_path, request.overrides, request.tracking_uri)
+    data = check_input(spec, request.address)  # what `validate` checks too
+    if not joins_a_cluster(request.address):
         check_local_capacity(spec)  # refused before Ray starts (check_resources would, after)
     with contextlib.ExitStack() as ray_session:
 
         def start_ray() -> None:
-            if init_ray(address, verbose=verbose > 0, wait_policy=trials_wait_policy(spec, address),
-                        start_timeout_s=ray_start_timeout_s):
+            if init_ray(request.address, verbose=request.verbose > 0,
+                        wait_policy=trials_wait_policy(spec, request.address),
+                        start_timeout_s=request.ray_start_timeout_s):
                 ray_session.callback(shutdown_ray)
-            check_resources(spec.search.resources.cpu, spec.search.resources.gpu, wait_for_resources_s)
+            check_resources(spec.search.resources.cpu, spec.search.resources.gpu, request.wait_for_resources_s)
 
         # A new local store is created only once Ray has started and holds a trial: a failed start
         # leaves nothing behind. An existing store is read first: a sweep it refuses (one exists,
@@ -293,61 +181,62 @@ def _run_sweep(spec_path: Path, resume: bool, new: bool, verbose: int, address: 
             start_ray()
         tracker = Tracker(spec.tracking_uri)  # creates a new store
         tracker.check_reachable()
-        prior, warm_tags, extension = None, {}, None
-        if warm_start is not None:  # a new sweep beside any other, as with --new
-            prior, source = warm_start_prior(tracker, spec, warm_start)
-            warm_tags = {rs.TAG_WARM_START: source, rs.TAG_WARM_START_CONFIGURATIONS: str(len(prior.points))}
-        previous = (extension_of.completed_sweep(tracker, spec) if extend
-                    else previous_sweep(tracker, spec, resume, new or warm_start is not None))
-        if extend or (previous is not None and rs.TAG_EXTENSIONS in previous.data.tags):
-            extension = extension_of.plan_extension(tracker, spec, previous, resuming=not extend)
-            prior = extension.prior
-        # Tune's state of the resumed sweep torn or missing: it goes on from its journal. (An
-        # extension runs a Tune experiment of its own: extend.tune_experiment.)
-        tune_problem = None if extend else check_resumable(spec, previous.info.run_id if previous is not None else None)
+        continuation = _continuation(request, spec, tracker)
         if not new_store:
             start_ray()
-        return _open_and_drive(spec, spec_path, data, tracker, previous, overrides, warm_tags, extend,
-                               extension, prior, tune_problem, verbose, interruption)
+        return _open_and_drive(_Sweep(request, spec, data, tracker, interruption), continuation)
 
 
-def _open_and_drive(spec: SweepSpec, spec_path: Path, data: PreparedData, tracker: Tracker, previous,
-                    overrides: Overrides | None, warm_tags: dict[str, str], extend: bool,
-                    extension: extension_of.Extension | None, prior: PriorTrials | None,
-                    tune_problem: str | None, verbose: int, interruption: Interruption) -> SweepSummary:
+def _continuation(request: SweepRequest, spec: SweepSpec, tracker: Tracker) -> _Continuation:
+    found = _Continuation()
+    if request.warm_start is not None:  # a new sweep beside any other, as with --new
+        found.prior, source = warm_start_prior(tracker, spec, request.warm_start)
+        found.warm_tags = {rs.TAG_WARM_START: source, rs.TAG_WARM_START_CONFIGURATIONS: str(len(found.prior.points))}
+    found.previous = (extension_of.completed_sweep(tracker, spec) if request.extend
+                      else previous_sweep(tracker, spec, request.resume, request.new or request.warm_start is not None))
+    if request.extend or (found.previous is not None and rs.TAG_EXTENSIONS in found.previous.data.tags):
+        found.extension = extension_of.plan_extension(tracker, spec, found.previous, resuming=not request.extend)
+        found.prior = found.extension.prior
+    # Tune's state of the resumed sweep torn or missing: it goes on from its journal. (An
+    # extension runs a Tune experiment of its own: extend.tune_experiment.)
+    if not request.extend:
+        found.tune_problem = check_resumable(spec, found.previous.info.run_id if found.previous is not None else None)
+    return found
+
+
+def _open_and_drive(sweep: _Sweep, continuation: _Continuation) -> SweepSummary:
     """Every check passed and Ray runs: the parent run is opened (or reopened) and the sweep driven
     through the journal and its uploader."""
-    if extend:  # the completed parent run, reopened by the move to `running` (_drive)
+    spec, request, previous = sweep.spec, sweep.request, continuation.previous
+    if request.extend:  # the completed parent run, reopened by the move to `running` (_drive)
         experiment_id, parent_run_id = previous.info.experiment_id, previous.info.run_id
         current = rs.SWEEP_COMPLETED
     else:
         experiment_id, parent_run_id, current = open_parent(
-            tracker, spec, spec_path, previous, overrides, warm_tags
+            sweep.tracker, spec, request.spec_path, previous, request.overrides, continuation.warm_tags
         )
     # From here every write is a journal append (recorder.SweepLog); one uploader applies them.
     journal = Journal(journal_file(spec.storage_path, parent_run_id), experiment_id, parent_run_id)
     log = SweepLog(journal)
-    uploader = JournalUploader(tracker, journal.path)
+    uploader = JournalUploader(sweep.tracker, journal.path)
     uploader.start(journal)
     try:
-        if extend:
-            extension_of.open_extension(log, spec, spec_path, overrides, extension)
+        if request.extend:
+            extension_of.open_extension(log, spec, request.spec_path, request.overrides, continuation.extension)
         elif previous is None:
-            record_spec(log, spec_path, overrides)
-        interruption.arm()
+            record_spec(log, request.spec_path, request.overrides)
+        sweep.interruption.arm()
         print(
             f"sweep {spec.name}: {spec.num_trials()} trial{'s' * (spec.num_trials() != 1)}; MLflow {mask_secrets(spec.tracking_uri)} "
             f"experiment {experiment_id}, parent run {parent_run_id}",
             file=sys.stderr,
         )
-        print(f"data: {data.describe()}", file=sys.stderr)
+        print(f"data: {sweep.data.describe()}", file=sys.stderr)
         with Heartbeat(log.add):
-            outcome = _drive(spec, spec_path, data, tracker, journal, SweepState(log.state, current),
-                             resumed=previous is not None, verbose=verbose, interruption=interruption,
-                             prior=prior, extension=extension, tune_problem=tune_problem)
+            outcome = _drive(sweep, log, SweepState(log.state, current), continuation)
         # The store may be away until the end: the outcome stands, the journal keeps the rest.
         if upload_finished(uploader) and outcome.state == rs.SWEEP_COMPLETED:
-            _log_analysis(tracker, log, experiment_id)
+            _log_analysis(sweep.tracker, log, experiment_id)
             upload_finished(uploader)
         return outcome
     except BaseException:
@@ -362,49 +251,18 @@ def _open_and_drive(spec: SweepSpec, spec_path: Path, data: PreparedData, tracke
 _log_analysis = log_analysis  # a module attribute: benchmarks/scale_cluster.py replaces it
 
 
-def _drive(spec: SweepSpec, spec_path: Path, data: PreparedData, tracker: Tracker, journal: Journal,
-           state: SweepState, resumed: bool, verbose: int, interruption: Interruption,
-           prior: PriorTrials | None = None, extension: extension_of.Extension | None = None,
-           tune_problem: str | None = None) -> SweepSummary:
+def _drive(sweep: _Sweep, log: SweepLog, state: SweepState, continuation: _Continuation) -> SweepSummary:
     """From `running` to a final state, counting and selecting from the journal (what the driver
     recorded), never from the store; every way out leaves no run RUNNING (lifecycle.SweepState:
-    a final state closes the trial runs still RUNNING). `prior`: what the sampler is told of
-    earlier trials (--warm-start, --extend); `extension`: the extension this run is (--extend)."""
-    log = SweepLog(journal)
-    experiment_id, parent_run_id = journal.experiment_id, journal.parent_run_id
+    a final state closes the trial runs still RUNNING). The steps: record what the sweep is and
+    reads (_recorder), run the trials (_run_trials), end `interrupted` unless every planned trial
+    ended (_all_ended), select on dev and evaluate test once (protocol.apply_paper_protocol), and
+    record the selection with the move to `completed` (_record_completion)."""
+    spec, interruption, journal = sweep.spec, sweep.interruption, log.journal
     planned = spec.num_trials()
     log.add(tags={rs.TAG_PLANNED_TRIALS: str(planned), **lease_tags()})
     base_params = logged_params(spec.base_config())
-
-    def summary(final: str, selection: Selection | None = None, evaluation: int | None = None) -> SweepSummary:
-        done, failed, diverged = count_trials(journal)
-        return SweepSummary(
-            experiment_id=experiment_id,
-            parent_run_id=parent_run_id,
-            state=final,
-            planned=planned,
-            done=done,
-            failed=failed,
-            diverged=diverged,
-            best_dev_accuracy=selection.best_dev if selection else None,
-            test_accuracy=selection.best_test if selection else None,
-            test_evaluation=evaluation,
-        )
-
-    def end_interrupted() -> SweepSummary:
-        with interruption.deferred():
-            state.move(rs.SWEEP_INTERRUPTED)
-        return summary(rs.SWEEP_INTERRUPTED)
-
-    sources, dataset = describe_for_researchers(log, spec, spec_path, data, experiment_id, resumed)
-    print(ui_hint(tracker.tracking_uri, experiment_id), file=sys.stderr)
-    recorder = SweepRecorder(
-        journal,
-        base_params=base_params,
-        run_tags={rs.TAG_CORPUS: spec.data.corpus, **sources},
-        protocol=protocol_tags(spec.base_config(), data, spec.search.protocol.refit_on_train_dev),
-        dataset=dataset,
-    )
+    recorder = _recorder(sweep, log, base_params, resumed=continuation.previous is not None)
     try:
         finished_before = trials_with_status(journal, "FINISHED")  # a resumed sweep's
         progress = ProgressPrinter(
@@ -413,63 +271,134 @@ def _drive(spec: SweepSpec, spec_path: Path, data: PreparedData, tracker: Tracke
             best_so_far=best_of(finished_before.values(), spec.search.metric, spec.search.mode),
         )
         ledger = TrialLedger([recorder, progress], interruption, spec.search.time_budget_s)
-
-        def on_tune_stop(stop) -> None:  # a signal or the time budget stops the fit
-            ledger.on_tune_stop(stop)
-            interruption.on_tune_stop(stop)
-
         state.move(rs.SWEEP_RUNNING)
-        if tune_problem is None:
-            tune_name = extension_of.tune_experiment(spec.name, parent_run_id, extension.index if extension else 0)
-            outcomes = run_tuner(spec, data, tune_name, [ledger], resume=resumed, verbose=min(verbose, 3),
-                                 on_stop=on_tune_stop, prior=prior)
-        else:
-            outcomes = resume_from_journal(spec, data, journal, tune_problem, ledger, min(verbose, 3), on_tune_stop)
+        outcomes = _run_trials(sweep, journal, ledger, continuation)
         log.add(tags={rs.TAG_TRIAL_DEVICES: trial_devices(journal.trials.values())})
-        ended = trials_with_status(journal, "FINISHED", "FAILED")
-        # A budget that ran out before any trial ended leaves nothing to complete: resumable.
-        complete = len(ended) >= planned or (ledger.budget_spent() and bool(ended))
-        if ledger.budget_spent() and not ended and not interruption.requested:
-            budget = spec.search.time_budget_s
-            progress.phase(
-                f"the time budget (search.time_budget_s {budget:g} s from the first trial's start) ran "
-                "out before any trial ended" + (
-                    "; a --resume continues the trials from their last epoch with the budget again"
-                    if progress.epochs else
-                    "; no trial finished an epoch in it: a --resume with it would start them over "
-                    "and run out again. Raise it above one epoch's time: add --set "
-                    "search.time_budget_s=SECONDS to the resume command (`orchestrate validate SPEC "
-                    "--estimate` measures an epoch)"))
-        if interruption.requested or not complete:
-            return end_interrupted()
-        finished = trials_with_status(journal, "FINISHED")
-        progress.phase(
-            f"{len(ended)} trial{'s' * (len(ended) != 1)} ended; selecting on dev, then evaluating the selected "
-            "configuration on test" if finished else
-            f"{len(ended)} trial{'s' * (len(ended) != 1)} ended, none finished (failed or diverged): nothing to select"
-        )
+        if not _all_ended(sweep, journal, ledger, progress, planned):
+            return _end_interrupted(interruption, journal, state, planned)
+        extension = continuation.extension
         if extension is not None:
-            outcomes += extension_of.earlier_outcomes(spec, data, parent_run_id, extension)
+            outcomes += extension_of.earlier_outcomes(spec, sweep.data, journal.parent_run_id, extension)
         full_params = {o.trial_id: {**base_params, **o.params} for o in outcomes}
-        # Trials are named by their trial ids: the uploader knows their runs.
-        run_ids = {trial_id: trial_id for trial_id in journal.trials}
-        # Test data is touched once, for the final selection, computed before anything is recorded.
+        finished = trials_with_status(journal, "FINISHED")
+        # Trials are named by their trial ids: the uploader knows their runs. Test data is touched
+        # once, for the final selection, computed before anything is recorded.
         selection = apply_paper_protocol(
-            spec, data, [o for o in outcomes if o.trial_id in finished], run_ids, full_params, interruption,
+            spec, sweep.data, [o for o in outcomes if o.trial_id in finished],
+            {trial_id: trial_id for trial_id in journal.trials}, full_params, interruption,
             tested_before=extension.tested if extension else None,
         )
-        with interruption.deferred():
-            if extension is None:
-                record_selection(log, journal, spec, spec_path, experiment_id, selection)
-                evaluation = 1 if selection.tested else None
-            else:
-                evaluation = extension_of.record_evaluation(log, journal, spec, spec_path, experiment_id,
-                                                            selection, extension)
-            state.move(rs.SWEEP_COMPLETED)
-        return summary(rs.SWEEP_COMPLETED, selection, evaluation)
+        return _record_completion(sweep, log, state, extension, selection)
     except BaseException as exc:
         if isinstance(exc, SweepInterrupted) or interruption.aborted:
-            return end_interrupted()
+            return _end_interrupted(interruption, journal, state, planned)
         with contextlib.suppress(Exception):
             state.move(rs.SWEEP_FAILED)
         raise
+
+
+def _recorder(sweep: _Sweep, log: SweepLog, base_params: dict, resumed: bool) -> SweepRecorder:
+    """The sweep's description, sources and dataset recorded on its parent run, and the recorder
+    of its trials' events."""
+    spec, journal = sweep.spec, log.journal
+    sources, dataset = describe_for_researchers(log, spec, sweep.request.spec_path, sweep.data,
+                                                journal.experiment_id, resumed)
+    print(ui_hint(sweep.tracker.tracking_uri, journal.experiment_id), file=sys.stderr)
+    return SweepRecorder(
+        journal,
+        base_params=base_params,
+        run_tags={rs.TAG_CORPUS: spec.data.corpus, **sources},
+        protocol=protocol_tags(spec.base_config(), sweep.data, spec.search.protocol.refit_on_train_dev),
+        dataset=dataset,
+    )
+
+
+def _run_trials(sweep: _Sweep, journal: Journal, ledger: TrialLedger,
+                continuation: _Continuation) -> list[TrialOutcome]:
+    """The trials run (or resumed) by Tune, or, when Tune's state of the sweep is torn or missing,
+    from the journal; a signal or the time budget stops the fit."""
+    spec, interruption = sweep.spec, sweep.interruption
+    verbose = min(sweep.request.verbose, 3)
+
+    def on_tune_stop(stop) -> None:
+        ledger.on_tune_stop(stop)
+        interruption.on_tune_stop(stop)
+
+    if continuation.tune_problem is not None:
+        return resume_from_journal(spec, sweep.data, journal, continuation.tune_problem, ledger, verbose,
+                                   on_tune_stop)
+    extension = continuation.extension
+    tune_name = extension_of.tune_experiment(spec.name, journal.parent_run_id, extension.index if extension else 0)
+    return run_tuner(spec, sweep.data, tune_name, [ledger], resume=continuation.previous is not None,
+                     verbose=verbose, on_stop=on_tune_stop, prior=continuation.prior)
+
+
+def _all_ended(sweep: _Sweep, journal: Journal, ledger: TrialLedger, progress: ProgressPrinter,
+               planned: int) -> bool:
+    """Whether the sweep can complete: every planned trial ended (or the time budget ran out after
+    one did) and no signal came. Says what comes next, or why a budget spent on no ended trial
+    needs a larger one."""
+    ended = trials_with_status(journal, "FINISHED", "FAILED")
+    # A budget that ran out before any trial ended leaves nothing to complete: resumable.
+    complete = len(ended) >= planned or (ledger.budget_spent() and bool(ended))
+    if ledger.budget_spent() and not ended and not sweep.interruption.requested:
+        budget = sweep.spec.search.time_budget_s
+        progress.phase(
+            f"the time budget (search.time_budget_s {budget:g} s from the first trial's start) ran "
+            "out before any trial ended" + (
+                "; a --resume continues the trials from their last epoch with the budget again"
+                if progress.epochs else
+                "; no trial finished an epoch in it: a --resume with it would start them over "
+                "and run out again. Raise it above one epoch's time: add --set "
+                "search.time_budget_s=SECONDS to the resume command (`orchestrate validate SPEC "
+                "--estimate` measures an epoch)"))
+    if sweep.interruption.requested or not complete:
+        return False
+    trials = f"{len(ended)} trial{'s' * (len(ended) != 1)} ended"
+    progress.phase(
+        f"{trials}; selecting on dev, then evaluating the selected configuration on test"
+        if trials_with_status(journal, "FINISHED") else
+        f"{trials}, none finished (failed or diverged): nothing to select"
+    )
+    return True
+
+
+def _record_completion(sweep: _Sweep, log: SweepLog, state: SweepState,
+                       extension: extension_of.Extension | None, selection: Selection) -> SweepSummary:
+    """The selection, the test metrics and the move to `completed`, recorded together (a signal
+    meanwhile waits until they are)."""
+    journal, spec, spec_path = log.journal, sweep.spec, sweep.request.spec_path
+    with sweep.interruption.deferred():
+        if extension is None:
+            record_selection(log, journal, spec, spec_path, journal.experiment_id, selection)
+            evaluation = 1 if selection.tested else None
+        else:
+            evaluation = extension_of.record_evaluation(log, journal, spec, spec_path, journal.experiment_id,
+                                                        selection, extension)
+        state.move(rs.SWEEP_COMPLETED)
+    return _summary(journal, spec.num_trials(), rs.SWEEP_COMPLETED, selection, evaluation)
+
+
+def _end_interrupted(interruption: Interruption, journal: Journal, state: SweepState,
+                     planned: int) -> SweepSummary:
+    with interruption.deferred():
+        state.move(rs.SWEEP_INTERRUPTED)
+    return _summary(journal, planned, rs.SWEEP_INTERRUPTED)
+
+
+def _summary(journal: Journal, planned: int, final: str, selection: Selection | None = None,
+             evaluation: int | None = None) -> SweepSummary:
+    """What the sweep ended with, counted from its journal."""
+    done, failed, diverged = count_trials(journal)
+    return SweepSummary(
+        experiment_id=journal.experiment_id,
+        parent_run_id=journal.parent_run_id,
+        state=final,
+        planned=planned,
+        done=done,
+        failed=failed,
+        diverged=diverged,
+        best_dev_accuracy=selection.best_dev if selection else None,
+        test_accuracy=selection.best_test if selection else None,
+        test_evaluation=evaluation,
+    )
