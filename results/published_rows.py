@@ -34,14 +34,22 @@ from results.params import parse_param
 
 
 def vectors_stem(name: str) -> str:
-    """A vectors file's name without its archive or text suffix (glove.840B.300d.zip -> glove.840B.300d)."""
+    """A vectors file's name without its archive or text suffix.
+
+    Args:
+        name: the file's name, e.g. glove.840B.300d.zip (-> glove.840B.300d).
+    """
     for suffix in (".zip", ".txt", ".vec", ".bin"):
         name = name.removesuffix(suffix)
     return name
 
 
 def show_setting(value: object) -> str:
-    """A setting as the comparison prints it, ours (a param's text) or the paper's."""
+    """A setting as the comparison prints it.
+
+    Args:
+        value: ours (a param's text, parsed first: '4439' -> 4,439) or the paper's.
+    """
     if isinstance(value, OneOf | Present | VectorsFile | AtLeast):
         return str(value)
     value = parse_param(value)  # tag values are text: '4439' -> 4,439, 'False' -> false

@@ -21,12 +21,20 @@ SUB_PACKAGES = {"cli", "cluster", "journal", "ray_adapter", "sweep", "tracking"}
 # The private Ray names the adapter reaches for, each in one function, because Ray 2.60 has no
 # public API for it (ARCHITECTURE.md, Known debt): (module, function, dotted name).
 PRIVATE_RAY_REACHES = {
-    ("orchestrator/ray_adapter/ray_runtime.py", "_ray_logs", "ray._common.utils.get_default_ray_temp_dir"),
     ("orchestrator/ray_adapter/ray_runtime.py", "_start_deadline", "ray._private.services"),
     ("orchestrator/ray_adapter/ray_runtime.py", "autoscaling", "ray.autoscaler._private.util.format_readonly_node_type"),
     ("orchestrator/ray_adapter/ray_runtime.py", "_autoscaler_report", "ray._private.ray_constants.DEBUG_AUTOSCALING_STATUS"),
     ("orchestrator/ray_adapter/ray_runtime.py", "_autoscaler_report", "ray.experimental.internal_kv._internal_kv_get"),
     ("orchestrator/ray_adapter/ray_runtime.py", "_kill_at_shutdown", "ray._private.worker"),
+}
+# The private attributes of Ray's objects the adapter reaches for, because Ray 2.60 has no public
+# way to do what they do (ARCHITECTURE.md, Known debt): (module, function, attribute chain).
+PRIVATE_RAY_ATTRIBUTES = {
+    ("orchestrator/ray_adapter/tuner.py", "run_tuner", "tuner._local_tuner._run_config.callbacks"),
+    ("orchestrator/ray_adapter/tuner.py", "run_tuner", "tuner._local_tuner._run_config.verbose"),
+    ("orchestrator/ray_adapter/ray_search.py", "tell_evaluated", "searcher._space"),
+    ("orchestrator/ray_adapter/ray_search.py", "tell_evaluated", "searcher._ot_study.add_trial"),
+    ("orchestrator/ray_adapter/ray_search.py", "_enqueue_unvisited", "self.searcher._ot_study.enqueue_trial"),
 }
 # Which package may import which (the floors: none imports one above it).
 MAY_IMPORT = {"orchestrator": set(PACKAGES), "results": {"results", "nli_models"}, "nli_models": {"nli_models"}}
@@ -100,6 +108,9 @@ def test_orchestrator_is_sub_packages_that_state_their_role():
         offered = [node for node in tree.body if isinstance(node, ast.Assign)
                    and any(isinstance(target, ast.Name) and target.id == "__all__" for target in node.targets)]
         assert len(offered) == 1 and ast.literal_eval(offered[0].value), name
+        modules = {path.stem for path in (top / name).glob("*.py")} - {"__init__"}
+        names = set(ast.literal_eval(offered[0].value))
+        assert names == modules or not names & modules, name  # its modules, all of them, or names
 
 
 def test_module_names_are_unique_across_the_packages():
@@ -139,6 +150,36 @@ def test_no_function_is_over_80_lines():
             for node in ast.walk(tree) if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
             and node.end_lineno - node.lineno + 1 > MAX_FUNCTION_LINES}
     assert long == {}
+
+
+def _private_attributes(tree: ast.AST):
+    """(attribute chain, enclosing function) of every outermost chain that reaches a private
+    attribute of an object other than `self`, `cls` or the `ray` module (those are Ray's names:
+    test_no_private_ray_name_outside_the_listed_reaches) or `os` (os._exit is public)."""
+    def private_step(node):
+        while isinstance(node, ast.Attribute):
+            if node.attr.startswith("_") and not node.attr.startswith("__") \
+                    and ast.unparse(node.value) not in ("self", "cls", "os"):
+                return True
+            node = node.value
+        return False
+
+    def walk(node, function):
+        for child in ast.iter_child_nodes(node):
+            inner = child.name if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef) else function
+            if isinstance(child, ast.Attribute) and private_step(child):
+                chain = ast.unparse(child)
+                if not chain.startswith("ray."):
+                    yield chain, function
+            else:
+                yield from walk(child, inner)
+    yield from walk(tree, None)
+
+
+def test_no_private_attribute_of_ray_objects_outside_the_listed_reaches():
+    used = {(module, function, chain) for module, tree in _modules() if module.startswith(RAY_ADAPTER)
+            for chain, function in _private_attributes(tree)}
+    assert used == PRIVATE_RAY_ATTRIBUTES
 
 
 def test_the_packages_import_one_way():

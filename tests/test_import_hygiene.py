@@ -24,8 +24,9 @@ HEAVY = ("mlflow", "ray", "torch", "pandas", "pyarrow", "optuna", "sqlalchemy")
 CONTRACT = ("results.run_schema", "results.sweeps", "results.selection", "results.trial_result",
             "orchestrator.sweep.lifecycle")
 # The packages, their command lines, and the modules that used to write the environment.
-LIBRARY = ("orchestrator", "results", "orchestrator.cli.orchestrate", "results.results_commands", "results.attention_command", "orchestrator.cli.sweeps_commands",
-           "results.run_reader", "results.report", "results.attention")
+LIBRARY = ("orchestrator", "results", "orchestrator.cli.orchestrate", "results.results_commands",
+           "results.attention_command", "orchestrator.cli.sweeps_commands", "results.run_reader",
+           "results.report", "results.attention")
 PROGRESS_BAR = "Downloading artifacts"  # MLflow's tqdm bar on stderr
 # The child starts without the project's defaults, as a user's shell would (this test process has
 # them: conftest.py sets them).

@@ -150,3 +150,19 @@ def test_a_start_stuck_where_python_cannot_raise_still_ends_the_process():
     assert stuck.returncode == 1, stuck.stderr
     assert stuck.stderr.startswith("error: Ray did not start within 0.2 s"), stuck.stderr
     assert stuck.stderr.count("\n") == 1, stuck.stderr
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("env", [{}, {"TMPDIR": "/var/tmp/x"}, {"RAY_TMPDIR": "/scratch/r", "TMPDIR": "/var/tmp/x"}])
+def test_the_logs_a_failed_start_names_are_in_the_folder_ray_uses(monkeypatch, env):
+    """The error line names Ray's log folder without asking Ray's private helpers: the same rule
+    (RAY_TMPDIR, else TMPDIR, else /tmp) gives the folder Ray's own default does."""
+    from ray._common.utils import get_default_ray_temp_dir
+
+    from orchestrator.ray_adapter import ray_runtime
+
+    for name in ("RAY_TMPDIR", "TMPDIR"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    assert ray_runtime._ray_logs() == f"{get_default_ray_temp_dir()}/session_latest/logs"

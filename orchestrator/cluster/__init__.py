@@ -5,4 +5,12 @@ server` (tracking_server.py), whether a Ray address answers without importing Ra
 (ray_address.py) and free ports (ports.py). Ray Jobs are orchestrator.ray_adapter.ray_jobs: only
 the Ray adapter imports Ray."""
 
-__all__ = ["ports", "ray_address", "slurm", "slurm_jobs", "slurm_node", "slurm_script", "tracking_server"]
+__all__ = [
+    "ports",
+    "ray_address",
+    "slurm",
+    "slurm_jobs",
+    "slurm_node",
+    "slurm_script",
+    "tracking_server",
+]

@@ -57,9 +57,11 @@ class _StartDeadline(BaseException):
 
 
 def _ray_logs() -> str:
-    from ray._common.utils import get_default_ray_temp_dir
-
-    return f"{get_default_ray_temp_dir()}/session_latest/logs"
+    """A local Ray's log folder, in the temp folder Ray uses by default: RAY_TMPDIR, else TMPDIR,
+    else /tmp (Ray's rule on Linux, where sweeps run; tests/test_ray_start.py checks that it
+    agrees with Ray's own)."""
+    temp = os.environ.get("RAY_TMPDIR") or os.environ.get("TMPDIR") or "/tmp"
+    return f"{temp}/ray/session_latest/logs"
 
 
 def _start_failure(exc: BaseException, timeout_s: float, address: str | None) -> str:
