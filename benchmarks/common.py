@@ -102,7 +102,7 @@ def log(message: str) -> None:
 
 def setup_environment() -> None:
     """Ray/MLflow defaults of the project, a private data cache, and no external Ray cluster."""
-    from orchestrator.environment import configure_environment
+    from orchestrator.sweep.environment import configure_environment
 
     configure_environment()  # before Ray and MLflow are imported
 
@@ -151,7 +151,7 @@ class Instrument:
     originals come back on ``restore()`` (or leaving the ``with`` block).
 
     ``wrap(owner, attribute, name)``: owner is a module (patch a module-level name where it is
-    looked up, e.g. ``orchestrator.sweep.prepare_data``) or a class (patch a method).
+    looked up, e.g. ``orchestrator.sweep.driver.prepare_data``) or a class (patch a method).
     """
 
     def __init__(self):

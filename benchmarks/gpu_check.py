@@ -394,7 +394,7 @@ def check_sweep(device: str, work: Path, timeout_s: float) -> list[Row]:
     sets = [f"search.resources.gpu={fraction}", "search.resources.cpu=1", "search.max_concurrent_trials=2",
             "search.space.hidden_size.grid=[50]", "training.epochs=2", f"training.device={device}",
             f"search.storage_path={work}/ray_results"]
-    command = [sys.executable, "-m", "orchestrator.cli", "sweep", str(REPO / "search_spaces/quickstart.yaml"),
+    command = [sys.executable, "-m", "orchestrator.cli.orchestrate", "sweep", str(REPO / "search_spaces/quickstart.yaml"),
                "--new", "--tracking-uri", uri, *[a for s in sets for a in ("--set", s)]]
     env = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
            "RAY_TMPDIR": tempfile.mkdtemp(prefix="gc_ray_"), "NLI_DATA_DIR": str(work / "data"),

@@ -3,7 +3,7 @@ k=100, at paper size as in `throughput`) with 2 torch threads under OMP_WAIT_POL
 PASSIVE, (a) one process alone on the machine and (b) two such processes at once (2 x 2 threads,
 oversubscribed on a 2-core machine). The policy is read when torch loads, so every process is a
 fresh one (`python -m benchmarks.omp_policy --worker SECONDS`); the two policies alternate, and
-each case is repeated. What `orchestrate` chooses from this: orchestrator/environment.py.
+each case is repeated. What `orchestrate` chooses from this: orchestrator/sweep/environment.py.
 """
 
 from __future__ import annotations

@@ -45,7 +45,7 @@ def worker(storage_path: str, spec: dict[str, Any], cache_dir: str, n_trials: in
     from nli_models.config import RunConfig
     from nli_models.data import prepare_data
     from nli_models.training import make_trainer
-    from orchestrator.spec import apply_hyperparameters  # pydantic only: no Ray, no MLflow
+    from orchestrator.sweep.spec import apply_hyperparameters  # pydantic only: no Ray, no MLflow
 
     torch.set_num_threads(1)
     optuna.logging.set_verbosity(optuna.logging.WARNING)

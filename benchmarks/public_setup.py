@@ -19,7 +19,7 @@ alternating which goes first, and the ratio of the two medians is reported besid
 bar where the reference is faster than the published code, and one the load moves less.
 
 OpenMP's wait policy decides what 2 threads give here: `orchestrate` sets OMP_WAIT_POLICY=PASSIVE
-(orchestrator/environment.py, for busy shared machines), which on an idle machine runs these
+(orchestrator/sweep/environment.py, for busy shared machines), which on an idle machine runs these
 small-matrix steps at about half the speed of OpenMP's default spinning. The public figures come
 from plain PyTorch, so the comparison with them is run as `OMP_WAIT_POLICY=ACTIVE python -m
 benchmarks.run public_setup` (the same as OpenMP's default here); the policy is in the summary.

@@ -6,7 +6,7 @@ The record: a real `orchestrate sweep` (its own process, a fresh local Ray and S
 4 epochs (--quick: 2 epochs, fewer pairs), 2 trials at once. Then `orchestrate replay` of it
 with every sampler x scheduler (15 strategies since nsga2; the recorded run had 12) x 20 repeats, timed end to end (interpreter start,
 imports, reading the store, writing the tables and the figure) and, in this process, the
-replays alone (`orchestrator.replay.replay` over the record read once). The figure it writes is
+replays alone (`orchestrator.sweep.replay.replay` over the record read once). The figure it writes is
 copied to benchmarks/out/replay.png.
 """
 
@@ -28,7 +28,7 @@ from benchmarks.common import Context, log, md_table, target
 NAME = "replay"
 TITLE = "Replay of a recorded 36-configuration sweep: every strategy x 20 repeats"
 REPEATS = 20
-ORCHESTRATE = [sys.executable, "-m", "orchestrator.cli"]
+ORCHESTRATE = [sys.executable, "-m", "orchestrator.cli.orchestrate"]
 
 
 def sweep_spec(folder: Path, quick: bool) -> dict[str, Any]:
@@ -74,11 +74,11 @@ def _engine_seconds(folder: Path) -> tuple[float, float, int, float]:
 
     from nli_models.config import validate_config
     from nli_models.strict import load_yaml
-    from orchestrator.replay import Budget, Strategy, recorded_trials, replay
-    from orchestrator.replay_cli import SAMPLERS, SCHEDULERS
-    from orchestrator.spec import SweepSpec
+    from orchestrator.cli.replay_commands import SAMPLERS, SCHEDULERS
+    from orchestrator.sweep.replay import Budget, Strategy, recorded_trials, replay
+    from orchestrator.sweep.spec import SweepSpec
     from results.replay_record import read_recording
-    from results.tracking import open_client
+    from results.run_reader import open_client
 
     record = read_recording(open_client(f"sqlite:///{folder / 'mlruns.db'}"), "replay36")
     spec = validate_config(SweepSpec, load_yaml(record.spec_text), "spec.yaml")
@@ -99,7 +99,7 @@ def run(ctx: Context) -> dict[str, Any]:
     log("replay: recording the 36-configuration sweep with `orchestrate sweep`")
     sweep_s, sweep_cpu, _ = _orchestrate(["sweep", str(spec_path)], folder)
     out = folder / "replay" / "replay36.parquet"
-    from orchestrator.replay_cli import SAMPLERS, SCHEDULERS
+    from orchestrator.cli.replay_commands import SAMPLERS, SCHEDULERS
 
     strategies = len(SAMPLERS) * len(SCHEDULERS)
     log(f"replay: sweep took {sweep_s:.0f} s; replaying {strategies} strategies x {REPEATS} repeats")

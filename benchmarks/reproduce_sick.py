@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.common import REPO_ROOT, Context, Skip, loadavg, log, md_table, target
-from results.published import TABLE2_TE
+from results.published_rows import TABLE2_TE
 
 NAME = "reproduce_sick"
 TITLE = "Yin et al. 2016 on real SICK (GloVe 6B 50d) through the CLI: ours against Table 6 and footnote 9"

@@ -1,14 +1,14 @@
 """The analysis a sweep logs at its end, on N stand-in finished trials: what each piece costs as N
 grows to a cluster sweep's 10,000.
 
-``orchestrator.sweep._log_analysis`` builds, from the experiment's trial runs, the importance table
+``orchestrator.sweep.driver._log_analysis`` builds, from the experiment's trial runs, the importance table
 (Optuna's fANOVA and PED-ANOVA), the EVP table and four figures (importance, parallel coordinates,
 EVP, learning curves of the top 5), each written as PNG, PDF and SVG. The scale_cluster benchmark
 times the whole of it at N <= 1,000 inside a sweep; this one times each piece alone at N up to
 10,000, on trials made here (a log-uniform lr, a uniform dropout, a uniform best dev accuracy; 3
 epochs of dev accuracy for the learning curves), so that a cost growing faster than N shows as an
 exponent, not as a linear fit's miss. No Ray, no MLflow store: the trials are what
-``results.tracking.load_trials`` returns.
+``results.run_reader.load_trials`` returns.
 
     python -m benchmarks.run scale_analysis                       # N = 100, 1,000, 3,000, 10,000
     NLI_ANALYSIS_SIZES=100,1000 python -m benchmarks.run scale_analysis
@@ -34,8 +34,8 @@ EPOCHS = 3
 
 
 def standin_trials(n: int) -> list:
+    from results.run_reader import TrialRun
     from results.selection import TrialRecord
-    from results.tracking import TrialRun
 
     rng = random.Random(0)
     trials = []

@@ -11,15 +11,15 @@ other users' jobs), so trials take a node each; `NLI_SCALE_GPUS_PER_TRIAL=1` giv
 
 The trials stand in for training (``standin_trial``): each epoch sleeps for the trial's drawn
 epoch time (EPOCH_S x U[0.5, 1.5], drawn from the trial's configuration, so both paths draw the
-same), then reports the metrics of ``orchestrator.ray_trial.epoch_metrics`` (the same function,
+same), then reports the metrics of ``orchestrator.ray_adapter.ray_trial.epoch_metrics`` (the same function,
 fed stand-in values) with a checkpoint (a 64 KiB weights file and the trial's config.yaml, as a
 real trial writes) and resumes from its checkpoint as a real trial does.
 
 Per N, on one cluster, in alternating order, each path in a fresh Python process (so its peak
 RSS is its own: ``ru_maxrss`` of that process; the cluster runs in the benchmark's process):
-- ours: ``orchestrator.sweep.run_sweep`` (driver, Optuna random searcher, FIFO scheduler,
+- ours: ``orchestrator.sweep.driver.run_sweep`` (driver, Optuna random searcher, FIFO scheduler,
   SweepRecorder writing the journal, the JournalUploader thread, `orchestrate server` over a fresh PostgreSQL database), with
-  ``ray_adapter.run_trial`` replaced by ``standin_trial`` in the driver (run_tuner looks the name
+  ``orchestrator.ray_adapter.tuner.run_trial`` replaced by ``standin_trial`` in the driver (run_tuner looks the name
   up when it builds the trainable) and the test evaluation of the selected configuration replaced
   by a stand-in (there are no weights to evaluate);
 - plain Tune: a Tuner with the same trainable, searcher, scheduler, concurrency, resources and
@@ -96,7 +96,7 @@ def standin_trial(tune_config: dict[str, Any], *, base: dict, search: dict, data
     from ray import tune
 
     from nli_models.training import TRIAL_CONFIG_FILE
-    from orchestrator.ray_trial import epoch_metrics, trial_params
+    from orchestrator.ray_adapter.ray_trial import epoch_metrics, trial_params
 
     params = trial_params(tune_config, search)
     epochs = int(base["training"]["epochs"])
@@ -155,10 +155,11 @@ def start_cluster():
 
 
 def run_ours(spec_path: Path, address: str) -> dict[str, Any]:
-    import orchestrator.ray_adapter as ray_adapter
-    import orchestrator.sweep as sweep_module
-    from orchestrator.recorder import SweepRecorder
-    from orchestrator.uploader import JournalUploader
+    import orchestrator.ray_adapter.tuner as tuner_module
+    import orchestrator.sweep.driver as sweep_module
+    import orchestrator.sweep.protocol as protocol_module
+    from orchestrator.journal.recorder import SweepRecorder
+    from orchestrator.tracking.uploader import JournalUploader
     from results import run_schema as rs
 
     counts = {"start": 0, "result": 0, "complete": 0, "error": 0}
@@ -167,8 +168,8 @@ def run_ours(spec_path: Path, address: str) -> dict[str, Any]:
     uploaders: list = []
     times: dict[str, float] = {}
     originals = {
-        "run_trial": ray_adapter.run_trial,
-        "evaluate": sweep_module._evaluate_selected,
+        "run_trial": tuner_module.run_trial,
+        "evaluate": protocol_module._evaluate_selected,
         "init": JournalUploader.__init__,
         "started": SweepRecorder.trial_started,
         "result": SweepRecorder.trial_result,
@@ -225,8 +226,8 @@ def run_ours(spec_path: Path, address: str) -> dict[str, Any]:
     def evaluate(spec, data, outcome):  # stand-in weights cannot be evaluated
         return {rs.METRIC_TEST_ACCURACY: outcome.result.best_dev_accuracy}, b"stand-in\n"
 
-    ray_adapter.run_trial = standin_trial
-    sweep_module._evaluate_selected = evaluate
+    tuner_module.run_trial = standin_trial
+    protocol_module._evaluate_selected = evaluate
     sweep_module.run_tuner, sweep_module._log_analysis = run_tuner, analysis
     JournalUploader.__init__, JournalUploader.drain = init, drain
     SweepRecorder.trial_started, SweepRecorder.trial_result = started, result
@@ -247,12 +248,12 @@ def run_ours(spec_path: Path, address: str) -> dict[str, Any]:
     sampler = Sampler(probe)
     begun = time.perf_counter()
     try:
-        summary = sweep_module.run_sweep(spec_path, new=True, address=address)
+        summary = sweep_module.run_sweep(sweep_module.SweepRequest(spec_path, new=True, address=address))
     finally:
         wall = time.perf_counter() - begun
         sampler.stop()
-        ray_adapter.run_trial = originals["run_trial"]
-        sweep_module._evaluate_selected = originals["evaluate"]
+        tuner_module.run_trial = originals["run_trial"]
+        protocol_module._evaluate_selected = originals["evaluate"]
         sweep_module.run_tuner, sweep_module._log_analysis = originals["run_tuner"], originals["analysis"]
         JournalUploader.__init__, JournalUploader.drain = originals["init"], originals["drain"]
         SweepRecorder.trial_started, SweepRecorder.trial_result = originals["started"], originals["result"]
@@ -278,8 +279,8 @@ def run_plain(spec_path: Path, address: str) -> dict[str, Any]:
     from ray import tune
 
     from nli_models.data import prepare_data
-    from orchestrator.ray_search import make_scheduler, make_searcher, param_space
-    from orchestrator.spec import load_spec
+    from orchestrator.ray_adapter.ray_search import make_scheduler, make_searcher, param_space
+    from orchestrator.sweep.spec import load_spec
 
     class EpochSeconds(tune.Callback):
         def __init__(self):
@@ -347,7 +348,7 @@ def main(argv: list[str] | None = None) -> None:
     import ray.tune  # noqa: F401
 
     import nli_models.data  # noqa: F401
-    import orchestrator.sweep  # noqa: F401
+    import orchestrator.sweep.driver  # noqa: F401
 
     profile_dir = os.environ.get(PROFILE_ENV)
     profile = (profiled(Path(profile_dir) / f"{NAME}-{args.spec.stem.rsplit('-', 1)[-1]}-{args.path}.prof")

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from benchmarks.common import Skip
-from orchestrator.ports import free_port
+from orchestrator.cluster.ports import free_port
 from results.tracking_uri import probe_http
 
 PG_HOST, PG_PORT, PG_USER = "127.0.0.1", 5432, "postgres"
@@ -94,7 +94,7 @@ class Server:
         started = time.perf_counter()
         env = {k: v for k, v in os.environ.items() if k not in ("MLFLOW_TRACKING_URI", "RAY_ADDRESS")}
         env["PYTHONPATH"] = str(Path(__file__).resolve().parents[1])
-        argv = [sys.executable, "-m", "orchestrator.cli", "server", "--backend-store-uri", self.backend,
+        argv = [sys.executable, "-m", "orchestrator.cli.orchestrate", "server", "--backend-store-uri", self.backend,
                 "--artifacts-destination", str(self.folder / "artifacts"), "--host", "127.0.0.1",
                 "--port", str(self.port)]
         if self.workers != 1:

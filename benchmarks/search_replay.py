@@ -2,7 +2,7 @@
 
 Training is deterministic for a configuration and seed, so the grid (every configuration trained
 to the last epoch) already holds the dev accuracy any search would see after any epoch. This is
-the engine of `orchestrate replay` (orchestrator/replay.py: the sweep's own searcher and
+the engine of `orchestrate replay` (orchestrator/sweep/replay.py: the sweep's own searcher and
 scheduler, driven in Tune's order with ``max_concurrent_trials`` slots and the recorded epoch
 times), fed the grid's events as the benchmark recorded them instead of an MLflow store, so many
 sampler seeds can be compared where a real run affords five. It leaves out what the real runs
@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from orchestrator.replay import Budget, Strategy, recorded_trials
-from orchestrator.replay import replay as replay_strategy
-from orchestrator.spec import SweepSpec
+from orchestrator.sweep.replay import Budget, Strategy, recorded_trials
+from orchestrator.sweep.replay import replay as replay_strategy
+from orchestrator.sweep.spec import SweepSpec
 from results import run_schema as rs
 from results.replay_record import RecordedTrial
 

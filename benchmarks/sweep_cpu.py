@@ -46,7 +46,7 @@ SPEC: dict[str, Any] = {
 def _one_sweep(folder: Path, tree: Path) -> dict[str, Any]:
     spec = write_spec(SPEC, folder)  # its store and Ray results in `folder`
     env = {**os.environ, "PYTHONPATH": str(tree)}
-    process = subprocess.Popen([sys.executable, "-m", "orchestrator.cli", "sweep", str(spec), "--new"],
+    process = subprocess.Popen([sys.executable, "-m", "orchestrator.cli.orchestrate", "sweep", str(spec), "--new"],
                                cwd=tree, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     sampler = CpuSampler(SAMPLE_S, root=process.pid, root_kind="driver")
     _, stderr = process.communicate()
@@ -60,7 +60,7 @@ def _one_sweep(folder: Path, tree: Path) -> dict[str, Any]:
 def _idle_instance_cpu_s(seconds: float) -> dict[str, float]:
     """CPU-seconds per minute of a local Ray instance started as a sweep starts it, left idle
     (after 10 s to settle): what an instance held open between sweeps costs."""
-    from orchestrator.ray_adapter import init_ray, shutdown_ray
+    from orchestrator.ray_adapter.ray_runtime import init_ray, shutdown_ray
 
     init_ray()
     try:

@@ -7,7 +7,7 @@ dev pairs; SNLI test for the selected configuration), lr {5e-4, 1e-3, 2e-3} x dr
 0.3, 0.4}, 21 epochs: about 60-65 s per trial on this machine when quiet (up to ~2x under load).
 --quick: the toy corpus, 2 tiny epochs.
 
-The sweep is ``orchestrator.sweep.run_sweep`` (what `orchestrate sweep SPEC --new` runs, minus
+The sweep is ``orchestrator.sweep.driver.run_sweep`` (what `orchestrate sweep SPEC --new` runs, minus
 the interpreter start and imports), in this process, with a fresh MLflow SQLite store, a fresh
 Ray instance and a cold data cache. "Training" is Σ epoch_time_s (the trainer's own clock: train
 epoch + dev evaluation), read from the events and checked against the MLflow child runs.
@@ -30,7 +30,7 @@ def direct_setup_cost(spec: dict[str, Any], data, repeats: int = 5) -> dict[str,
     """What a trial does before its first batch, measured here: deserialising the prepared data
     (a pickle round trip stands in for the object-store fetch) and make_trainer."""
     from nli_models.training import make_trainer
-    from orchestrator.spec import SweepSpec, apply_hyperparameters
+    from orchestrator.sweep.spec import SweepSpec, apply_hyperparameters
 
     base = SweepSpec.model_validate(spec).base_config()
     config = apply_hyperparameters(base, {"lr": 0.001, "dropout": 0.1, "seed": 1})

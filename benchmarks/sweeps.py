@@ -1,4 +1,4 @@
-"""Running a real sweep (``orchestrator.sweep.run_sweep``, what `orchestrate sweep` runs) in this
+"""Running a real sweep (``orchestrator.sweep.driver.run_sweep``, what `orchestrate sweep` runs) in this
 process with timers around its parts, and the workloads the sweep benchmarks share.
 
 Instrumented (by wrapping, nothing in the project is changed): the phases of ``run_sweep``
@@ -207,10 +207,10 @@ def write_spec(spec: dict[str, Any], folder: Path) -> Path:
 def run_instrumented_sweep(spec: dict[str, Any], folder: Path) -> dict[str, Any]:
     """Run the sweep of ``spec`` in ``folder`` (fresh MLflow store, Ray results and data cache)
     and return wall time, phase times, tracking times, trial events and the MLflow trial runs."""
-    import orchestrator.sweep as sweep_module
-    from orchestrator.recorder import SweepRecorder
-    from orchestrator.tracking import Tracker
-    from orchestrator.uploader import JournalUploader
+    import orchestrator.sweep.driver as sweep_module
+    from orchestrator.journal.recorder import SweepRecorder
+    from orchestrator.tracking.tracker import Tracker
+    from orchestrator.tracking.uploader import JournalUploader
 
     spec_path = write_spec(spec, folder)
     previous_cache = os.environ.get("NLI_DATA_DIR")
@@ -249,7 +249,7 @@ def run_instrumented_sweep(spec: dict[str, Any], folder: Path) -> dict[str, Any]
         started = time.perf_counter()
         sampler = CpuSampler()
         try:
-            summary = sweep_module.run_sweep(spec_path, new=True)
+            summary = sweep_module.run_sweep(sweep_module.SweepRequest(spec_path, new=True))
         finally:
             cpu = sampler.stop()
         wall = time.perf_counter() - started

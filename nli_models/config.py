@@ -16,7 +16,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 
-from nli_models.data.config import DataConfig
+from nli_models.data.data_config import DataConfig
 from nli_models.data.encode import BUCKET_CHUNK_BATCHES
 from nli_models.errors import InputError, mask_secrets
 from nli_models.registry import build_model, model_class

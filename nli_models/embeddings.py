@@ -10,7 +10,7 @@ rows ever get a gradient and an optimizer step:
 - some rows tuned: the table is not trainable either, and the tuned rows come from ``tuned_weight``, a
   small [n_tuned, D] parameter of their own. A masked [V, D] gradient would be zeroed, scattered
   into and stepped over every batch; at vocabulary 20k x 300 that was most of a CPU step for
-  small models (benchmarks/README.md).
+  small models (benchmarks/README.md, "throughput").
 
 Checkpoints keep one [V, D] table: ``state_dict()`` folds ``tuned_weight`` into
 ``embedding.weight`` and leaves it out; loading splits the table again.

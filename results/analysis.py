@@ -42,10 +42,10 @@ from matplotlib.figure import Figure
 from results.evp import evp_table, plot_evp
 from results.figures import figure_files, new_figure
 from results.params import parse_param, short_value
+from results.run_reader import TrialRun
 from results.schema import arrow_table, describe, table_columns
 from results.selection import eligible
 from results.table import searched_params
-from results.tracking import TrialRun
 
 COLUMNS = table_columns("importance")
 

@@ -36,8 +36,8 @@ from nli_models.training import (
     build_for_data,
     read_checkpoint,
 )
-from results.errors import ResultsError
 from results.figures import figure_files, new_figure
+from results.results_errors import ResultsError
 from results.run_schema import ARTIFACT_CHECKPOINT_DIR
 
 ATTENTION_ARTIFACT_DIR = "attention"

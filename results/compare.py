@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from results.errors import ResultsError
 from results.predictions import read_predictions
+from results.results_errors import ResultsError
 from results.stats import McNemarResult, mcnemar
 
 

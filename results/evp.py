@@ -27,10 +27,10 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
 from results.figures import new_figure
+from results.run_reader import TrialRun
 from results.run_schema import METRIC_TRIAL_TIME
 from results.schema import arrow_table, describe, table_columns
 from results.selection import eligible
-from results.tracking import TrialRun
 
 COLUMNS = table_columns("evp")
 
@@ -42,7 +42,7 @@ BUDGETS = ("trials", "hours")  # the x-axis of an EVP plot
 def expected_max_curve(values: Sequence[float]) -> list[tuple[float, float]]:
     """(E[max_n], std[max_n]) for n = 1..len(values). One numpy pass of length N per n: a
     10,000-trial sweep's curve takes seconds, where a Python loop over the N^2 weights took
-    minutes (benchmarks/README.md, section 11)."""
+    minutes (benchmarks/README.md, "scale_analysis")."""
     ordered = np.sort(np.asarray(values, dtype=np.float64))
     total = len(ordered)
     quantiles = np.arange(total + 1, dtype=np.float64) / total  # i/N for i = 0..N

@@ -3,4 +3,4 @@
 pandas or pyarrow (`orchestrate --help` stays light)."""
 
 SUFFIXES = {"md": ".md", "csv": ".csv", "latex": ".tex"}
-PAPER_NAMES = ("rocktaschel2016", "parikh2016", "yin2016", "gajbhiye2018")  # results.published.PAPERS
+PAPER_NAMES = ("rocktaschel2016", "parikh2016", "yin2016", "gajbhiye2018")  # results.published_rows.PAPERS

@@ -5,7 +5,7 @@ the paper's label, |θ|M, train / dev / test accuracy (mean ± std over the sele
 seeds, and how many), the epochs and optimizer steps that produced the test accuracy (a refit's on
 train + dev where the sweep refits, not the selection run's), the published test accuracy, the
 difference, the known public reproductions of that row, and every way our run's protocol differs
-from everything the paper states (``results.published.PROTOCOLS`` and the row's own settings). A
+from everything the paper states (``results.published_rows.PROTOCOLS`` and the row's own settings). A
 row with any difference is marked not comparable: its Δ measures the protocol as much as the
 model. A published system this code does not run (Yin et al.'s feature-based Table 6 rows) gets
 no Δ at all. A published row none of ours matches says why (the dataset, model, variant or size
@@ -24,7 +24,6 @@ import pandas as pd
 import pyarrow as pa
 
 from results.published import (
-    PAPERS,
     matches_row,
     our_setup,
     our_value,
@@ -34,6 +33,7 @@ from results.published import (
     theta_m_at_paper_setup,
     why_unmatched,
 )
+from results.published_rows import PAPERS
 from results.render import render
 from results.schema import arrow_table, describe, table_columns
 

@@ -1,5 +1,5 @@
 """MLflow keeps every param as a string; these turn them back into values and compare them.
-Trials record their params typed too (tag nli.params, results.tracking.trial_params): parsing
+Trials record their params typed too (tag nli.params, results.run_reader.trial_params): parsing
 is for runs written before that tag, and passes typed values through."""
 
 from __future__ import annotations

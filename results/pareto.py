@@ -27,13 +27,13 @@ import pyarrow as pa
 from matplotlib import ticker
 from matplotlib.figure import Figure
 
-from results.errors import ResultsError, ResultsWarning
 from results.figures import new_figure
 from results.published import model_rows, runs_paper_configuration
+from results.results_errors import ResultsError, ResultsWarning
+from results.run_reader import TrialRun
 from results.run_schema import OBJECTIVE_METRICS, TAG_OBJECTIVES
 from results.schema import arrow_table, describe, table_columns
 from results.selection import seed_runs
-from results.tracking import TrialRun
 
 DEFAULT_OBJECTIVES = (("dev_accuracy", "max"), ("theta_m", "min"))
 COLUMNS = table_columns("pareto")

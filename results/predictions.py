@@ -3,7 +3,7 @@
 Columns: ``index`` (position of the example in the test split), ``label`` (gold class id),
 ``prediction`` (predicted class id), all integers, and ``label_name`` (the gold class's name).
 The name travels per row rather than as a label list in the schema metadata because that is what
-the sweep writes (``orchestrator.sweep._predictions_table``); it is enough to check that two
+the sweep writes (``orchestrator.sweep.protocol._predictions_table``); it is enough to check that two
 files share one class encoding: aligned on ``index``, their (label, label_name) pairs must agree.
 """
 
@@ -14,7 +14,7 @@ from pathlib import Path
 import pandas as pd
 import pyarrow.parquet as pq
 
-from results.errors import ResultsError
+from results.results_errors import ResultsError
 
 COLUMNS = ("index", "label", "prediction", "label_name")
 

@@ -16,14 +16,14 @@ from pathlib import Path
 from mlflow import MlflowClient
 
 from results import run_schema as rs
-from results.errors import ResultsError
-from results.sweep_records import load_sweeps, trial_runs
-from results.tracking import (
+from results.results_errors import ResultsError
+from results.run_reader import (
     fetch_test_metrics,
     metric_histories,
     resolve_experiments,
     trial_params,
 )
+from results.stored_sweeps import load_sweeps, trial_runs
 
 # What a replay reads of each epoch: the metrics a sweep can search on (search.metric) and the
 # epoch's seconds, which advance the simulated clock.

@@ -26,7 +26,7 @@ TAG_TORCH_VERSION = "nli.torch_version"
 TAG_PYTHON_VERSION = "nli.python_version"
 TAG_HOST = "nli.host"
 TAG_BEST_RUN = "nli.best_run_id"  # child run of the selected configuration's best seed
-TAG_SWEEP_STATE = "nli.sweep_state"  # one of SWEEP_STATES (orchestrator/lifecycle.py moves it)
+TAG_SWEEP_STATE = "nli.sweep_state"  # one of SWEEP_STATES (orchestrator/sweep/lifecycle.py moves it)
 TAG_PLANNED_TRIALS = "nli.planned_trials"  # trials the spec plans (grid points x seeds, samples)
 TAG_DRIVER = "nli.driver"  # "HOST PID" of the process driving the sweep (its lease)
 TAG_HEARTBEAT = "nli.heartbeat"  # unix seconds, renewed by the live driver (results/sweeps.py)
@@ -160,7 +160,7 @@ METRIC_TRAIN_ACCURACY = "train_accuracy_running"
 METRIC_DEV_LOSS = "dev_loss"
 METRIC_DEV_ACCURACY = "dev_accuracy"
 METRIC_EPOCH_TIME = "epoch_time_s"
-# A trial's Tune results (orchestrator/ray_adapter.py reports one per epoch) carry these per-epoch
+# A trial's Tune results (orchestrator/ray_adapter/ray_runtime.py reports one per epoch) carry these per-epoch
 # metrics and its results.trial_result.TrialResult under the names of this module, the epoch
 # number as METRIC_EPOCHS_TRAINED (the step of the per-epoch metrics), and these keys, which are
 # Tune's alone (MLflow records what they mean as tags):
@@ -218,7 +218,7 @@ def model_config_label(params: dict) -> str:
     return f"{head} {arch}".strip()
 
 
-# -- What a researcher reads in the MLflow UI (orchestrator.tracking writes, results reads) -----
+# -- What a researcher reads in the MLflow UI (orchestrator.tracking.tracker writes, results reads) -----
 # Params of a trial that the search did not vary are logged as const.<name>, the searched ones
 # (and the seed) under their plain name; readers strip the prefix (old stores have none).
 CONSTANT_PARAM_PREFIX = "const."

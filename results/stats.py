@@ -9,7 +9,7 @@
 
 scipy.special, not scipy.stats: every sweep's driver loads this module for its end-of-sweep
 table, and with scipy.stats (which rewrites docstrings at import time) it took about 0.6 CPU-s
-more to import (benchmarks/README.md, section 15).
+more to import (benchmarks/README.md, "sweep_cpu").
 tests/test_results_units.py checks each function against scipy.stats.
 """
 

@@ -8,7 +8,7 @@ process is gone (same host) or whose heartbeat is older than STALE_AFTER_S is `i
 
 Part of the contract (run_schema.py): it imports nothing heavy, so the driver (orchestrator/
 lifecycle.py) takes HEARTBEAT_INTERVAL_S from here without loading MLflow. Reading sweeps from a
-store is results/sweep_records.py.
+store is results/stored_sweeps.py.
 """
 
 from __future__ import annotations

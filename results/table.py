@@ -26,8 +26,9 @@ from collections.abc import Callable, Mapping, Sequence
 
 import pyarrow as pa
 
-from results.errors import ResultsWarning
 from results.params import as_int, canonical, parse_param
+from results.results_errors import ResultsWarning
+from results.run_reader import TrialRun
 from results.run_schema import (
     CLASS_ACCURACY_PREFIX,
     DEV_CLASS_ACCURACY_PREFIX,
@@ -44,7 +45,6 @@ from results.run_schema import (
 from results.schema import Column, arrow_table, describe, table_columns
 from results.selection import seed_runs, select_configuration
 from results.stats import Summary, summarise
-from results.tracking import TrialRun
 
 TestMetrics = Callable[[str], Mapping[str, float]]  # run_id -> test metrics of that run
 

@@ -1,6 +1,6 @@
 """What a trial has achieved so far, under the contract's metric names (results/run_schema.py).
 
-One producer, where epochs are measured: the trainable (orchestrator.ray_adapter) builds a
+One producer, where epochs are measured: the trainable (orchestrator.ray_adapter.ray_runtime) builds a
 TrialResult after every epoch and reports its metrics() to Tune, which the sweep's recorder
 copies to the trial's MLflow run as they are named. Two readers, one builder: the sweep's
 paper protocol reads a trial's last Tune result and `orchestrate results` reads the trial's MLflow

@@ -1,6 +1,6 @@
 """MkDocs hooks (mkdocs.yml `hooks:`).
 
-- The CLI reference page is generated from the click commands of `orchestrator.cli:main` at build
+- The CLI reference page is generated from the click commands of `orchestrator.cli.orchestrate:main` at build
   time, so it is never out of date: on the page that holds the marker line, the marker becomes one
   section per command (and subcommand), each with the command's own `--help` text.
 - The home page is README.md (docs/index.md links to it), whose links point into docs/ from the
@@ -26,7 +26,7 @@ def _commands(command: click.Command, ctx: click.Context):
 
 
 def cli_reference() -> str:
-    from orchestrator.cli import main
+    from orchestrator.cli.orchestrate import main
 
     root = click.Context(main, info_name="orchestrate", terminal_width=100, max_content_width=100)
     sections = []

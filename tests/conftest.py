@@ -18,7 +18,7 @@ from testkit.slurm import slurm_cluster  # noqa: F401
 from testkit.toy import TOY
 from testkit.tracking_server import logs_dir, tracking  # noqa: F401
 
-from orchestrator.environment import configure_environment
+from orchestrator.sweep.environment import configure_environment
 
 configure_environment()
 # The test-only seams in this process and in every process it starts (a local Ray's workers,
@@ -47,7 +47,7 @@ def ray_session():
     lasts to the end of the suite."""
     import ray
 
-    from orchestrator.ray_adapter import init_ray, shutdown_ray
+    from orchestrator.ray_adapter.ray_runtime import init_ray, shutdown_ray
 
     init_ray()
     yield ray

@@ -24,7 +24,7 @@ import sys
 import tempfile
 import time
 
-from orchestrator.reaper import descendants
+from orchestrator.ray_adapter.reaper import descendants
 
 SLURM_FILE = "tests/test_slurm_cluster.py"
 GRACE_S = 20.0

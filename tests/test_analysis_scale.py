@@ -16,8 +16,8 @@ from matplotlib.collections import LineCollection
 
 from results import analysis
 from results.evp import expected_max_curve
+from results.run_reader import TrialRun
 from results.selection import TrialRecord
-from results.tracking import TrialRun
 
 pytestmark = pytest.mark.unit
 

@@ -16,7 +16,7 @@ from nli_models import build_model, model_names, model_variants
 from nli_models.data.batch import Batch
 from nli_models.registry import model_arguments
 from results.attention import NULL_TOKEN, draw_pair, pair_maps, parse_pair_ids
-from results.errors import ResultsError
+from results.results_errors import ResultsError
 
 pytestmark = pytest.mark.unit
 
@@ -101,7 +101,7 @@ def test_pair_ids_are_parsed_and_bad_ones_named():
 def test_bad_pair_ids_are_a_usage_error_before_anything_is_read(tmp_path):
     from click.testing import CliRunner
 
-    from orchestrator.cli import main
+    from orchestrator.cli.orchestrate import main
 
     result = CliRunner().invoke(
         main,

@@ -3,7 +3,7 @@ holding a tracking store with runs, output folders and input files. Each must ex
 message naming what is wrong, print no traceback, and leave the workspace byte-for-byte as it
 was (the store included).
 
-How it runs: the ~100 cases go through one subprocess that calls `orchestrator.cli:main` (the
+How it runs: the ~100 cases go through one subprocess that calls `orchestrator.cli.orchestrate:main` (the
 same object the `orchestrate` script calls) once per case, in standalone mode, with its own
 argv, stdout and stderr, and reports exit code and output per case; one parametrized test then
 asserts each case. A subprocess per case would pay ~3-10 s of imports each (minutes on a busy
@@ -93,8 +93,8 @@ class _Payload:
 def build_workspace(ws: Path) -> None:
     """Inputs under ws/inputs; a store with an experiment and a sweep in ws/mlruns.db; an output
     folder with a file in it; a plain file `afile` to put outputs under."""
-    from orchestrator.tracking import Tracker
-    from orchestrator.uploader import create_parent
+    from orchestrator.tracking.tracker import Tracker
+    from orchestrator.tracking.uploader import create_parent
     from results import run_schema as rs
 
     inputs = ws / "inputs"
@@ -445,7 +445,7 @@ IDS = [f"{i:03d}-{argv[0]}-{spec or argv[1]}" for i, (spec, argv, _) in enumerat
 
 def run_cases(ws: Path, argvs: list[list[str]], report: Path) -> None:
     """In a fresh process: each argv through the real CLI object, the workspace hashed around it."""
-    from orchestrator.cli import main
+    from orchestrator.cli.orchestrate import main
 
     os.chdir(ws)
     results = []

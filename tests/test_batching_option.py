@@ -11,7 +11,7 @@ from nli_models.config import ConfigError, RunConfig, validate_config
 from nli_models.data import batch_indices, iterate_batches, prepare_data
 from nli_models.data.encode import BUCKET_CHUNK_BATCHES, make_batch
 from nli_models.training import make_trainer
-from orchestrator.spec import logged_params
+from orchestrator.sweep.spec import logged_params
 
 pytestmark = pytest.mark.unit
 

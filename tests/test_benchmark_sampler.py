@@ -20,4 +20,4 @@ def test_each_process_of_a_local_ray_instance_gets_its_kind():
     assert _categorize("ray::DashboardAgent ") == "ray dashboard agent"
     assert _categorize("ray::RuntimeEnvAgent ") == "ray runtime_env agent"
     assert _categorize("/v/bin/python /v/ray/dashboard/dashboard.py --host=127.0.0.1") == "ray dashboard"
-    assert _categorize("/v/bin/python -m orchestrator.reaper 42") == "other children"
+    assert _categorize("/v/bin/python -m orchestrator.ray_adapter.reaper 42") == "other children"

@@ -10,7 +10,7 @@ import pytest
 from testkit.cli import ORCHESTRATE, orchestrate
 
 from nli_models import model_names, paper_configs
-from orchestrator.model_catalog import compute_catalog, shipped_catalog
+from orchestrator.cli.model_catalog import compute_catalog, shipped_catalog
 
 pytestmark = pytest.mark.unit
 
@@ -28,7 +28,7 @@ def test_models_lists_every_registered_model_and_variant():
 
 def test_the_shipped_catalog_is_what_the_models_count_today():
     """model_catalog.json is read instead of building two dozen models; it must match them.
-    On a mismatch: python -m orchestrator.model_catalog rewrites it."""
+    On a mismatch: python -m orchestrator.cli.model_catalog rewrites it."""
     assert shipped_catalog() == json.loads(json.dumps(compute_catalog()))
 
 

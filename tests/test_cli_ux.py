@@ -25,9 +25,9 @@ from testkit.specs import BASE_SPEC, merge
 from nli_models.config import ConfigError, Overrides, load_run_config
 from nli_models.errors import InputError
 from nli_models.training.recipe import choose_num_threads
-from orchestrator.estimate import concurrent_trials
-from orchestrator.ray_jobs import JobInputError, build_submission
-from orchestrator.spec import load_spec
+from orchestrator.ray_adapter.ray_jobs import JobInputError, build_submission
+from orchestrator.sweep.estimate import concurrent_trials
+from orchestrator.sweep.spec import load_spec
 from results.tracking_uri import DEFAULT_TRACKING_URI, resolve_tracking_uri
 
 HEAVY = ("torch", "ray", "mlflow", "pandas", "optuna", "pyarrow", "numpy")
@@ -303,7 +303,7 @@ def test_results_reads_the_environment_store_through_the_same_rule(tmp_path):
 HELP_WALK = """
 import sys, time, click
 started = time.perf_counter()
-from orchestrator.cli import main
+from orchestrator.cli.orchestrate import main
 
 def walk(command, path):
     try:
@@ -367,7 +367,7 @@ def test_click_errors_and_aborts_speak_the_one_error_style(capsys):
     import click
     import pytest
 
-    from orchestrator.cli import _Commands
+    from orchestrator.cli.orchestrate import _Commands
 
     @click.group(cls=_Commands)
     def group():

@@ -15,9 +15,9 @@ from testkit.cli import orchestrate
 from testkit.ports import free_port
 from testkit.specs import quickstart, write_spec
 
-from orchestrator import ray_jobs
-from orchestrator.ray_jobs import JobInputError, build_submission, resolve_address
-from orchestrator.tracking_server import mask_uri, server_command
+from orchestrator.cluster.tracking_server import mask_uri, server_command
+from orchestrator.ray_adapter import ray_jobs
+from orchestrator.ray_adapter.ray_jobs import JobInputError, build_submission, resolve_address
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -14,7 +14,7 @@ import ray.autoscaler
 import yaml
 from ray.autoscaler._private.util import prepare_config, validate_config
 
-from orchestrator.cluster_cli import server_command
+from orchestrator.cli.cluster_commands import server_command
 
 pytestmark = pytest.mark.unit
 

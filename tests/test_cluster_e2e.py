@@ -39,7 +39,7 @@ class Cluster:
         self.groups = groups
 
     def jobs(self):
-        from orchestrator.ray_jobs import Jobs
+        from orchestrator.ray_adapter.ray_jobs import Jobs
 
         return Jobs(self.address)
 
@@ -149,7 +149,7 @@ def test_quickstart_and_a_second_sweep_at_once_log_every_trial_to_the_shared_ser
     without losing a run: the quickstart as shipped, submitted with the console script, and a
     smaller one whose storage_path is a URI (as s3://... would be), which Tune and the sweep
     take as given. (One test for both: each job costs a driver's start on the cluster.)"""
-    from orchestrator.spec import grid_points, load_spec
+    from orchestrator.sweep.spec import grid_points, load_spec
 
     # The quickstart searching lr x dropout (4 trials; its hidden_size grid would double the time
     # without testing more of the cluster path).

@@ -17,15 +17,15 @@ from testkit.cli import orchestrate
 from testkit.ports import free_port
 from testkit.specs import quickstart, write_spec
 
-from orchestrator.journal import Journal, journal_file
-from orchestrator.recorder import SweepRecorder
-from orchestrator.tracking import (
+from orchestrator.journal.operations import Journal, journal_file
+from orchestrator.journal.recorder import SweepRecorder
+from orchestrator.tracking.tracker import (
     Tracker,
     TrackingUnavailable,
     default_max_wait_s,
     default_upload_interval_s,
 )
-from orchestrator.uploader import JournalUploader, create_parent
+from orchestrator.tracking.uploader import JournalUploader, create_parent
 from results import run_schema as rs
 
 REPO = Path(__file__).resolve().parents[1]

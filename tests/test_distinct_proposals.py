@@ -9,7 +9,12 @@ import pytest
 from ray import tune
 from ray.tune.search import Repeater, Searcher
 
-from orchestrator.ray_search import DistinctProposals, FirstPoints, PriorTrials, optuna_search
+from orchestrator.ray_adapter.ray_search import (
+    DistinctProposals,
+    FirstPoints,
+    PriorTrials,
+    optuna_search,
+)
 from results import run_schema as rs
 
 METRIC = "dev_accuracy"

@@ -41,7 +41,7 @@ def all_commands(group: click.Group, ctx: click.Context, prefix: str = "orchestr
 
 @pytest.mark.check
 def test_the_cli_reference_holds_every_command_and_its_options(site):
-    from orchestrator.cli import main
+    from orchestrator.cli.orchestrate import main
 
     page = (site / "cli" / "index.html").read_text()
     for path in all_commands(main, click.Context(main)):

@@ -10,7 +10,7 @@ from testkit.processes import run_probe
 PROBE = """
 import os, signal, sys, time
 signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(3))
-from orchestrator.ray_adapter import init_ray
+from orchestrator.ray_adapter.ray_runtime import init_ray
 init_ray()
 os.kill(os.getpid(), signal.SIGTERM)
 time.sleep(30)
@@ -30,7 +30,7 @@ def connect_then_term(*args, **kwargs):
     os.kill(os.getpid(), signal.SIGTERM)
     return connected
 ray.init = connect_then_term
-from orchestrator.ray_adapter import init_ray
+from orchestrator.ray_adapter.ray_runtime import init_ray
 init_ray()
 time.sleep(30)
 sys.exit(0)

@@ -23,7 +23,7 @@ from testkit.cli import run_orchestrate, start_orchestrate
 from testkit.processes import assert_processes_gone, wait_while_driving
 from testkit.specs import write_spec
 
-from orchestrator.reaper import descendants
+from orchestrator.ray_adapter.reaper import descendants
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.serial]
 

@@ -9,7 +9,7 @@ pytestmark = pytest.mark.unit
 
 
 def _estimate(device: str):
-    from orchestrator.estimate import Estimate, Pilot, Probe
+    from orchestrator.sweep.estimate import Estimate, Pilot, Probe
 
     probe = Probe(params={}, threads=1, device=device, train_s_per_example=1e-3, dev_s_per_example=1e-4,
                   configurations=1, mean_train_s_per_example=1e-3, mean_dev_s_per_example=1e-4)
@@ -31,7 +31,7 @@ def test_gpu_hours_are_the_trials_gpu_share_of_their_time_and_only_from_a_gpu_pr
 def test_the_estimate_says_gpu_hours_or_why_not(tmp_path):
     from testkit.specs import QUICKSTART_PATH
 
-    from orchestrator.spec import load_spec
+    from orchestrator.sweep.spec import load_spec
 
     spec = load_spec(QUICKSTART_PATH)
     search = spec.search.model_copy(update={"resources": spec.search.resources.model_copy(update={"gpu": 0.125})})

@@ -6,7 +6,7 @@ must be sound, which a mutation check shows the property can tell (issue 44: it 
 partition's validation switched off). tests/test_bad_inputs.py stays the hand-written regression
 list.
 
-The CLI runs in this process (click's CliRunner on orchestrator.cli:main): thousands of
+The CLI runs in this process (click's CliRunner on orchestrator.cli.orchestrate:main): thousands of
 subprocesses would take minutes of imports, and these commands touch no Ray, store or data.
 At least GENERATED inputs per run in total (counted, not assumed)."""
 
@@ -25,7 +25,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from testkit.toy import tiny_config
 
-from orchestrator.cli import main
+from orchestrator.cli.orchestrate import main
 
 GENERATED = 2_000
 PER_TEST = {"spec": 800, "set": 700, "submit": 600}
@@ -159,7 +159,7 @@ def test_generated_set_overrides(workspace):
 def _submit_options() -> tuple[list[str], list[str]]:
     """Every option of `submit` (value options, flags), read from the command itself: an option
     added later is generated too. --slurm and --dry-run are always given; --help prints no script."""
-    from orchestrator.cluster_cli import submit_command
+    from orchestrator.cli.cluster_commands import submit_command
 
     options = [p for p in submit_command.params if isinstance(p, click.Option)]
     names = {p.opts[0]: p.is_flag for p in options if p.opts[0] not in ("--slurm", "--dry-run", "--help")}
@@ -212,7 +212,7 @@ def test_generated_submit_options(workspace):
 def test_the_submit_property_fails_when_the_partition_check_is_off(workspace, monkeypatch):
     """A mutation check: with the partition's validation switched off, the injection passes
     `submit`, and the property must catch it (a property that cannot fail proves nothing)."""
-    from orchestrator import slurm
+    from orchestrator.cluster import slurm
 
     checked = slurm.check_name
     monkeypatch.setattr(slurm, "check_name",

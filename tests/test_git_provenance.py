@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from orchestrator.provenance import git_state
+from orchestrator.journal.provenance import git_state
 
 REPO = Path(__file__).resolve().parents[1]
 GIT_ENV = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
@@ -55,7 +55,7 @@ def test_a_fresh_clone_with_a_sweeps_outputs_records_a_clean_tree(tmp_path):
     clone = tmp_path / "clone"
     _git(tmp_path, "clone", "-q", str(REPO), str(clone))
     _product_outputs(clone)
-    probe = "from pathlib import Path; import orchestrator.provenance as p; " \
+    probe = "from pathlib import Path; import orchestrator.journal.provenance as p; " \
             "print(p.git_state(Path(p.__file__).parent))"
     out = subprocess.run([sys.executable, "-c", probe], cwd=clone, env={**os.environ, "PYTHONPATH": str(clone)},
                          check=True, capture_output=True, text=True).stdout.strip()

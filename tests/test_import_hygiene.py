@@ -1,7 +1,7 @@
 """Importing the project has no side effects that a library user would pay for: the contract
-modules load nothing heavy (`orchestrator.lifecycle` takes the heartbeat interval from
+modules load nothing heavy (`orchestrator.sweep.lifecycle` takes the heartbeat interval from
 results/sweeps.py without MLflow), and no module writes the environment when it is imported; the
-`orchestrate` command sets the process defaults (orchestrator/environment.py) when it starts, and
+`orchestrate` command sets the process defaults (orchestrator/sweep/environment.py) when it starts, and
 they do what they are there for. Each check runs in a fresh interpreter."""
 
 from __future__ import annotations
@@ -17,15 +17,16 @@ from testkit import REPO as REPO_ROOT
 from testkit.cli import run_orchestrate
 from testkit.specs import BASE_SPEC, merge
 
-from orchestrator.environment import DEFAULTS
+from orchestrator.sweep.environment import DEFAULTS
 from results import run_schema as rs
 
 HEAVY = ("mlflow", "ray", "torch", "pandas", "pyarrow", "optuna", "sqlalchemy")
 CONTRACT = ("results.run_schema", "results.sweeps", "results.selection", "results.trial_result",
-            "orchestrator.lifecycle")
+            "orchestrator.sweep.lifecycle")
 # The packages, their command lines, and the modules that used to write the environment.
-LIBRARY = ("orchestrator", "results", "orchestrator.cli", "results.cli", "orchestrator.sweeps_cli",
-           "results.tracking", "results.report", "results.attention")
+LIBRARY = ("orchestrator", "results", "orchestrator.cli.orchestrate", "results.results_commands",
+           "results.attention_command", "orchestrator.cli.sweeps_commands", "results.run_reader",
+           "results.report", "results.attention")
 PROGRESS_BAR = "Downloading artifacts"  # MLflow's tqdm bar on stderr
 # The child starts without the project's defaults, as a user's shell would (this test process has
 # them: conftest.py sets them).
@@ -101,7 +102,7 @@ def test_a_bad_spec_is_refused_before_mlflow_and_ray_load(tmp_path):
     bad.write_text(yaml.safe_dump(merge(BASE_SPEC, {"training": {"lr": -1}})))
     outcome = _python(
         "import contextlib, io, json, sys\n"
-        "from orchestrator.cli import main\n"
+        "from orchestrator.cli.orchestrate import main\n"
         "err = io.StringIO()\n"
         "with contextlib.redirect_stderr(err):\n"
         "    try:\n"

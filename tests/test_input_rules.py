@@ -13,7 +13,7 @@ from nli_models.config import load_run_config
 from nli_models.data import prepare_data
 from nli_models.errors import InputError, mask_secrets
 from nli_models.strict import load_yaml
-from orchestrator.ray_address import check_ray_address
+from orchestrator.cluster.ray_address import check_ray_address
 
 pytestmark = pytest.mark.unit
 

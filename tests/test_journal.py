@@ -1,4 +1,4 @@
-"""The tracking journal (orchestrator/journal.py) and its one uploader (uploader.JournalUploader):
+"""The tracking journal (orchestrator/journal/operations.py) and its one uploader (uploader.JournalUploader):
 records survive a killed writer whole or not at all; an uploader killed mid-stream and run again
 loses and doubles nothing; trial params reach MLflow typed (tag nli.params) as well as flat."""
 
@@ -17,12 +17,18 @@ from pathlib import Path
 import pytest
 from mlflow import MlflowClient
 
-from orchestrator.journal import Journal, JournalError, Record, read_records, trial_groups
-from orchestrator.recorder import SweepLog, SweepRecorder
-from orchestrator.tracking import Tracker, TrackingUnavailable
-from orchestrator.uploader import JournalUploader, create_parent
+from orchestrator.journal.operations import (
+    Journal,
+    JournalError,
+    Record,
+    read_records,
+    trial_groups,
+)
+from orchestrator.journal.recorder import SweepLog, SweepRecorder
+from orchestrator.tracking.tracker import Tracker, TrackingUnavailable
+from orchestrator.tracking.uploader import JournalUploader, create_parent
 from results import run_schema as rs
-from results.tracking import trial_params
+from results.run_reader import trial_params
 
 pytestmark = pytest.mark.unit
 
@@ -94,7 +100,7 @@ def test_params_reach_mlflow_typed_and_flat(sweep):
 
 
 def test_parent_metrics_go_up_at_their_step_and_a_record_without_one_at_step_0(sweep):
-    """An extension's second test evaluation (orchestrator/extend.py) is the parent's summary
+    """An extension's second test evaluation (orchestrator/sweep/extend.py) is the parent's summary
     at step 1; a record that names no step (every journal before it) stays at step 0."""
     _, store, _, parent, journal = sweep
     log = SweepLog(journal)
@@ -129,7 +135,7 @@ def test_an_uploader_killed_mid_stream_loses_and_doubles_nothing(sweep):
     uri, store, experiment_id, parent, journal = sweep
     record_sweep(journal, trials=trials)
     journal.close()
-    command = [sys.executable, "-m", "orchestrator.cli", "sync", str(journal.path), "--tracking-uri", uri]
+    command = [sys.executable, "-m", "orchestrator.cli.orchestrate", "sync", str(journal.path), "--tracking-uri", uri]
     cursor = journal.path.with_name(journal.path.name + ".uploaded")
     sync = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             start_new_session=True)

@@ -1,4 +1,4 @@
-"""What a resume from the journal plans for a sampler's sweep (journal_resume.plan_from_journal),
+"""What a resume from the journal plans for a sampler's sweep (orchestrator.journal.resume.plan_from_journal),
 from a journal written as the driver writes it: the count of trials it runs, what the sampler
 is told and which points run first (the end-to-end run: tests/test_lifecycle.py -k torn)."""
 
@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 from testkit.specs import write_spec
 
-from orchestrator.journal import Journal, Op
-from orchestrator.journal_resume import plan_from_journal
-from orchestrator.spec import load_spec, logged_params
+from orchestrator.journal.operations import Journal, Op
+from orchestrator.journal.resume import plan_from_journal
+from orchestrator.sweep.spec import load_spec, logged_params
 from results import run_schema as rs
 
 pytestmark = pytest.mark.unit

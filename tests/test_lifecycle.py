@@ -17,11 +17,11 @@ from testkit.processes import assert_processes_gone, kill_session, wait_while_dr
 from testkit.specs import write_spec
 from testkit.store import client_for, runs_of, trial_running, trials_finished
 
-from orchestrator.journal import journal_file
-from orchestrator.journal_resume import recorded_trials
-from orchestrator.reaper import descendants
+from orchestrator.journal.operations import journal_file
+from orchestrator.journal.resume import recorded_trials
+from orchestrator.ray_adapter.reaper import descendants
 from results import run_schema as rs
-from results.sweep_records import load_sweeps
+from results.stored_sweeps import load_sweeps
 
 pytestmark = pytest.mark.ray
 EPOCHS = 2

@@ -13,7 +13,7 @@ import time
 import pandas as pd
 import pytest
 
-from orchestrator.lifecycle import Interruption, SweepState, TrialLedger, lease_tags
+from orchestrator.sweep.lifecycle import Interruption, SweepState, TrialLedger, lease_tags
 from results import run_schema as rs
 from results.published import comparison_table
 from results.sweeps import STALE_AFTER_S, observed_state
@@ -92,7 +92,7 @@ def test_ledger_counts_a_trial_only_when_the_driver_saw_it_end():
 
 
 def test_signal_before_the_parent_exists_aborts_at_once():
-    from orchestrator.lifecycle import SweepInterrupted
+    from orchestrator.sweep.lifecycle import SweepInterrupted
 
     with Interruption() as interruption, pytest.raises(SweepInterrupted):
         os.kill(os.getpid(), 2)

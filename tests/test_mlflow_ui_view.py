@@ -19,13 +19,13 @@ from testkit.cli import ORCHESTRATE
 from testkit.ports import free_port
 from testkit.specs import write_spec
 
-from orchestrator.journal import Journal, journal_file
-from orchestrator.recorder import SweepLog, SweepRecorder
-from orchestrator.run_view import runs_view_state, source_tags, trial_run_name, ui_hint
-from orchestrator.spec import load_spec
-from orchestrator.sweep_records import describe_sweep
-from orchestrator.tracking import Tracker
-from orchestrator.uploader import JournalUploader, create_parent, trial_param_entities
+from orchestrator.journal.operations import Journal, journal_file
+from orchestrator.journal.parent_records import describe_sweep
+from orchestrator.journal.recorder import SweepLog, SweepRecorder
+from orchestrator.sweep.spec import load_spec
+from orchestrator.tracking.run_view import runs_view_state, source_tags, trial_run_name, ui_hint
+from orchestrator.tracking.tracker import Tracker
+from orchestrator.tracking.uploader import JournalUploader, create_parent, trial_param_entities
 from results import run_schema as rs
 
 GRID = [(lr, dropout) for lr in (0.001, 0.01) for dropout in (0.0, 0.2)]
@@ -233,7 +233,7 @@ def test_sweeps_lists_the_readme_columns_in_percent(tmp_path):
     so far, selected configuration, test accuracy, start time and duration; accuracies in %."""
     from click.testing import CliRunner
 
-    from orchestrator.cli import main
+    from orchestrator.cli.orchestrate import main
 
     uri, name = _store(tmp_path)
     shown = CliRunner().invoke(main, ["sweeps", name, "--tracking-uri", uri])

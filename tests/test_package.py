@@ -46,7 +46,7 @@ def test_the_wheel_holds_the_specs_the_entry_point_and_the_python_range(wheel):
         info = f"nli_orchestrator-{project['version']}.dist-info"
         metadata = archive.read(f"{info}/METADATA").decode()
         entry_points = archive.read(f"{info}/entry_points.txt").decode()
-    assert "orchestrator/model_catalog.json" in names and "results/columns.yaml" in names
+    assert {"orchestrator/cli/model_catalog.json", "results/columns.yaml", "results/templates/report.html"} <= names
     assert not any(name.startswith(("tests/", "benchmarks/")) for name in names)
     (declared,) = [line.split(": ", 1)[1] for line in metadata.splitlines() if line.startswith("Requires-Python: ")]
     assert SpecifierSet(declared) == SpecifierSet(project["requires-python"])

@@ -9,13 +9,8 @@ import pandas as pd
 import pytest
 
 from results.paper_table import describe_paper_table, format_count, paper_table
-from results.published import (
-    PROTOCOLS,
-    YIN2016,
-    our_setup,
-    protocol_differences,
-    reproductions,
-)
+from results.published import our_setup, protocol_differences, reproductions
+from results.published_rows import PROTOCOLS, YIN2016
 from results.run_schema import PROTOCOL_FIELDS
 
 pytestmark = pytest.mark.unit
@@ -155,7 +150,7 @@ def test_reproductions_beside_the_paper_and_where_none_is_known():
 
 
 def paper_rows(paper):
-    from results.published import PAPERS
+    from results.published_rows import PAPERS
 
     return [r for r in PAPERS[paper] if "test_accuracy" in r.values]
 
@@ -194,7 +189,8 @@ def test_every_setting_the_papers_state_is_one_a_run_records():
     """Each name in PROTOCOLS and in a row's setup is a fingerprint field, a logged param of the
     paper's model or a setting our_setup derives: none can be missing from every run."""
     from nli_models.registry import model_arguments
-    from results.published import PAPERS, paper_setup
+    from results.published import paper_setup
+    from results.published_rows import PAPERS
     from results.run_schema import COMMON_PARAMS
 
     derived = {"steps_trained", "vectors_tuned"}

@@ -143,8 +143,8 @@ PARIKH_VANILLA = {  # Parikh et al.'s own configuration (§5.1) as a trial logs 
 
 
 def _trial_run(run_id: str, dev: float, theta_m: int, params: dict, selected: bool = False):
+    from results.run_reader import TrialRun
     from results.selection import TrialRecord
-    from results.tracking import TrialRun
 
     record = TrialRecord(run_id=run_id, config_key=run_id, model_config="m", params=params,
                          best_dev_accuracy=dev, seed=1, status="FINISHED", theta_m=theta_m)
@@ -176,8 +176,8 @@ def test_the_front_keeps_ties_and_marks_the_papers_configuration():
 
 
 def test_sweeps_of_one_experiment_with_other_objectives_are_refused():
-    from results.errors import ResultsError
     from results.pareto import DEFAULT_OBJECTIVES, sweep_objectives
+    from results.results_errors import ResultsError
 
     time = json.dumps([["dev_accuracy", "max"], ["trial_time_s", "min"]])
     assert sweep_objectives([{}, {}], "e") == DEFAULT_OBJECTIVES

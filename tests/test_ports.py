@@ -1,11 +1,11 @@
-"""orchestrator.ports: the ports a SLURM job gives a Ray node's servers; testkit.ports: the ports the
+"""orchestrator.cluster.ports: the ports a SLURM job gives a Ray node's servers; testkit.ports: the ports the
 suite's own servers take."""
 
 from __future__ import annotations
 
 import socket
 
-from orchestrator.ports import free_port, free_ports
+from orchestrator.cluster.ports import free_port, free_ports
 
 
 def test_ports_drawn_together_are_distinct_and_bindable():

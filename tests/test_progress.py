@@ -7,8 +7,8 @@ import io
 
 import pytest
 
-from orchestrator import progress as progress_module
-from orchestrator.progress import ProgressPrinter
+from orchestrator.sweep import progress as progress_module
+from orchestrator.sweep.progress import ProgressPrinter
 from results import run_schema as rs
 
 pytestmark = pytest.mark.unit

@@ -22,7 +22,7 @@ def _short_tmpdir() -> Path:
 
 def _ray_processes_of(tmpdir: Path) -> list[int]:
     """Live processes whose command line names `tmpdir` (Ray's GCS, raylet, agents, workers)."""
-    from orchestrator.slurm_node import job_processes
+    from orchestrator.cluster.slurm_node import job_processes
 
     return job_processes(str(tmpdir))
 
@@ -109,11 +109,11 @@ def test_the_raylets_registration_is_awaited_to_the_deadline_not_rays_30_s(monke
     until the deadline, then fails as Ray's own would."""
     from ray._private import services
 
-    from orchestrator import ray_adapter
+    from orchestrator.ray_adapter import ray_runtime
 
     now = [0.0]
-    monkeypatch.setattr(ray_adapter.time, "monotonic", lambda: now[0])
-    monkeypatch.setattr(ray_adapter.time, "sleep", lambda seconds: now.__setitem__(0, now[0] + seconds))
+    monkeypatch.setattr(ray_runtime.time, "monotonic", lambda: now[0])
+    monkeypatch.setattr(ray_runtime.time, "sleep", lambda seconds: now.__setitem__(0, now[0] + seconds))
     registers_at = 45.0  # later than Ray's 30 s
 
     def get_node(gcs_address, node_id):
@@ -122,12 +122,12 @@ def test_the_raylets_registration_is_awaited_to_the_deadline_not_rays_30_s(monke
         return {"node_id": node_id}
 
     monkeypatch.setattr(services, "get_node", get_node)
-    with ray_adapter._start_deadline(60):
+    with ray_runtime._start_deadline(60):
         assert services.get_node("gcs", "n1") == {"node_id": "n1"}
         assert now[0] >= registers_at
     assert services.get_node is get_node  # put back
     now[0] = 0.0
-    with ray_adapter._start_deadline(20), pytest.raises(RuntimeError, match="not available"):
+    with ray_runtime._start_deadline(20), pytest.raises(RuntimeError, match="not available"):
         services.get_node("gcs", "n1")
     assert 20 <= now[0] < 21
 
@@ -140,9 +140,9 @@ def test_a_start_stuck_where_python_cannot_raise_still_ends_the_process():
 
     stuck = run_probe(
         "import signal, time\n"
-        "from orchestrator import ray_adapter\n"
-        "ray_adapter._HUNG_EXIT_GRACE_S = 0.5\n"
-        "with ray_adapter._start_deadline(0.2):\n"
+        "from orchestrator.ray_adapter import ray_runtime\n"
+        "ray_runtime._HUNG_EXIT_GRACE_S = 0.5\n"
+        "with ray_runtime._start_deadline(0.2):\n"
         "    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM})\n"
         "    time.sleep(60)\n",
         timeout=120,
@@ -158,13 +158,30 @@ def test_a_deadline_whose_alarm_was_swallowed_still_fails_the_start():
     sweep went on. Leaving the block after the deadline passed fails the start anyway."""
     import time
 
-    from orchestrator import ray_adapter
+    from orchestrator.ray_adapter import ray_runtime
 
-    with pytest.raises(ray_adapter._StartDeadline):
-        with ray_adapter._start_deadline(0.05):
+    with pytest.raises(ray_runtime._StartDeadline):
+        with ray_runtime._start_deadline(0.05):
             try:
                 time.sleep(5)
-            except ray_adapter._StartDeadline:
+            except ray_runtime._StartDeadline:
                 pass  # what an "Exception ignored in" does
-    with ray_adapter._start_deadline(5):
+    with ray_runtime._start_deadline(5):
         pass  # a start within its deadline: nothing raised
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("env", [{}, {"TMPDIR": "/var/tmp/x"}, {"RAY_TMPDIR": "/scratch/r", "TMPDIR": "/var/tmp/x"}])
+def test_the_logs_a_failed_start_names_are_in_the_folder_ray_uses(monkeypatch, env):
+    """The error line names Ray's log folder without asking Ray's private helpers: the same rule
+    (RAY_TMPDIR, else TMPDIR, else /tmp) gives the folder Ray's own default does."""
+    from ray._common.utils import get_default_ray_temp_dir
+
+    from orchestrator.ray_adapter import ray_runtime
+
+    for name in ("RAY_TMPDIR", "TMPDIR"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    assert ray_runtime._ray_logs() == f"{get_default_ray_temp_dir()}/session_latest/logs"
+

@@ -17,8 +17,8 @@ from testkit.processes import run_probe
 PROBE = """
 import json, os, time
 import ray
-from orchestrator.ray_adapter import init_ray, shutdown_ray
-from orchestrator.reaper import descendants, same_process
+from orchestrator.ray_adapter.ray_runtime import init_ray, shutdown_ray
+from orchestrator.ray_adapter.reaper import descendants, same_process
 init_ray()
 ray.get(ray.remote(lambda: 1).remote())  # a worker process too
 started = descendants(os.getpid())
@@ -45,8 +45,8 @@ def test_the_local_instance_stops_within_a_second_leaving_no_process():
 
 IDLE_PROBE = """
 import json, os, time
-from orchestrator.ray_adapter import init_ray, shutdown_ray
-from orchestrator.reaper import descendants
+from orchestrator.ray_adapter.ray_runtime import init_ray, shutdown_ray
+from orchestrator.ray_adapter.reaper import descendants
 init_ray()
 time.sleep(3)  # Ray starts prestarted workers as the driver registers
 commands = []

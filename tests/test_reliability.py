@@ -220,7 +220,7 @@ def test_sigkilled_trial_worker_leaves_its_trace_on_the_run(tmp_path):
 
 def _open_together(uri: str, names: list[str], cwd: Path) -> None:
     script = (
-        "import sys\nfrom orchestrator.tracking import Tracker\nfrom orchestrator.uploader import create_parent\n"
+        "import sys\nfrom orchestrator.tracking.tracker import Tracker\nfrom orchestrator.tracking.uploader import create_parent\n"
         "t = Tracker(sys.argv[1]); t.check_reachable(); print(create_parent(t, sys.argv[2], 'sweep', {})[0])\n"
     )
     processes = [

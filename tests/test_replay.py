@@ -18,13 +18,13 @@ from testkit.toy import toy_data
 
 from nli_models.config import validate_config
 from nli_models.strict import load_yaml
-from orchestrator.replay import Budget, Strategy, recorded_trials, replay
-from orchestrator.replay_cli import SAMPLERS, SCHEDULERS
-from orchestrator.spec import SchedulerConfig, SearchConfig, SweepSpec
+from orchestrator.cli.replay_commands import SAMPLERS, SCHEDULERS
+from orchestrator.sweep.replay import Budget, Strategy, recorded_trials, replay
+from orchestrator.sweep.spec import SchedulerConfig, SearchConfig, SweepSpec
 from results import run_schema as rs
 from results.replay_record import read_recording
 from results.replay_report import ReplayRun, plot_replay, run_rows, strategy_table, strategy_view
-from results.tracking import open_client
+from results.run_reader import open_client
 
 EXPERIMENT = "replayed"
 GRID = {"lr": {"grid": [0.001, 0.01, 1e10]}, "dropout": {"grid": [0.0, 0.2]}}
@@ -210,6 +210,6 @@ def test_a_continuous_range_is_refused_saying_why(store):
 
 
 def test_the_cli_offers_every_sampler_and_scheduler_a_spec_takes():
-    """replay_cli lists them without importing the spec (`--help` stays light): kept equal here."""
+    """replay_commands lists them without importing the spec (`--help` stays light): kept equal here."""
     assert SAMPLERS == get_args(SearchConfig.model_fields["sampler"].annotation)
     assert SCHEDULERS == get_args(SchedulerConfig.model_fields["type"].annotation)

@@ -15,7 +15,7 @@ from testkit.browser import screenshot
 from testkit.cli import orchestrate
 
 from results import run_schema as rs
-from results.cli import report_command
+from results.results_commands import report_command
 
 DATA = {
     "corpus": "snli",
@@ -131,7 +131,9 @@ def test_selection_protocol_says_what_ran_refit_layerwise_epochs_patience():
 
     import pyarrow as pa
 
-    from results.report import Record, selection_section, to_markdown
+    from results.report_page import to_markdown
+    from results.report_record import Record
+    from results.report_sections import selection_section
 
     refit = {"epochs": "20", "max_steps": "None", "patience": "3", "layerwise": "True",
              "refit_on_train_dev": "True"}

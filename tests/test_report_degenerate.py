@@ -16,7 +16,7 @@ from test_results_cli import WBW, Seed, log_config, start_sweep
 from testkit.cli import run_orchestrate
 
 from results import run_schema as rs
-from results.files import file_stem
+from results.atomic_files import file_stem
 
 SCRIPT = "<script>alert(1)</script>"
 IMAGE = "<img src=x onerror=alert(2)>"

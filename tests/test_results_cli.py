@@ -21,12 +21,12 @@ from click.testing import CliRunner
 from mlflow import MlflowClient
 from mlflow.entities import Metric, Param
 
-from orchestrator.cli import main
+from orchestrator.cli.orchestrate import main
 from results import run_schema as rs
 from results import table as results_table
-from results.errors import ResultsWarning
+from results.results_errors import ResultsWarning
+from results.run_reader import fetch_test_metrics, load_trials, resolve_experiments
 from results.table import build_table
-from results.tracking import fetch_test_metrics, load_trials, resolve_experiments
 
 ABSURD = 12.345  # a test accuracy no honest run has: it must never reach the table
 LABELS = ("entailment", "neutral", "contradiction")

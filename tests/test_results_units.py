@@ -16,10 +16,10 @@ from results.evp import expected_max_curve
 from results.params import as_int, parse_param, same_value
 from results.published import comparison_table
 from results.render import render
+from results.run_reader import TrialRun
 from results.selection import TrialRecord, seed_runs, select_configuration
 from results.stats import mcnemar, summarise, t_quantile
 from results.table import build_table
-from results.tracking import TrialRun
 
 pytestmark = pytest.mark.unit
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.spec import grid_points, load_spec
+from orchestrator.sweep.spec import grid_points, load_spec
 
 pytestmark = pytest.mark.unit
 

@@ -10,7 +10,7 @@ from test_slurm import spec_file
 from testkit.cli import run_orchestrate
 
 from nli_models.errors import mask_secrets, without_passwords
-from orchestrator import slurm, slurm_jobs, slurm_script
+from orchestrator.cluster import slurm, slurm_jobs, slurm_script
 
 pytestmark = pytest.mark.unit
 

@@ -1,4 +1,4 @@
-"""One writer: every MLflow write of orchestrator/ is in the uploader (orchestrator/uploader.py),
+"""One writer: every MLflow write of orchestrator/ is in the uploader (orchestrator/tracking/uploader.py),
 which applies the sweep's journal; the driver only appends to it. So a store away at the very end
 of a sweep changes nothing of its outcome (exit code, summary), and a later `orchestrate sweep`
 (which first uploads what earlier drivers journaled) or `orchestrate sync` puts everything in the

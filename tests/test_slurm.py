@@ -12,8 +12,8 @@ import pytest
 import yaml
 from testkit.cli import orchestrate, run_orchestrate
 
-from orchestrator.slurm import Allocation, trials_at_once
-from orchestrator.spec import load_spec
+from orchestrator.cluster.slurm import Allocation, trials_at_once
+from orchestrator.sweep.spec import load_spec
 
 pytestmark = pytest.mark.unit
 

@@ -23,7 +23,7 @@ from testkit.cli import orchestrate
 from testkit.processes import wait_for
 from testkit.specs import write_quickstart
 
-from orchestrator.slurm_node import job_processes
+from orchestrator.cluster.slurm_node import job_processes
 
 pytestmark = [pytest.mark.ray, pytest.mark.slurm, pytest.mark.timeout(900)]
 
@@ -267,7 +267,7 @@ def test_time_limit_with_requeue_finishes_the_sweep_across_allocations(slurm_clu
     # Its time over both runs, in the one format of ELAPSED: SLURM's RunTime is the last run's;
     # the first run's is read from its log lines' clock (its first and its last; `first` ends with
     # the start of the second run's first line).
-    from orchestrator.slurm_jobs import slurm_seconds
+    from orchestrator.cluster.slurm_jobs import slurm_seconds
 
     assert re.fullmatch(r"\d+:\d\d:\d\d", record["elapsed"]), record
     first_run_lines = first.rsplit("\n", 1)[0]

@@ -15,7 +15,7 @@ import pytest
 from test_slurm import spec_file
 from testkit.cli import ORCHESTRATE, orchestrate, run_orchestrate
 
-from orchestrator.slurm_jobs import Submitted
+from orchestrator.cluster.slurm_jobs import Submitted
 
 
 def script_value(script: str, name: str) -> str:
@@ -119,7 +119,7 @@ def test_setup_lines_run_before_ray_and_are_one_line_each(tmp_path, monkeypatch)
 
 
 def test_ray_memory_follows_the_allocation():
-    from orchestrator.slurm_node import memory_options
+    from orchestrator.cluster.slurm_node import memory_options
 
     gib = 1024 ** 3
     assert memory_options({}) == []  # no --mem: Ray sizes itself
@@ -193,7 +193,7 @@ def test_jobs_reads_the_end_file_of_a_job_slurm_forgot_and_counts_every_run(tmp_
 
 
 def test_the_job_end_counts_the_time_of_every_run(tmp_path):
-    from orchestrator.slurm_node import job_end, run_times
+    from orchestrator.cluster.slurm_node import job_end, run_times
 
     runs = tmp_path / "nli-x-7.runs"
     # A run killed before it noted its end (SIGKILL) adds nothing; a torn line is skipped.

@@ -19,7 +19,7 @@ from testkit.cli import ORCHESTRATE, run_orchestrate
 from testkit.ports import free_port
 from testkit.processes import http_status
 
-from orchestrator.tracking_server import allowed_hosts, host_names
+from orchestrator.cluster.tracking_server import allowed_hosts, host_names
 
 SEARCH = "/api/2.0/mlflow/experiments/search?max_results=1"
 

@@ -8,8 +8,8 @@ from testkit.specs import write_spec
 from testkit.store import client_for, runs_of
 
 from nli_models.training.device_info import cpu_model
-from orchestrator.sweep import run_sweep
-from orchestrator.sweep_records import SweepExists
+from orchestrator.journal.parent_records import SweepExists
+from orchestrator.sweep.driver import SweepRequest, run_sweep
 from results import run_schema as rs
 
 pytestmark = pytest.mark.ray
@@ -23,7 +23,7 @@ def _history(client, run_id: str, metric: str) -> list[int]:
 @pytest.mark.check
 def test_grid_sweep_records_parent_and_children(ray_session, workdir):
     spec = write_spec(workdir)
-    summary = run_sweep(spec)
+    summary = run_sweep(SweepRequest(spec))
     assert summary.trials == 4 and summary.failed == 0 and not summary.interrupted
 
     parents, children = runs_of(workdir, "tiny")
@@ -88,9 +88,9 @@ def test_grid_sweep_records_parent_and_children(ray_session, workdir):
     # A second sweep of the same experiment must be asked for explicitly; a completed one has
     # nothing to resume.
     with pytest.raises(SweepExists, match="completed .* --new"):
-        run_sweep(spec)
+        run_sweep(SweepRequest(spec))
     with pytest.raises(SweepExists, match="nothing to --resume"):
-        run_sweep(spec, resume=True)
+        run_sweep(SweepRequest(spec, resume=True))
 
 
 def _assert_readable_in_the_mlflow_ui(client, parent, children):
@@ -139,7 +139,7 @@ def test_seeds_repeat_every_configuration(ray_session, workdir):
         workdir,
         {"name": "seeded", "search": {"space": {"lr": {"grid": [0.003]}, "dropout": {"grid": [0.0]}}, "seeds": [1, 2, 3]}},
     )
-    run_sweep(spec)
+    run_sweep(SweepRequest(spec))
     _, children = runs_of(workdir, "seeded")
     assert sorted(int(c.data.params["seed"]) for c in children) == [1, 2, 3]
     assert len({c.data.tags[rs.TAG_CONFIG_KEY] for c in children}) == 1
@@ -161,7 +161,7 @@ def test_tpe_with_asha_stops_some_trials_early(ray_session, workdir):
         "resources": {"cpu": 1},
     }
     spec = write_spec(workdir, {"name": "asha", "training": {"epochs": 4}}, replace_search=search)
-    summary = run_sweep(spec)
+    summary = run_sweep(SweepRequest(spec))
     assert summary.trials == 8 and summary.failed == 0
     _, children = runs_of(workdir, "asha")
     assert len(children) == 8
@@ -187,7 +187,7 @@ def test_tpe_on_a_choice_space_trains_each_configuration_once(ray_session, workd
         "resources": {"cpu": 1},
     }
     spec = write_spec(workdir, {"name": "distinct"}, replace_search=search)
-    summary = run_sweep(spec)
+    summary = run_sweep(SweepRequest(spec))
     assert summary.trials == 4 and summary.failed == 0
     _, children = runs_of(workdir, "distinct")
     points = {(float(c.data.params["lr"]), float(c.data.params["dropout"])) for c in children}
@@ -250,7 +250,7 @@ def test_real_sweep_feeds_results_table_and_attention_maps(ray_session, workdir)
     import pandas as pd
     from click.testing import CliRunner
 
-    from orchestrator.cli import main
+    from orchestrator.cli.orchestrate import main
 
     spec = write_spec(
         workdir,
@@ -265,7 +265,7 @@ def test_real_sweep_feeds_results_table_and_attention_maps(ray_session, workdir)
             "search": {"space": {"lr": {"grid": [0.003, 0.01]}, "dropout": {"grid": [0.0]}}, "seeds": [1, 2]},
         },
     )
-    run_sweep(spec)
+    run_sweep(SweepRequest(spec))
     uri = f"sqlite:///{workdir / 'mlruns.db'}"
     out = workdir / "table.parquet"
     result = CliRunner().invoke(main, ["results", "wbw", "--tracking-uri", uri, "--out", str(out)])

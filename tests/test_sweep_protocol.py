@@ -14,7 +14,7 @@ from testkit.store import runs_of
 from nli_models.config import RunConfig
 from nli_models.data import prepare_data
 from nli_models.training import refit_and_test
-from orchestrator.spec import apply_hyperparameters, load_spec
+from orchestrator.sweep.spec import apply_hyperparameters, load_spec
 from results import run_schema as rs
 
 pytestmark = pytest.mark.ray

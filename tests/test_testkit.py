@@ -88,7 +88,7 @@ def test_ctrl_c_stops_both_parts_of_the_suite_and_runs_no_serial_test(tmp_path, 
 
     from testkit.processes import assert_processes_gone
 
-    from orchestrator.reaper import descendants
+    from orchestrator.ray_adapter.reaper import descendants
 
     def as_a_shell_starts_it() -> None:
         # Ctrl-C as a terminal delivers it: this pytest process may have inherited SIGINT ignored

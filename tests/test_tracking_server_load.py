@@ -16,7 +16,7 @@ import time
 import pytest
 from testkit.tracking_server import TrackingServer
 
-from orchestrator.tracking_server import SERVER_THREADS
+from orchestrator.cluster.tracking_server import SERVER_THREADS
 
 pytestmark = pytest.mark.timeout(600)
 

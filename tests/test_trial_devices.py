@@ -12,7 +12,7 @@ import sys
 import pytest
 from testkit import REPO
 
-from orchestrator.spec import SweepSpec
+from orchestrator.sweep.spec import SweepSpec
 from results import run_schema as rs
 
 pytestmark = pytest.mark.ray
@@ -23,7 +23,7 @@ PROBE = """
 import json, os, ray
 os.environ["CUDA_VISIBLE_DEVICES"] = "0,1"
 ray.init(address="local", num_cpus=1, num_gpus=2, include_dashboard=False, logging_level="ERROR")
-from orchestrator.ray_trial import trial_device
+from orchestrator.ray_adapter.ray_trial import trial_device
 
 @ray.remote(num_gpus=0)
 def left_by_ray():
@@ -72,9 +72,9 @@ def test_a_cuda_device_without_gpu_resources_is_refused():
 def test_the_parent_counts_the_devices_its_trials_recorded():
     from types import SimpleNamespace
 
-    from orchestrator.sweep_records import trial_devices
+    from orchestrator.journal.parent_records import trial_devices
 
-    def run(**tags):  # what the journal holds of a trial (journal.TrialProgress)
+    def run(**tags):  # what the journal holds of a trial (operations.TrialProgress)
         return SimpleNamespace(tags=tags)
 
     trials = [run(**{rs.TAG_DEVICE: "cuda:0", rs.TAG_DEVICE_NAME: "NVIDIA A10G"})] * 3 + [

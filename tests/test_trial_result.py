@@ -9,15 +9,15 @@ import pytest
 from testkit.toy import decomposable, toy_run_config
 
 from nli_models.training import make_trainer
-from orchestrator.journal import Journal
-from orchestrator.ray_adapter import TrialOutcome
-from orchestrator.ray_trial import epoch_metrics, trial_result
-from orchestrator.recorder import EPOCH_METRICS, SweepRecorder
-from orchestrator.spec import config_key
-from orchestrator.tracking import Tracker
-from orchestrator.uploader import JournalUploader, create_parent
+from orchestrator.journal.operations import Journal
+from orchestrator.journal.recorder import EPOCH_METRICS, SweepRecorder
+from orchestrator.ray_adapter.ray_trial import epoch_metrics, trial_result
+from orchestrator.ray_adapter.tuner import TrialOutcome
+from orchestrator.sweep.spec import config_key
+from orchestrator.tracking.tracker import Tracker
+from orchestrator.tracking.uploader import JournalUploader, create_parent
 from results import run_schema as rs
-from results.tracking import load_trials, metric_histories
+from results.run_reader import load_trials, metric_histories
 
 pytestmark = pytest.mark.unit
 

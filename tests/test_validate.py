@@ -138,7 +138,7 @@ def test_missing_and_malformed_files(tmp_path):
 
 def test_validate_runs_the_sweeps_fit_to_data_checks(tmp_path, monkeypatch):
     """A model whose embedding_dim contradicts the vectors' dimension: `validate` rejects it as
-    `sweep` does (both run orchestrator.plan.check_input), before anything is written."""
+    `sweep` does (both run orchestrator.sweep.plan.check_input), before anything is written."""
     monkeypatch.chdir(tmp_path)
     vectors = tmp_path / "vectors.txt"
     vectors.write_text("a 0.1 0.2 0.3 0.4\nthe 0.4 0.3 0.2 0.1\n")

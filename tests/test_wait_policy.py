@@ -13,8 +13,8 @@ from testkit.cli import run_orchestrate
 from testkit.specs import write_spec
 from testkit.store import runs_of
 
-from orchestrator import environment
-from orchestrator.environment import WAIT_POLICY, trials_own_cores, wait_policy
+from orchestrator.sweep import environment
+from orchestrator.sweep.environment import WAIT_POLICY, trials_own_cores, wait_policy
 from results import run_schema as rs
 
 
@@ -38,7 +38,7 @@ def test_the_users_policy_always_wins(monkeypatch):
 # so libgomp prints the policy it read (to fd 2, caught in a file).
 PROBE = """
 import json, ray
-from orchestrator.ray_adapter import init_ray
+from orchestrator.ray_adapter.ray_runtime import init_ray
 init_ray(wait_policy="ACTIVE")
 
 @ray.remote(num_cpus=1)

@@ -5,8 +5,14 @@ exported here (every reader is in nli_models.data.readers).
 """
 
 from nli_models.data.batch import Batch
-from nli_models.data.config import DataConfig, DevHoldout, SplitFiles, ToyOptions, VectorsConfig
 from nli_models.data.corpora import CORPORA
+from nli_models.data.data_config import (
+    DataConfig,
+    DevHoldout,
+    SplitFiles,
+    ToyOptions,
+    VectorsConfig,
+)
 from nli_models.data.download import DownloadError, default_data_dir, download_corpus
 from nli_models.data.encode import EncodedSplit, batch_indices, iterate_batches, numericalize
 from nli_models.data.prepare import PreparedData, prepare_data

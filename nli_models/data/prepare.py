@@ -19,8 +19,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from nli_models.data.config import DataConfig, VectorsConfig
 from nli_models.data.corpora import CORPORA
+from nli_models.data.data_config import DataConfig, VectorsConfig
 from nli_models.data.download import DOWNLOAD_URLS, default_data_dir
 from nli_models.data.encode import EncodedSplit, load_arrays, numericalize, save_arrays
 from nli_models.data.readers import Columns, Labels, read_jsonl, read_tsv

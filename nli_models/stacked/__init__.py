@@ -13,8 +13,12 @@ need a batched-matmul LSTM), and ABCNN's layerwise training (see ``model`` and `
 """
 
 from nli_models.stacked.model import STACKED_MODELS, StackedModel, WindowedConv1d
-from nli_models.stacked.optimizers import StackedAdagrad, StackedAdam, make_stacked_optimizer
-from nli_models.stacked.trainer import MEMBER_FIELDS, StackedTrainer, check_stackable
+from nli_models.stacked.stacked_optimizers import (
+    StackedAdagrad,
+    StackedAdam,
+    make_stacked_optimizer,
+)
+from nli_models.stacked.stacked_trainer import MEMBER_FIELDS, StackedTrainer, check_stackable
 
 __all__ = [
     "MEMBER_FIELDS",

@@ -43,7 +43,7 @@ def choose_num_threads(configured: int | None, cpus: int) -> tuple[int, str]:
 def apply_num_threads(config: RunConfig) -> tuple[RunConfig, str]:
     """Set the thread count; the returned config carries it so that Trainer.fit keeps it, and
     the line says what torch now uses and why. OMP_WAIT_POLICY is part of it because it decides
-    how threads wait (`orchestrate train` chooses it before torch loads: orchestrator.environment)."""
+    how threads wait (`orchestrate train` chooses it before torch loads: orchestrator.sweep.environment)."""
     threads, why = choose_num_threads(config.training.num_threads, usable_cpus())
     torch.set_num_threads(threads)
     policy = os.environ.get("OMP_WAIT_POLICY", "OpenMP default")

@@ -48,7 +48,7 @@ def _slow_or_failing_epochs(ray_trial) -> None:
 
 
 def _slow_test_evaluations(sweep) -> None:
-    """Each seed's test evaluation (sweep._evaluate_selected) followed by TEST_DELAY_ENV seconds
+    """Each seed's test evaluation (protocol._evaluate_selected) followed by TEST_DELAY_ENV seconds
     of waiting, cut short by a signal: the driver's Interruption is the SIGINT handler's owner."""
     evaluate_selected = sweep._evaluate_selected
 
@@ -63,7 +63,7 @@ def _slow_test_evaluations(sweep) -> None:
     sweep._evaluate_selected = delayed_evaluate_selected
 
 
-SEAMS = {"orchestrator.ray_trial": _slow_or_failing_epochs, "orchestrator.sweep": _slow_test_evaluations}
+SEAMS = {"orchestrator.ray_adapter.ray_trial": _slow_or_failing_epochs, "orchestrator.sweep.protocol": _slow_test_evaluations}
 
 
 class _WrapOnImport(importlib.abc.MetaPathFinder):

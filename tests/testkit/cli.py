@@ -34,7 +34,7 @@ def orchestrate(*args: str, env: dict | None = None, cwd: Path | None = None) ->
     lands there); an exception other than the CLI's exit is raised."""
     from click.testing import CliRunner
 
-    from orchestrator.cli import main
+    from orchestrator.cli.orchestrate import main
 
     runner = CliRunner(env={**dict.fromkeys(OUTSIDE), **(env or {})})
     before = os.getcwd()

@@ -1,7 +1,7 @@
 """Ports for the servers a test starts (MLflow and auth servers, Ray nodes, SLURM daemons,
 chromedriver), and ports where nothing listens.
 
-Not orchestrator.ports' bind(0): the suite's test processes run at once (two pytest-xdist
+Not orchestrator.cluster.ports' bind(0): the suite's test processes run at once (two pytest-xdist
 workers and the SLURM part), and the kernel may hand one port to two of them while neither has
 bound it yet. A server that takes seconds to start then lost the port to another worker's, whose
 answer the test read as its own (seen in a full run: test_server_auth's probe got a 200 from

@@ -150,9 +150,9 @@ def kill_session(process: subprocess.Popen) -> None:
 
 
 def assert_processes_gone(processes: dict[int, int], timeout: float = 30) -> None:
-    """Every process of `processes` (pid: start time, as orchestrator.reaper.descendants gives
+    """Every process of `processes` (pid: start time, as orchestrator.ray_adapter.reaper.descendants gives
     them) has exited within `timeout` seconds."""
-    from orchestrator.reaper import same_process
+    from orchestrator.ray_adapter.reaper import same_process
 
     deadline = time.monotonic() + timeout
     alive = processes

@@ -1,0 +1,278 @@
+"""Training k configurations of one architecture as one stacked model: no Ray, no MLflow.
+
+``StackedTrainer(configs, data)`` takes one ``RunConfig`` per member. They may differ in the
+name and in ``training.lr``, ``training.l2``, ``training.adagrad_accumulator`` and
+``training.seed`` (the member's initialisation) and in nothing else (``check_stackable``). Each
+member is built as a solo run builds it (``seed_everything(seed)``, ``build_for_data``), so with
+dropout off member i's losses are those of the solo model and optimizer of ``configs[i]`` on the
+same batches (tests/test_stacked.py). The batches are shared: their order comes from the first
+member's seed, so a member with another seed sees the batches its solo run would see only when
+the order is fixed by the caller (a solo run shuffles with its own seed).
+
+Per member, as ``Trainer`` does per run: the epoch's train loss and accuracy, dev loss and
+accuracy, best-on-dev tracking (``TrainState``, and the best weights as the solo model's
+state_dict), patience. ``fit(callback)`` calls ``callback(trainer, results)`` after each epoch
+with one ``EpochResult`` per member, None for a member that no longer trains (or diverged in
+that epoch: ``stop_reasons`` says "diverged"). A member stops alone (the ``active`` mask):
+``stop(i)`` (a scheduler's decision), patience, or a non-finite training loss ("diverged"); a
+stopped member's parameters and optimizer state stay as they were and the others train on. Its
+slice still runs forward and backward (the stack's shapes stay); a caller that stops many
+members can rebuild a smaller stack from ``model.member_state_dict``.
+
+``state_dict`` / ``load_state_dict``: a stack resumes exactly (each member's weights, optimizer
+state, stop and best-on-dev state, and the RNG). Not stacked yet: layerwise training, gradient
+clipping, bf16, CUDA graphs (refused where a config asks for them).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict
+
+import torch
+import torch.nn.functional as F
+
+from nli_models.config import RunConfig
+from nli_models.data import PreparedData, batch_indices, iterate_batches
+from nli_models.data.batch import Batch
+from nli_models.stacked.model import StackedModel
+from nli_models.stacked.stacked_optimizers import make_stacked_optimizer
+from nli_models.training.metrics import Evaluation, class_accuracy
+from nli_models.training.trainer import (
+    EpochResult,
+    TrainState,
+    build_for_data,
+    resolve_device,
+    seed_everything,
+    use_tf32_matmuls,
+)
+
+MEMBER_FIELDS = ("lr", "l2", "adagrad_accumulator", "seed")  # training fields members may differ in
+
+MemberCallback = Callable[["StackedTrainer", list[EpochResult | None]], None]
+
+
+def check_stackable(configs: Sequence[RunConfig]) -> None:
+    """ValueError unless the configs differ only in name and ``MEMBER_FIELDS`` and ask for
+    nothing a stack does not do yet.
+
+    Args:
+        configs: the members' run configs.
+    """
+    if not configs:
+        raise ValueError("a stack needs at least one configuration")
+
+    def shape(config: RunConfig) -> dict:
+        dumped = config.model_dump(exclude={"name"})
+        for key in MEMBER_FIELDS:
+            dumped["training"].pop(key)
+        return dumped
+
+    first = shape(configs[0])
+    for config in configs[1:]:
+        if shape(config) != first:
+            raise ValueError(f"{config.name} differs from {configs[0].name} in more than "
+                             f"{', '.join(MEMBER_FIELDS)}: it cannot join the stack")
+    training = configs[0].training
+    refused = {"layerwise": training.layerwise, "grad_clip": training.grad_clip is not None,
+               "precision bf16": training.precision != "fp32", "cuda_graphs on": training.cuda_graphs == "on"}
+    if any(refused.values()):
+        raise ValueError(f"not stacked yet: {', '.join(k for k, v in refused.items() if v)}")
+
+
+class StackedTrainer:
+    def __init__(self, configs: Sequence[RunConfig], data: PreparedData):
+        """Args:
+            configs: one run config per member (``check_stackable``).
+            data: the prepared data every member trains on.
+        """
+        check_stackable(configs)
+        self.configs = list(configs)
+        self.config = configs[0].training  # the shared fields; lr, l2, seed are per member
+        self.data = data
+        self.device = resolve_device(self.config.device)
+        use_tf32_matmuls(self.device)
+        if self.device.type == "cpu":
+            torch.set_flush_denormal(True)  # as Trainer: denormals are ~100x slower on x86
+        members = []
+        for config in self.configs:
+            seed_everything(config.training.seed)
+            members.append(build_for_data(config, data))
+        self.model = StackedModel(members).to(self.device)
+        self.optimizer = make_stacked_optimizer(self.model, [c.training for c in self.configs])
+        self.size = len(self.configs)
+        self.active = torch.ones(self.size, dtype=torch.bool, device=self.device)
+        self.stop_reasons: list[str | None] = [None] * self.size
+        self.states = [TrainState() for _ in self.configs]
+        self.best_model_states: list[dict[str, torch.Tensor] | None] = [None] * self.size
+        self.steps = 0  # optimizer steps of the stack
+        self.epoch = 0  # epochs of the stack (a stopped member's own count stays where it stopped)
+
+    def state_dict(self) -> dict:
+        """Everything a resumed stack needs to continue exactly (tensors and plain values, so it
+        loads with ``torch.load(weights_only=True)``): weights, optimizer state, which members
+        still train and why the others stopped, each member's TrainState and best weights, the
+        step and epoch counts, and torch's RNG (dropout's masks)."""
+        return {
+            "model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
+            "active": self.active.cpu(), "stop_reasons": list(self.stop_reasons),
+            "states": [asdict(state) for state in self.states],
+            "best_models": list(self.best_model_states), "steps": self.steps, "epoch": self.epoch,
+            "rng": torch.get_rng_state(),
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        """Continue from ``state_dict()``'s output (of a stack of the same configurations).
+
+        Args:
+            state: what ``state_dict`` returned.
+        """
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.active = state["active"].to(self.device)
+        self.stop_reasons = list(state["stop_reasons"])
+        self.states = [TrainState(**{**saved, "history": [EpochResult(**row) for row in saved["history"]]})
+                       for saved in state["states"]]
+        self.best_model_states = list(state["best_models"])
+        self.steps, self.epoch = state["steps"], state["epoch"]
+        torch.set_rng_state(state["rng"])
+
+    def stop(self, member: int, reason: str = "stopped") -> None:
+        """Stop one member: from now on its parameters and optimizer state do not change.
+
+        Args:
+            member: the member's index.
+            reason: why (kept in ``stop_reasons``).
+        """
+        self.active[member] = False
+        if self.stop_reasons[member] is None:
+            self.stop_reasons[member] = reason
+
+    def training_step(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
+        """One optimizer step of every active member on a batch on the trainer's device:
+        (losses [k], logits [k, B, C]), detached, not read on the host. A member whose loss is
+        not finite is dropped from ``active`` before the step.
+
+        Args:
+            batch: the batch.
+        """
+        logits = self.model(*batch.inputs())
+        losses = F.cross_entropy(logits.flatten(0, 1).float(), batch.label.repeat(self.size),
+                                 reduction="none").view(self.size, -1).mean(dim=1)
+        self.active &= torch.isfinite(losses.detach())
+        self.optimizer.zero_grad(set_to_none=True)
+        # Members add up: member i's gradient is its own loss's (no op mixes members); a stopped
+        # member's loss (NaN included) is selected away, not multiplied by 0.
+        torch.where(self.active, losses, 0.0).sum().backward()
+        self.optimizer.step(self.active)
+        return losses.detach(), logits.detach()
+
+    def _batches(self, split: str, shuffle: bool, epoch: int = 0):
+        bucketed = self.config.batching == "bucketed"
+        rows = batch_indices(self.data.splits[split], self.config.batch_size, shuffle=shuffle,
+                             seed=self.config.seed, epoch=epoch,
+                             pool_batches=self.config.bucket_pool_batches if bucketed else None)
+        for batch in iterate_batches(self.data.splits[split], rows):
+            yield batch.to(self.device, non_blocking=True)
+
+    def train_epoch(self, epoch: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """One epoch (or up to max_steps): per member, the mean training loss and accuracy over
+        the batches it trained on ([k] each; NaN for a member that trained on none)."""
+        self.model.train()
+        total_loss = torch.zeros(self.size, device=self.device)
+        correct = torch.zeros(self.size, device=self.device)
+        seen = torch.zeros(self.size, device=self.device)
+        for batch in self._batches("train", shuffle=True, epoch=epoch):
+            if self.steps_exhausted():
+                break
+            trained = self.active.clone()
+            losses, logits = self.training_step(batch)
+            trained &= self.active  # a member that diverged at this step did not train on it
+            self.steps += 1
+            total_loss += torch.where(trained, losses, 0.0) * len(batch)
+            correct += torch.where(trained, (logits.argmax(dim=2) == batch.label).sum(dim=1), 0)
+            seen += trained * len(batch)
+        return total_loss / seen, correct / seen
+
+    @torch.no_grad()
+    def evaluate(self, split: str) -> list[Evaluation]:
+        """Every member's evaluation on a split (one forward pass per batch for all)."""
+        was_training = self.model.training
+        self.model.eval()
+        total_loss = torch.zeros(self.size, dtype=torch.float64, device=self.device)
+        predictions, gold = [], []
+        for batch in self._batches(split, shuffle=False):
+            logits = self.model(*batch.inputs()).float()
+            total_loss += F.cross_entropy(logits.flatten(0, 1), batch.label.repeat(self.size),
+                                          reduction="none").view(self.size, -1).sum(dim=1)
+            predictions.append(logits.argmax(dim=2))
+            gold.append(batch.label)
+        self.model.train(was_training)
+        predicted = torch.cat(predictions, dim=1).cpu().numpy()
+        gold_ids = torch.cat(gold).cpu().numpy()
+        count = max(len(gold_ids), 1)
+        losses = (total_loss / count).tolist()
+        return [Evaluation(loss=losses[i], accuracy=float((predicted[i] == gold_ids).sum() / count),
+                           class_accuracy=class_accuracy(gold_ids, predicted[i], self.data.labels),
+                           predictions=predicted[i], gold=gold_ids)
+                for i in range(self.size)]
+
+    def steps_exhausted(self) -> bool:
+        return self.config.max_steps is not None and self.steps >= self.config.max_steps
+
+    def finished(self) -> bool:
+        """Every member stopped, or the shared budget (epochs, max_steps) is spent."""
+        return self.epoch >= self.config.epochs or self.steps_exhausted() or not bool(self.active.any())
+
+    def fit(self, callback: MemberCallback | None = None) -> list[TrainState]:
+        """Train every member to the end of the budget, or until it stops; each member's state.
+
+        Args:
+            callback: called after each epoch with the trainer and one EpochResult per member
+                (None for a member that did not train in that epoch; ``epoch_time_s`` is the
+                stack's, all members together).
+        """
+        if self.config.num_threads:
+            torch.set_num_threads(self.config.num_threads)
+        if self.epoch == 0:  # as Trainer.fit; dropout's masks draw from it (the batches do not)
+            seed_everything(self.config.seed)
+        while not self.finished():
+            self.epoch = epoch = self.epoch + 1
+            started = time.perf_counter()
+            training = self.active.tolist()
+            train_loss, train_accuracy = (t.tolist() for t in self.train_epoch(epoch))
+            diverged = [was and not now for was, now in zip(training, self.active.tolist(), strict=True)]
+            dev = self.evaluate("dev")
+            seconds = time.perf_counter() - started
+            results: list[EpochResult | None] = []
+            for member in range(self.size):
+                if diverged[member]:
+                    self.stop(member, "diverged")
+                trained = training[member] and not diverged[member]
+                results.append(self._member_epoch(member, epoch, train_loss[member], train_accuracy[member],
+                                                  dev[member], seconds) if trained else None)
+            if callback is not None:
+                callback(self, results)
+        return self.states
+
+    def _member_epoch(self, member: int, epoch: int, train_loss: float, train_accuracy: float,
+                      dev: Evaluation, seconds: float) -> EpochResult:
+        """Record one member's epoch as Trainer does (best on dev, patience)."""
+        state = self.states[member]
+        is_best = dev.accuracy > state.best_dev_accuracy
+        if is_best:
+            state.best_dev_accuracy, state.best_train_accuracy = dev.accuracy, train_accuracy
+            state.best_epoch, state.epochs_without_improvement = epoch, 0
+            self.best_model_states[member] = self.model.member_state_dict(member)
+        else:
+            state.epochs_without_improvement += 1
+        patience = self.config.patience
+        if patience is not None and state.epochs_without_improvement >= patience:
+            self.stop(member, "patience")
+        result = EpochResult(epoch=epoch, train_loss=train_loss, train_accuracy=train_accuracy,
+                             dev_loss=dev.loss, dev_accuracy=dev.accuracy, epoch_time_s=seconds,
+                             is_best=is_best)
+        state.epoch, state.steps = epoch, self.steps
+        state.history.append(result)
+        return result

@@ -1,0 +1,8 @@
+"""The Ray adapter: the only modules of the project that import Ray (tests/test_architecture.py).
+Ray's start, stop and resources (ray_runtime.py), the Tuner and its callbacks, Tune's checkpoints
+and pickled state (tuner.py), the search space, samplers and schedulers (ray_search.py), the
+trial function (ray_trial.py), Ray's job API and a node's address (ray_jobs.py), and the reaper
+that ends what a killed driver's Ray left (reaper.py). A Ray release that moves things changes
+this folder alone."""
+
+__all__ = ["ray_jobs", "ray_runtime", "ray_search", "ray_trial", "reaper", "tuner"]

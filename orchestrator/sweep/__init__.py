@@ -1,0 +1,20 @@
+"""Planning and driving a sweep: the spec (spec.py), the checks and plan `validate` prints
+(plan.py), the time estimate (estimate.py), the driver that runs Tune (driver.py) and the paper
+protocol it applies (protocol.py), its state machine, signals, lease and trial ledger
+(lifecycle.py), the terminal progress (progress.py), `--extend` and `--warm-start` (extend.py,
+warm_start.py), a finished sweep replayed as a benchmark (replay.py) and the process defaults
+every command sets first (environment.py)."""
+
+__all__ = [
+    "driver",
+    "environment",
+    "estimate",
+    "extend",
+    "lifecycle",
+    "plan",
+    "progress",
+    "protocol",
+    "replay",
+    "spec",
+    "warm_start",
+]
