@@ -115,6 +115,17 @@ def test_setup_lines_run_before_ray_and_are_one_line_each(tmp_path, monkeypatch)
     bad = orchestrate("submit", str(spec), "--slurm", "--setup", "module load x\nrm -rf ~")
     assert bad.returncode == 2 and bad.stdout == ""
     assert bad.stderr.startswith("error: --setup 'module load x\\nrm -rf ~': holds a control character")
+    # Lines that are not whole shell would break the script around them (found by
+    # test_generated_inputs: a lone ")"); a construct may span several --setup lines.
+    for setup, why in (([")"], "syntax error near unexpected token"), (["echo 'a"], "unexpected EOF"),
+                       (["cat <<END"], "here-document"), (["if true; then"], "syntax error")):
+        broken = orchestrate("submit", str(spec), "--slurm", *[w for line in setup for w in ("--setup", line)])
+        assert broken.returncode == 2 and broken.stdout == "", broken.stderr
+        assert broken.stderr.startswith(f"error: --setup {setup[0]!r}: not complete shell lines"), broken.stderr
+        assert why in broken.stderr and broken.stderr.count("\n") == 1, broken.stderr
+    spanning = orchestrate("submit", str(spec), "--slurm", "--dry-run", "--setup", "if true; then",
+                           "--setup", "module load cuda/12", "--setup", "fi")
+    assert spanning.returncode == 0, spanning.stderr
     assert not (tmp_path / "cache").exists()
 
 

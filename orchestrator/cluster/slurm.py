@@ -25,6 +25,8 @@ from __future__ import annotations
 import base64
 import math
 import re
+import shutil
+import subprocess
 import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
@@ -244,8 +246,29 @@ def check_options(options: SlurmOptions) -> None:
         if any(ord(c) < 32 or ord(c) == 127 for c in line):
             raise SlurmInputError(f"--setup {line!r}: holds a control character (a newline?); "
                                   "one shell line per --setup, repeat the option for more")
+    check_setup_syntax(options.setup)
     if options.job_name is not None and not re.fullmatch(r"[A-Za-z0-9_.+-]+", options.job_name):
         raise SlurmInputError(f"--job-name {options.job_name!r}: letters, digits and _.+- only")
+
+
+def check_setup_syntax(setup: list[str]) -> None:
+    """The --setup lines stand in the job's bash script as they are: lines that are not whole
+    shell (a lone `)`, an open quote, a here-document) would break the script around them, and
+    the job would fail only once SLURM starts it. bash parses them first (`bash -n`, nothing run);
+    where this machine has no bash, the check is left to the job.
+
+    Args:
+        setup: the --setup lines, in order (a construct may span several).
+    """
+    bash = shutil.which("bash")
+    if not setup or bash is None:
+        return
+    parsed = subprocess.run([bash, "-n"], input="\n".join(setup) + "\n", capture_output=True, text=True)
+    if parsed.returncode != 0 or parsed.stderr.strip():
+        why = parsed.stderr.strip().splitlines()[0].split(": ", 2)[-1]
+        raise SlurmInputError(f"--setup {' / '.join(map(repr, setup))}: not complete shell lines "
+                              f"({why}); each --setup is one line of the job's bash script, run "
+                              "before Ray starts, and together they must parse on their own")
 
 
 def slurm_tracking_uri(uri: str) -> str:
