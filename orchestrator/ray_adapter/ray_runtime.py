@@ -45,6 +45,7 @@ def joins_a_cluster(address: str | None) -> bool:
 
 START_PROGRESS_EVERY_S = 15.0
 _HUNG_EXIT_GRACE_S = 15.0  # after the deadline, for a start stuck where Python cannot raise
+_REFIRE_S = 0.05  # the deadline's alarm again, after it landed where Python could not raise it
 
 
 class RayStartError(RuntimeError):
@@ -116,6 +117,17 @@ def _start_deadline(timeout_s: float):
         passed.set()
         raise _StartDeadline()
 
+    # The alarm can land where Python cannot raise and prints the exception instead (an at-fork
+    # hook: "Exception ignored in ... logging._releaseLock", seen in CI, 8 lines on stderr):
+    # there it is silenced and fires again shortly, somewhere it can raise.
+    unraisable_hook = sys.unraisablehook
+
+    def swallowed(unraisable):
+        if isinstance(unraisable.exc_value, _StartDeadline) and main_thread:
+            signal.setitimer(signal.ITIMER_REAL, _REFIRE_S)
+        else:
+            unraisable_hook(unraisable)
+
     def give_up():
         print(error_line(_start_failure(_StartDeadline(), timeout_s, None)), file=sys.stderr, flush=True)
         os._exit(1)
@@ -128,19 +140,20 @@ def _start_deadline(timeout_s: float):
     backstop.daemon = True
     backstop.start()
     services.get_node = registered_node
+    sys.unraisablehook = swallowed
     try:
         yield
-        # The alarm can land where Python swallows what a handler raises (seen in CI: in
-        # logging's at-fork hook, "Exception ignored in ... _releaseLock"): the start then went
-        # on past its deadline and the sweep ran. A deadline that passed fails the start anyway.
+        # Where Python swallowed the exception without a word (a bare `except` in a library),
+        # the start went on past its deadline: a deadline that passed fails the start anyway.
         if passed.is_set():
             raise _StartDeadline()
     finally:
-        services.get_node = get_node
-        backstop.cancel()
-        if main_thread:
+        if main_thread:  # first: no alarm during the rest
             signal.setitimer(signal.ITIMER_REAL, 0)
             signal.signal(signal.SIGALRM, previous)
+        sys.unraisablehook = unraisable_hook
+        services.get_node = get_node
+        backstop.cancel()
 
 
 def init_ray(address: str | None = None, verbose: bool = False, wait_policy: str | None = None,
