@@ -333,10 +333,7 @@ def shutdown_ray() -> None:
     """Disconnect from Ray; a local instance this process started is stopped, every process of it
     (the raylet's agents and workers, which a raylet killed at once leaves behind, included)."""
     global _reaper
-    if _reaper is None:  # joined a cluster, or not started here
-        ray.shutdown()
-        return
-    running = {}
+    running: dict[int, int] = {}
     for pid, start in _instance.items():
         if same_process(pid, start):
             running.update({pid: start, **descendants(pid)})
@@ -347,9 +344,10 @@ def shutdown_ray() -> None:
         if same_process(pid, start):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
-    _reaper.terminate()
-    _reaper.wait()
-    _reaper = None
+    if _reaper is not None:
+        _reaper.terminate()
+        _reaper.wait()
+        _reaper = None
 
 
 def cluster_resources() -> dict[str, float]:
