@@ -37,6 +37,10 @@ FENCE = re.compile(r"^[ ]*```(\w*)\n(.*?)^[ ]*```", re.S | re.M)  # a fence may 
 ILLUSTRATIVE = re.compile(r"<!-- illustrative: (.+?) -->\s*$")
 ORCHESTRATE = re.compile(r"^(\$ )?orchestrate\b", re.M)
 COMMAND_TIMEOUT_S = 900
+# Training's numbers depend on the CPU's floating-point kernels (AVX2 and AVX-512 builds of the
+# same kernels round differently, and a toy run can then select another epoch): the pages' outputs
+# are those of torch's portable kernels, the same on every x86-64 CPU (README.md says so).
+PORTABLE_KERNELS = {"ATEN_CPU_CAPABILITY": "default", "MKL_CBWR": "COMPATIBLE", "ONEDNN_MAX_CPU_ISA": "SSE41"}
 # `orchestrate ui` serves until stopped: it runs until its shown lines are out (at most this long)
 SERVER_WAIT_S = 120
 
@@ -169,7 +173,7 @@ def reader_folder(tmp_path_factory):
     data = write_corpora(tmp_path_factory.mktemp("corpora") / "data")
     env = dict(os.environ, NLI_DATA_DIR=str(data), PYTHONUNBUFFERED="1", XDG_CACHE_HOME=str(folder / ".cache"),
                PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
-               PYTHONPATH=f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
+               PYTHONPATH=f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}", **PORTABLE_KERNELS)
     env.pop("MLFLOW_TRACKING_URI", None)
     assert shutil.which("orchestrate", path=env["PATH"]), "the orchestrate command is not installed"
     return folder, env
