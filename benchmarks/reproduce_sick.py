@@ -165,7 +165,7 @@ def run(ctx: Context) -> dict[str, Any]:
         + f"{loadavg()}.\n\n"
         + md_table(["row", "ours test (mean ± std)", "seeds", "dev (mean)", "epochs of test", "paper test"],
                    [[r["row"], _mean_std(r), r["seeds"], r["dev"],
-                     f"{r['epochs']:g}" + (" (refit)" if r["refit"] else ""), r["paper_test"]]
+                     f"{r['epochs']:.1f}".removesuffix(".0") + (" (refit)" if r["refit"] else ""), r["paper_test"]]
                     for r in rows])
         + "\n\nCommands (from the repository root; the store was a scratch folder):\n\n"
         + "\n".join(f"    {c}" for c in commands) + "\n\n`orchestrate results --paper yin2016`:\n\n" + table_md

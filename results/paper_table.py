@@ -79,6 +79,7 @@ def paper_table(results: pd.DataFrame, paper: str) -> pa.Table:
                     "train_running": ours.get("train_accuracy"),
                     "published_train": theirs.get("train_accuracy"),
                     "dev": ours.get("dev_accuracy"),
+                    "dev_std": None if row is None else _percent(row.get("dev_accuracy_std")),
                     "published_dev": theirs.get("dev_accuracy"),
                     "test": test,
                     "test_std": None if row is None else _percent(row.get("test_accuracy_std")),
@@ -146,22 +147,26 @@ def format_count(value: object, exact: bool) -> str:
     return f"{value / 1_000_000:.1f}M"
 
 
-def _spread(test: float, std: float, seeds: float) -> str:
-    """'73.71 ± 0.63 (3 seeds)', '73.71 (1 seed)'; empty when not run."""
-    if pd.isna(test):
+def _spread(value: float, std: float, seeds: float, say_seeds: bool = True) -> str:
+    """'73.71 ± 0.63 (3 seeds)', '73.71 (1 seed)' (without `say_seeds`: '73.71 ± 0.63', '73.71');
+    empty when not run."""
+    if pd.isna(value):
         return ""
     if pd.isna(seeds):
-        return f"{test:.2f}"
+        return f"{value:.2f}"
+    count = f" ({int(seeds)} seed{'s' if seeds != 1 else ''})" if say_seeds else ""
     if seeds == 1 or pd.isna(std):
-        return f"{test:.2f} ({int(seeds)} seed{'s' if seeds != 1 else ''})"
-    return f"{test:.2f} ± {std:.2f} ({int(seeds)} seeds)"
+        return f"{value:.2f}{count}"
+    return f"{value:.2f} ± {std:.2f}{count}"
 
 
-def _budget(epochs: float, steps: float, refit: object) -> str:
+def _budget(epochs: float, steps: float, refit: object, seeds: float) -> str:
+    """'13 refit (2,015)'; over several seeds their mean, to a tenth: '22.7 refit (3,565), mean'."""
     if pd.isna(epochs):
         return ""
-    shown = f"{epochs:g}" + (" refit" if refit is True else "")
-    return shown if pd.isna(steps) else f"{shown} ({int(steps):,})"
+    shown = f"{epochs:.1f}".removesuffix(".0") + (" refit" if refit is True else "")
+    shown = shown if pd.isna(steps) else f"{shown} ({int(steps):,})"
+    return f"{shown}, mean" if not pd.isna(seeds) and seeds > 1 else shown
 
 
 def _delta(delta: float, test: float) -> str | None:
@@ -191,15 +196,15 @@ def describe_paper_table(table: pa.Table, fmt: str = "md") -> str:
             ],
             "train (running)": frame["train_running"],
             "paper train": frame["published_train"],
-            "dev": frame["dev"],
+            "dev": [_spread(d, s, n, say_seeds=False) for d, s, n in zip(frame["dev"], frame["dev_std"], frame["seeds"], strict=True)],
             "paper dev": frame["published_dev"],
             "test": [_spread(t, s, n) for t, s, n in zip(frame["test"], frame["test_std"], frame["seeds"], strict=True)],
             "paper test": frame["published_test"],
             "Δ": [_delta(d, t) for d, t in zip(frame["delta"], frame["test"], strict=True)],
             "epochs (steps) of test": [
-                _budget(e, s, r)
-                for e, s, r in zip(
-                    frame["epochs_trained"], frame["steps_trained"], frame["refit"], strict=True
+                _budget(e, s, r, n)
+                for e, s, r, n in zip(
+                    frame["epochs_trained"], frame["steps_trained"], frame["refit"], frame["seeds"], strict=True
                 )
             ],
             "reproductions": frame["reproductions"],

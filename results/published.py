@@ -79,8 +79,8 @@ def our_setup(
     text), its params, and what follows from them: ``vectors`` as a VectorsFile (name, word
     count, dimension, hash), ``vectors_tuned`` (no OOV policy tunes the
     pretrained rows, nli_models.data.vectors, unless data.vectors.tune, which the fingerprint of
-    newer runs records) and ``steps_trained`` (the epochs it trained times
-    the batches of an epoch, capped by max_steps; with ``refit``, the epochs are the refit's on
+    newer runs records) and ``steps_trained`` (the epochs it trained, a mean
+    over seeds where there are several, times the batches of an epoch, capped by max_steps; with ``refit``, the epochs are the refit's on
     train + dev). None when the run has no fingerprint."""
     if fingerprint is None:
         return None
@@ -99,7 +99,8 @@ def our_setup(
     if refit and train_size:
         train_size += as_int(ours.get("dev_size")) or 0
     if epochs_trained is not None and not math.isnan(epochs_trained) and train_size and batch_size:
-        steps = math.ceil(epochs_trained) * math.ceil(train_size / batch_size)
+        # A mean over seeds may be fractional: the mean of their steps.
+        steps = round(epochs_trained * math.ceil(train_size / batch_size))
         max_steps = as_int(ours.get("max_steps"))
         ours["steps_trained"] = steps if max_steps is None else min(steps, max_steps)
     return ours

@@ -25,16 +25,6 @@ PRIVATE_RAY_REACHES = {
     ("orchestrator/ray_adapter/ray_runtime.py", "autoscaling", "ray.autoscaler._private.util.format_readonly_node_type"),
     ("orchestrator/ray_adapter/ray_runtime.py", "_autoscaler_report", "ray._private.ray_constants.DEBUG_AUTOSCALING_STATUS"),
     ("orchestrator/ray_adapter/ray_runtime.py", "_autoscaler_report", "ray.experimental.internal_kv._internal_kv_get"),
-    ("orchestrator/ray_adapter/ray_runtime.py", "_kill_at_shutdown", "ray._private.worker"),
-}
-# The private attributes of Ray's objects the adapter reaches for, because Ray 2.60 has no public
-# way to do what they do (ARCHITECTURE.md, Known debt): (module, function, attribute chain).
-PRIVATE_RAY_ATTRIBUTES = {
-    ("orchestrator/ray_adapter/tuner.py", "run_tuner", "tuner._local_tuner._run_config.callbacks"),
-    ("orchestrator/ray_adapter/tuner.py", "run_tuner", "tuner._local_tuner._run_config.verbose"),
-    ("orchestrator/ray_adapter/ray_search.py", "tell_evaluated", "searcher._space"),
-    ("orchestrator/ray_adapter/ray_search.py", "tell_evaluated", "searcher._ot_study.add_trial"),
-    ("orchestrator/ray_adapter/ray_search.py", "_enqueue_unvisited", "self.searcher._ot_study.enqueue_trial"),
 }
 # Which package may import which (the floors: none imports one above it).
 MAY_IMPORT = {"orchestrator": set(PACKAGES), "results": {"results", "nli_models"}, "nli_models": {"nli_models"}}
@@ -176,10 +166,10 @@ def _private_attributes(tree: ast.AST):
     yield from walk(tree, None)
 
 
-def test_no_private_attribute_of_ray_objects_outside_the_listed_reaches():
+def test_no_private_attribute_of_ray_objects():
     used = {(module, function, chain) for module, tree in _modules() if module.startswith(RAY_ADAPTER)
             for chain, function in _private_attributes(tree)}
-    assert used == PRIVATE_RAY_ATTRIBUTES
+    assert used == set()
 
 
 def test_the_packages_import_one_way():

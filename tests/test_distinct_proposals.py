@@ -9,12 +9,8 @@ import pytest
 from ray import tune
 from ray.tune.search import Repeater, Searcher
 
-from orchestrator.ray_adapter.ray_search import (
-    DistinctProposals,
-    FirstPoints,
-    PriorTrials,
-    optuna_search,
-)
+from orchestrator.ray_adapter.optuna_study import optuna_search
+from orchestrator.ray_adapter.ray_search import DistinctProposals, FirstPoints, PriorTrials
 from results import run_schema as rs
 
 METRIC = "dev_accuracy"
@@ -27,10 +23,9 @@ class Scripted(Searcher):
         super().__init__(metric=METRIC, mode="max")
         self.proposals = list(proposals)
         self.told: dict[str, tuple[dict | None, bool]] = {}
-        # An Optuna study over lr, as OptunaSearch keeps one (ray_search.tell_evaluated adds the
-        # trials it was told that it did not propose).
-        self._space = {"lr": optuna.distributions.FloatDistribution(0, 10)}
-        self._ot_study = optuna.create_study(direction="maximize")
+        # An Optuna study over lr, as StudySearch keeps one (its tell_evaluated adds the trials it
+        # was told that it did not propose).
+        self.study = optuna.create_study(direction="maximize")
 
     def suggest(self, trial_id):
         return self.proposals.pop(0) if self.proposals else Searcher.FINISHED
@@ -38,9 +33,14 @@ class Scripted(Searcher):
     def on_trial_complete(self, trial_id, result=None, error=False):
         self.told[trial_id] = (result, error)
 
+    def tell_evaluated(self, config, result):
+        self.study.add_trial(optuna.trial.create_trial(
+            value=result[METRIC], params=config,
+            distributions={"lr": optuna.distributions.FloatDistribution(0, 10)}))
+
     @property
     def evaluated(self) -> list[tuple[dict, float]]:
-        return [(trial.params, trial.value) for trial in self._ot_study.trials]
+        return [(trial.params, trial.value) for trial in self.study.trials]
 
 
 def _result(value: float) -> dict:
@@ -202,7 +202,7 @@ def test_a_warm_started_study_holds_the_prior_and_never_proposes_it(sampler):
     prior = _prior(done, finite=True)
     searcher = DistinctProposals(optuna_search(sampler, 0), max_tries=1, prior=prior)
     assert searcher.set_search_properties(METRIC, "max", SPACE)
-    study = searcher.searcher._ot_study
+    study = searcher.searcher.study()
     assert [(t.params["lr"], t.params["dropout"]) for t in study.trials] == done
     assert [{METRIC: t.value} for t in study.trials] == prior.values
     proposed = _run(searcher, 3)  # (with max_tries 1 a repeat of this run's own may run)
@@ -236,7 +236,7 @@ def test_a_multi_objective_repeat_is_told_every_objective(sampler):
         config = searcher.suggest(str(i))
         searcher.on_trial_complete(str(i), {"best_dev_accuracy": config["lr"] / 10,
                                             "time_total_s": 10 * config["dropout"], "epoch": 2})
-    study = searcher.searcher._ot_study
+    study = searcher.searcher.study()
     assert len(study.directions) == 2
     told = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
     assert len(told) > 9  # the repeats were told, with both values of the point they repeat
@@ -252,7 +252,7 @@ def test_a_diverged_trial_counts_as_dev_accuracy_0_in_a_multi_objective_search()
     searcher.suggest("0")
     searcher.on_trial_complete("0", {"best_dev_accuracy": 0.8, "theta_m": 1000.0, "epoch": 2,
                                      rs.RESULT_DIVERGED_LOSS: "nan"})
-    [told] = searcher.searcher._ot_study.trials
+    [told] = searcher.searcher.study().trials
     assert told.values == [0.0, 1000.0]
 
 
@@ -269,7 +269,7 @@ def test_a_multi_objective_study_is_told_every_objective_of_a_prior_and_of_a_fir
     distinct = DistinctProposals(optuna_search(sampler, 0, objectives), max_tries=50, prior=prior)
     searcher = FirstPoints(distinct, first, told=distinct.told)
     assert searcher.set_search_properties(None, None, SPACE)  # Tune passes no metric with objectives
-    study = distinct.searcher._ot_study
+    study = distinct.searcher.study()
     assert [(t.params, t.values) for t in study.trials] == [({"lr": 1, "dropout": 0.0}, [0.7, 1000.0])]
     assert searcher.suggest("f") == first[0]
     drawn = []
@@ -309,7 +309,7 @@ def test_first_points_run_before_the_sampler_which_is_told_them_and_never_runs_t
         searcher.on_trial_complete(trial_id, {METRIC: value})
     assert len(set(drawn)) == 14 and not {(lr, d) for lr, d, _ in drawn} & {(1, 0.0), (2, 0.1)}
     told = {}
-    for trial in distinct.searcher._ot_study.trials:
+    for trial in distinct.searcher.study().trials:
         told.setdefault((trial.params["lr"], trial.params["dropout"]), set()).add(trial.value)
     assert told[(1, 0.0)] == {0.3} and told[(2, 0.1)] == {0.5}
 
@@ -327,3 +327,19 @@ def test_a_configuration_run_first_is_a_running_trial_for_the_sampler_until_it_i
     searcher.on_trial_complete("a", _result(0.6))
     assert inner.evaluated == [({"lr": 2}, 0.6)]
     assert list(inner.told.values()) == [({METRIC: 0.6}, False)]
+
+
+def test_a_restored_study_search_tells_and_enqueues_into_the_study_it_restored(tmp_path):
+    """Tune saves the sampler's search to a file and a resumed sweep restores it: the study that
+    StudySearch reaches through Optuna's public API (study(), tell_evaluated, enqueue) is then the
+    restored one, the one its sampler draws from."""
+    searcher = optuna_search("random", 0)
+    assert searcher.set_search_properties(METRIC, "max", SPACE)
+    searcher.tell_evaluated({"lr": 1, "dropout": 0.0}, {METRIC: 0.5})
+    searcher.save(str(tmp_path / "searcher.pkl"))
+    restored = optuna_search("random", 0)
+    restored.restore(str(tmp_path / "searcher.pkl"))
+    restored.enqueue({"lr": 3, "dropout": 0.2})
+    assert restored.suggest("x") == {"lr": 3, "dropout": 0.2}
+    complete = [(t.params, t.value) for t in restored.study().trials if t.state == optuna.trial.TrialState.COMPLETE]
+    assert complete == [({"lr": 1, "dropout": 0.0}, 0.5)]

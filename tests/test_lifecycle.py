@@ -190,6 +190,31 @@ def test_ctrl_c_during_the_last_trial_with_a_concurrency_limit(tmp_path):
     _assert_resume_completes(tmp_path, spec, "last", planned=2)
 
 
+def test_ctrl_c_then_resume_restores_the_samplers_study_and_this_driver_tracks_the_trials(tmp_path):
+    """A sampler's sweep on a finite space, Ctrl-C once a trial has finished: Tune restores the
+    experiment (not the journal), with the sampler's study as it was saved and the interrupted
+    driver's callbacks, which tell this driver's listeners: every resumed trial is tracked on its
+    run, and the four configurations each train once. `-v` on the resume does not bring Tune's
+    trial tables: those keep the verbosity the sweep started with (docs/sweeps.md)."""
+    name, planned = "restored-sampler", 4
+    spec = write_spec(tmp_path, {"name": name, "data": {"toy": {"size": 300}}, "training": {"epochs": EPOCHS}},
+                      replace_search={"sampler": "tpe", "num_samples": planned, "seeds": [1], "resources": {"cpu": 1},
+                                      "space": {"lr": {"choice": [0.001, 0.01]}, "dropout": {"choice": [0.0, 0.1]}},
+                                      "max_concurrent_trials": 1})
+    driver, log = _start(tmp_path, spec, EPOCH_DELAY)
+    wait_while_driving(trials_finished(tmp_path, name, log, 1), driver, log, "the first trial's end")
+    assert _interrupt(driver, log, signal.SIGINT, group=True) == EXIT_INTERRUPTED
+    resumed = run_orchestrate(["sweep", str(spec), "--resume", "-v"], cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert "continuing from the sweep's journal" not in resumed.stderr, resumed.stderr
+    assert "Trial status" not in resumed.stdout + resumed.stderr
+    parents, children = runs_of(tmp_path, name)
+    assert parents[0].data.tags[rs.TAG_SWEEP_STATE] == rs.SWEEP_COMPLETED
+    assert len(children) == planned and all(c.info.status == "FINISHED" for c in children)
+    assert all(c.data.metrics[rs.METRIC_EPOCHS_TRAINED] == EPOCHS for c in children)
+    assert len({(c.data.params["lr"], c.data.params["dropout"]) for c in children}) == planned
+
+
 def test_second_ctrl_c_aborts_at_once_leaving_the_same_resumable_state(tmp_path):
     # Two trials, both running when the signals land: the resume trains two, not four.
     spec = _spec(tmp_path, "twice", {"space": {"lr": {"grid": [0.001, 0.01]}, "dropout": {"grid": [0.0]}}})

@@ -364,12 +364,19 @@ def test_a_two_epoch_parikh_run_is_not_the_50m_step_budget():
 
 
 def test_several_seeds_show_mean_and_spread():
+    """Test and dev as mean ± sample std over the seeds; the epochs that produced the test number
+    as their mean, to a tenth, said to be one."""
     frame = _frame(("ours", PAPER_RUN))
-    frame["n_seeds"], frame["test_accuracy_std"] = 3, 0.0063
+    frame["n_seeds"], frame["test_accuracy_std"], frame["dev_accuracy_std"] = 3, 0.0063, 0.0112
+    frame["epochs_trained"] = 68 / 3
     table = paper_table(frame, "rocktaschel2016")
     row = table.to_pandas().query("experiment == 'ours' and row == 'Word-by-word attention, k=100'")
     assert (row["seeds"].item(), row["test_std"].item()) == (3, pytest.approx(0.63))
-    assert "52.00 ± 0.63 (3 seeds)" in describe_paper_table(table)
+    assert row["dev_std"].item() == pytest.approx(1.12)
+    shown = describe_paper_table(table)
+    assert "52.00 ± 0.63 (3 seeds)" in shown
+    assert f"| {row['dev'].item():.2f} ± 1.12 |" in shown
+    assert "| 22.7, mean |" in shown and "22.666" not in shown
 
 
 # -- issue 44: splits and vectors by content, and why a published row has no run of ours ---------
@@ -439,3 +446,12 @@ def test_the_epochs_shown_are_those_of_the_refit_that_was_tested():
     assert (footnote["epochs_trained"], footnote["refit"]) == (23, True)
     assert footnote["steps_trained"] == 23 * math.ceil((4_439 + 495) / 32)
     assert "| 23 refit (3,565) |" in describe_paper_table(paper_table(frame, "yin2016"))
+
+
+def test_the_steps_of_a_mean_over_seeds_are_the_mean_of_their_steps():
+    """Refits of 22, 23 and 23 epochs on train + dev (4,934 pairs, 155 batches of 32): 3,513
+    steps on average, not the 3,565 of 23 epochs (the mean rounded up)."""
+    setup = our_setup({"train_size": "4439", "dev_size": "495"}, {"batch_size": 32},
+                      epochs_trained=68 / 3, refit=True)
+    assert setup["steps_trained"] == round(68 / 3 * 155) == 3513
+    assert our_setup({"train_size": "4439"}, {"batch_size": 32}, epochs_trained=2)["steps_trained"] == 2 * 139

@@ -14,6 +14,7 @@ from testkit.cli import orchestrate, run_orchestrate
 from testkit.specs import write_spec
 from testkit.store import client_for, runs_of
 
+from orchestrator.ray_adapter.optuna_study import STUDY_NAME
 from results import run_schema as rs
 from results.selection import SELECTION_RULE
 
@@ -73,7 +74,7 @@ def test_optuna_searched_both_objectives_with_the_values_the_store_holds(swept):
         params = json.loads(child.data.tags[rs.TAG_PARAMS_JSON])
         by_params[(params["lr"], params["hidden_size"])] = _objectives(child)
     (state_file,) = (folder / "ray_results").glob("front-*/searcher-state-*.pkl")
-    study = pickle.loads(state_file.read_bytes())["_ot_study"]
+    study = optuna.load_study(study_name=STUDY_NAME, storage=pickle.loads(state_file.read_bytes())["study_storage"])
     assert study.directions == [optuna.study.StudyDirection.MAXIMIZE, optuna.study.StudyDirection.MINIMIZE]
     told = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
     assert len(told) >= len(children)  # repeats of a finished configuration are told its result

@@ -69,3 +69,32 @@ def test_the_local_instance_starts_no_worker_before_a_trial_asks_for_one():
     workers = [c for c in commands if c.startswith("ray::IDLE")  # started, or still starting:
                or "default_worker.py" in " ".join(c.split(" ")[:3])]  # (the raylet names it later)
     assert workers == []  # 2 before (one per CPU), idle to the end of every sweep
+
+
+@pytest.mark.unit
+def test_a_term_blocked_in_a_process_shows_as_pending_until_it_is_unblocked():
+    """What the stop watches for (reaper.signal_pending): Ray's TERM to one of its processes,
+    which holds it blocked."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from orchestrator.ray_adapter.reaper import signal_pending
+
+    child = subprocess.Popen([sys.executable, "-c", (
+        "import signal, sys, time\n"
+        "signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})\n"
+        "print('blocked', flush=True)\n"
+        "time.sleep(30)")], stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout.readline().strip() == "blocked"
+        assert not signal_pending(child.pid, signal.SIGTERM)
+        child.terminate()
+        time.sleep(0.2)
+        assert child.poll() is None and signal_pending(child.pid, signal.SIGTERM)
+        assert not signal_pending(child.pid, signal.SIGINT)
+    finally:
+        child.kill()
+        child.wait()
+    assert not signal_pending(child.pid, signal.SIGTERM)  # gone: nothing pending

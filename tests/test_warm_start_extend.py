@@ -11,6 +11,7 @@ import pickle
 import signal
 from pathlib import Path
 
+import optuna
 import pyarrow.parquet as pq
 import pytest
 from testkit.cli import orchestrate, start_orchestrate
@@ -19,6 +20,7 @@ from testkit.specs import merge, write_spec
 from testkit.store import client_for, runs_of, trial_running
 from testkit.toy import decomposable
 
+from orchestrator.ray_adapter.optuna_study import STUDY_NAME
 from results import run_schema as rs
 
 SEARCHED = ("lr", "dropout")
@@ -73,7 +75,7 @@ def test_warm_start_tells_the_study_the_finished_trials_and_runs_none_of_them_ag
     # value each reported last (the store's latest dev_accuracy), before this sweep's own.
     tune_folder = workdir / "ray_results" / f"warm-{parent.info.run_id[:8]}"
     (state_file,) = tune_folder.glob("searcher-state-*.pkl")
-    study = pickle.loads(state_file.read_bytes())["_ot_study"]
+    study = optuna.load_study(study_name=STUDY_NAME, storage=pickle.loads(state_file.read_bytes())["study_storage"])
     told = {(t.params["lr"], t.params["dropout"]): t.value for t in study.trials[:3]}
     assert told == {
         point: run.data.metrics[rs.METRIC_DEV_ACCURACY] for point, run in zip(_points(earlier), earlier, strict=True)

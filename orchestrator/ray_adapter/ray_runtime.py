@@ -17,7 +17,7 @@ import ray
 from nli_models.cpus import usable_cpus
 from nli_models.errors import InputError, error_line
 from orchestrator.cli.options import DEFAULT_RAY_START_TIMEOUT_S, RAY_START_TIMEOUT_ENV
-from orchestrator.ray_adapter.reaper import descendants, same_process, start_reaper
+from orchestrator.ray_adapter.reaper import descendants, same_process, signal_pending, start_reaper
 from orchestrator.sweep.environment import WAIT_POLICY
 
 
@@ -200,24 +200,27 @@ def init_ray(address: str | None = None, verbose: bool = False, wait_policy: str
             if sigterm_handler is not None:
                 signal.signal(signal.SIGTERM, sigterm_handler)
     except (Exception, _StartDeadline) as exc:
-        _stop_failed_start(running_before)
+        _stop_failed_start(_started_since(running_before))
         raise RayStartError(_start_failure(exc, timeout_s, None if local else
                                            address or os.environ["RAY_ADDRESS"])) from None
+    if local:
+        _instance.update(_started_since(running_before))
     return True
 
 
-def _stop_failed_start(running_before: set[int]) -> None:
-    """What a failed start left: Ray knows the processes of a start that got as far as its node
-    (shutdown_ray); those of one cut short (the GCS of a node whose raylet never registered) are
-    this process's children that were not there before."""
-    started = {pid: start for pid, start in descendants(os.getpid()).items()
-               if pid not in running_before and (_reaper is None or pid != _reaper.pid)}
+def _started_since(running_before: set[int]) -> dict[int, int]:
+    """This process's descendants (pid -> start time) that were not there before, the reaper not."""
+    return {pid: start for pid, start in descendants(os.getpid()).items()
+            if pid not in running_before and (_reaper is None or pid != _reaper.pid)}
+
+
+def _stop_failed_start(started: dict[int, int]) -> None:
+    """What a failed start left (`started`): Ray knows the processes of a start that got as far as
+    its node (shutdown_ray); those of one cut short (the GCS of a node whose raylet never
+    registered) are this process's children that were not there before."""
+    _instance.update(started)
     with contextlib.suppress(Exception):
         shutdown_ray()
-    for pid, start in started.items():
-        if same_process(pid, start):
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
 
 
 AUTOSCALING_WAIT_S = 600.0  # on an autoscaling cluster: a GPU node boots in ~5-10 minutes
@@ -293,33 +296,52 @@ def check_resources(cpu: float, gpu: float, wait_s: float | None = None) -> None
 
 
 _reaper = None
+_instance: dict[int, int] = {}  # the processes of the local instance this process started: pid -> start
 
 
-def _kill_at_shutdown() -> dict[int, int]:
+_TERM_POLL_S = 0.005
+
+
+@contextlib.contextmanager
+def _term_becomes_kill(running: dict[int, int]):
     """Ray stops a local instance's processes with SIGTERM, waits a second for each, then sends
     SIGKILL. Ours start with SIGTERM blocked (_sigterm_blocked), so that wait never ends early:
-    it cost 5 s at the end of every sweep (and of every Ctrl-C) for the same SIGKILL. Each is
-    sent SIGKILL at once instead. Returns what the instance runs (pid -> start time): the
-    processes Ray started and theirs (the raylet's agents and workers, which a raylet killed at
-    once leaves behind). This reaches into Ray's record of the processes it started
-    (`_global_node`, private); where a Ray release moves it, Ray's slow stop stays."""
-    node = getattr(getattr(ray, "_private", None) and ray._private.worker, "_global_node", None)
-    running: dict[int, int] = {}
-    for infos in (getattr(node, "all_processes", None) or {}).values():
-        for info in infos:
-            process = getattr(info, "process", None)
-            if process is not None and hasattr(process, "kill"):
-                process.terminate = process.kill
-                running.update({process.pid: 0, **descendants(process.pid)})
-    return running
+    it cost 5 s at the end of every sweep (and of every Ctrl-C) for the same SIGKILL. Meanwhile a
+    thread watches `running` (pid -> start time) and sends SIGKILL to each process as soon as a
+    TERM waits there blocked (/proc shows it pending): Ray's wait ends at once. (Killing them
+    before Ray's stop costs the same 5 s: the driver then waits for its dead raylet.)"""
+    done = threading.Event()
+
+    def watch():
+        while not done.is_set():
+            for pid, start in running.items():
+                if signal_pending(pid, signal.SIGTERM) and same_process(pid, start):
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(pid, signal.SIGKILL)
+            done.wait(_TERM_POLL_S)
+
+    watcher = threading.Thread(target=watch, name="ray-stop", daemon=True)
+    watcher.start()
+    try:
+        yield
+    finally:
+        done.set()
+        watcher.join()
 
 
 def shutdown_ray() -> None:
+    """Disconnect from Ray; a local instance this process started is stopped, every process of it
+    (the raylet's agents and workers, which a raylet killed at once leaves behind, included)."""
     global _reaper
-    running = _kill_at_shutdown() if _reaper is not None else {}  # a local instance of ours
-    ray.shutdown()
+    running: dict[int, int] = {}
+    for pid, start in _instance.items():
+        if same_process(pid, start):
+            running.update({pid: start, **descendants(pid)})
+    _instance.clear()
+    with _term_becomes_kill(running):
+        ray.shutdown()
     for pid, start in running.items():
-        if start and same_process(pid, start):
+        if same_process(pid, start):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
     if _reaper is not None:

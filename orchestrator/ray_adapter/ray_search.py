@@ -1,5 +1,5 @@
 """The Ray Tune adapter's search (with ray_runtime.py and tuner.py, the driver, and ray_trial.py, the trainable):
-the param space, Optuna samplers through Tune's OptunaSearch, the distinct-proposal guard, the
+the param space, the Optuna samplers (optuna_study.py), the distinct-proposal guard, the
 points a resume from the journal runs before its sampler draws, the schedulers, and what
 orchestrator/sweep/replay.py drives as Tune's controller would.
 """
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import statistics
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,9 +17,9 @@ from ray.tune.experiment import Trial
 from ray.tune.result import TRAINING_ITERATION
 from ray.tune.schedulers import ASHAScheduler, FIFOScheduler, MedianStoppingRule, TrialScheduler
 from ray.tune.search import ConcurrencyLimiter, Repeater, Searcher
-from ray.tune.search.optuna import OptunaSearch
 from ray.tune.search.variant_generator import generate_variants
 
+from orchestrator.ray_adapter.optuna_study import objective_result_key, optuna_search
 from orchestrator.ray_adapter.ray_trial import CONFIGURATION_KEY, POINT_KEY
 from orchestrator.sweep.spec import SweepSpec
 from results import run_schema as rs
@@ -72,38 +72,6 @@ def param_space(spec: SweepSpec, prior: PriorTrials | None = None) -> dict[str, 
     return space
 
 
-def optuna_search(sampler: str, seed: int, objectives: Sequence[tuple[str, str]] = ()) -> OptunaSearch:
-    """Tune's OptunaSearch over the named, seeded Optuna sampler (random | tpe | cmaes | nsga2);
-    with `objectives` ((name, max|min) pairs) a multi-objective study, which Tune wants given
-    here, not in TuneConfig. Earlier configurations are told to it by DistinctProposals
-    (tell_evaluated), not as points_to_evaluate / evaluated_rewards: OptunaSearch tells those
-    with add_evaluated_point, one value per trial, which a multi-objective study refuses."""
-    import optuna
-
-    samplers = {
-        "random": optuna.samplers.RandomSampler,
-        "tpe": optuna.samplers.TPESampler,
-        "cmaes": optuna.samplers.CmaEsSampler,
-        "nsga2": optuna.samplers.NSGAIISampler,
-    }
-    # Optuna logs "A new study created in memory ..." at INFO for every study: not the user's concern
-    # (the sweep says which sampler it runs).
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    options: dict[str, Any] = {}
-    if objectives:
-        options["metric"] = [objective_result_key(name) for name, _ in objectives]
-        options["mode"] = [direction for _, direction in objectives]
-    return OptunaSearch(sampler=samplers[sampler](seed=seed), **options)
-
-
-def objective_result_key(objective: str) -> str:
-    """The key of a trial's Tune result that holds an objective: every epoch reports it, and the
-    last one is what the searcher is told (the value the recorder stores under
-    rs.OBJECTIVE_METRICS[objective]; Tune's own time_total_s becomes trial_time_s)."""
-    metric = rs.OBJECTIVE_METRICS[objective]
-    return "time_total_s" if metric == rs.METRIC_TRIAL_TIME else metric
-
-
 def told_result(spec: SweepSpec, metrics: Mapping[str, float]) -> dict[str, float] | None:
     """What Tune told the sampler of a finished trial whose recorded metrics (each one's latest
     value, as MLflow holds them; a journal's last epoch and final values) are `metrics`: its
@@ -116,19 +84,6 @@ def told_result(spec: SweepSpec, metrics: Mapping[str, float]) -> dict[str, floa
     if any(metrics.get(metric) is None for metric in recorded.values()):
         return None
     return {key: float(metrics[metric]) for key, metric in recorded.items()}
-
-
-def tell_evaluated(searcher: OptunaSearch, config: dict[str, Any], result: dict[str, float]) -> None:
-    """Tell the study of `searcher` (its space set) the configuration `config` as a trial it
-    did not propose, completed with `result`'s value of each metric the study optimises (one,
-    or one per objective). OptunaSearch.add_evaluated_point takes one value; this is what it
-    does (Optuna's create_trial + study.add_trial) with every objective's."""
-    import optuna
-
-    metrics = searcher.metric if isinstance(searcher.metric, list) else [searcher.metric]
-    trial = optuna.trial.create_trial(values=[result[metric] for metric in metrics], params=config,
-                                      distributions=searcher._space)  # OptunaSearch keeps both private
-    searcher._ot_study.add_trial(trial)
 
 
 def make_searcher(spec: SweepSpec, prior: PriorTrials | None = None):
@@ -192,7 +147,7 @@ class DistinctProposals(Searcher):
             return False
         self._metric, self._mode = self.searcher.metric, self.searcher.mode
         for point, result in self._prior:  # the study exists from here on
-            tell_evaluated(self.searcher, point, result)
+            self.searcher.tell_evaluated(point, result)
         for key, result in self._recorded.items():
             self._outcome.setdefault(key, result)
         return True
@@ -232,9 +187,7 @@ class DistinctProposals(Searcher):
         point = next((p for p in self._finite_space if _config_key(p) not in self._outcome), None)
         if point is None:
             return False
-        # OptunaSearch keeps its study private; enqueue_trial is Optuna's way to fix the
-        # parameters of the next ask().
-        self.searcher._ot_study.enqueue_trial(point)
+        self.searcher.enqueue(point)
         return True
 
     def on_trial_result(self, trial_id: str, result: dict) -> None:
@@ -268,7 +221,7 @@ class DistinctProposals(Searcher):
             self._ended(key, None, error=True)
             return
         result = {metric: statistics.fmean(r[metric] for r in ended) for metric in metrics}
-        tell_evaluated(self.searcher, config, result)
+        self.searcher.tell_evaluated(config, result)
         self._ended(key, result, error=False)
 
     def _scores(self, result: dict | None) -> dict | None:

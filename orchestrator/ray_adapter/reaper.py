@@ -35,6 +35,17 @@ def same_process(pid: int, start: int) -> bool:
     return stat is not None and stat[1] == start
 
 
+def signal_pending(pid: int, signum: int) -> bool:
+    """Whether `signum` was sent to `pid` and waits there, blocked (/proc's pending sets)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return False
+    bit = 1 << (signum - 1)
+    return any(line.startswith(("SigPnd:", "ShdPnd:")) and int(line.split()[1], 16) & bit
+               for line in status.splitlines())
+
+
 def descendants(root: int) -> dict[int, int]:
     """Every live descendant of `root`: pid -> start time."""
     parents: dict[int, list[int]] = {}

@@ -8,7 +8,7 @@ import logging
 import os
 import signal
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -44,18 +44,30 @@ class TrialListener(Protocol):
 StopHook = Callable[[Callable[[], None]], None]
 
 
+@dataclass
+class _Driver:
+    """What the sweep this process drives is told through (a process runs one Tuner at a time).
+    Tune pickles its run config, callbacks included, into the experiment folder, and Tuner.restore
+    brings the interrupted driver's callbacks back (it takes no run config): a callback reads the
+    listeners here when it is called, so a restored one tells the driver that resumed it."""
+
+    listeners: list[TrialListener] = field(default_factory=list)
+    on_stop: StopHook | None = None
+
+
+_driver = _Driver()
+
+
 class _Events(tune.Callback):
-    """Forwards Tune's driver-side events to plain listeners, with flat trial params."""
+    """Forwards Tune's driver-side events to this process's listeners (_driver), with flat trial
+    params."""
 
-    def __init__(self, listeners: list[TrialListener], search: dict, on_stop: StopHook | None = None):
-        self.listeners = listeners
+    def __init__(self, search: dict):
         self.search = search
-        self.on_stop = on_stop
 
-    def __getstate__(self):
-        # Tune pickles its run config into the experiment folder; listeners hold threads and
-        # clients, and a resumed driver brings its own (see run_tuner).
-        return {"listeners": [], "search": self.search, "on_stop": None}
+    @property
+    def listeners(self) -> list[TrialListener]:
+        return _driver.listeners
 
     def setup(self, **info):
         # tune.run has installed its stop handler (on SIGUSR1 always; on SIGINT unless
@@ -63,8 +75,8 @@ class _Events(tune.Callback):
         # Calling it is Tune's own Ctrl-C: the loop ends, the experiment state is saved as it
         # stands (what Tuner.restore continues), then the trials are stopped.
         tune_stop = signal.getsignal(signal.SIGUSR1)
-        if self.on_stop is not None and callable(tune_stop):
-            self.on_stop(lambda: tune_stop(signal.SIGUSR1, None))
+        if _driver.on_stop is not None and callable(tune_stop):
+            _driver.on_stop(lambda: tune_stop(signal.SIGUSR1, None))
 
     def _params(self, trial) -> dict[str, Any]:
         return trial_params(trial.config, self.search)
@@ -172,13 +184,11 @@ def run_tuner(
     trainable = _trainable(spec, data)
     experiment_path = _experiment_path(spec, experiment_name)
     if resume and tune.Tuner.can_restore(experiment_path):
+        # The restored run config is the interrupted driver's: its callbacks find this driver's
+        # listeners (_driver), and Tune's own tables keep the verbosity the sweep started with.
         tuner = tune.Tuner.restore(
             experiment_path, trainable=trainable, resume_unfinished=True, resume_errored=True
         )
-        # The restored run config holds the pickled callbacks of the interrupted driver; swap
-        # in this driver's listeners so progress and tracking go to this process.
-        tuner._local_tuner._run_config.callbacks = [_Events(listeners, search_dump, on_stop)]
-        tuner._local_tuner._run_config.verbose = verbose
     else:
         search = spec.search
         num_samples = 1 if search.sampler == "grid" else search.num_samples * len(search.seeds)
@@ -200,14 +210,19 @@ def run_tuner(
             run_config=tune.RunConfig(
                 name=experiment_name,
                 storage_path=spec.storage_path,
-                callbacks=[_Events(listeners, search_dump, on_stop)],
+                callbacks=[_Events(search_dump)],
                 verbose=verbose,
                 # One checkpoint: the latest, which also carries the best-on-dev weights.
                 checkpoint_config=tune.CheckpointConfig(num_to_keep=1),
                 failure_config=tune.FailureConfig(max_failures=search.max_failures),
             ),
         )
-    return _outcomes(tuner.fit(), lambda _, config: trial_params(config, search_dump))
+    _driver.listeners, _driver.on_stop = listeners, on_stop
+    try:
+        grid = tuner.fit()
+    finally:
+        _driver.listeners, _driver.on_stop = [], None
+    return _outcomes(grid, lambda _, config: trial_params(config, search_dump))
 
 
 def recorded_outcomes(
