@@ -100,6 +100,23 @@ def test_decomposable_matches_its_equations(variant, init):
     _assert_batch_matches(model, _decomposable_reference, atol=1e-10)
 
 
+def test_decomposable_unit_norm_has_normalize_s_values_and_gradients():
+    """The input representation's normalisation (§5.1) with its own backward: F.normalize's values
+    and gradients, a zero row (the padding word's vector) included."""
+    from nli_models.models.decomposable import unit_norm
+
+    torch.manual_seed(0)
+    x = torch.randn(5, 4, 6, dtype=torch.float64)
+    x[0, 1] = 0.0
+    x.requires_grad_(True)
+    weights = torch.randn_like(x)
+    got, want = unit_norm(x), torch.nn.functional.normalize(x, dim=-1)
+    torch.testing.assert_close(got, want, rtol=0, atol=1e-15)
+    (got_grad,), (want_grad,) = (torch.autograd.grad((y * weights).sum(), x) for y in (got, want))
+    torch.testing.assert_close(got_grad, want_grad, rtol=1e-12, atol=0)
+    assert torch.autograd.gradcheck(unit_norm, torch.randn(3, 4, dtype=torch.float64, requires_grad=True))
+
+
 def test_decomposable_intra_distance_buckets_beyond_ten_share_one_bias():
     model = _small_model("decomposable", "intra", vocab_size=30, embedding_dim=4, hidden_size=3,
                          projection_dim=3)

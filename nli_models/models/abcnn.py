@@ -31,6 +31,9 @@ as in Table 5 (the shared sentence-initial "A" goes, "a full" keeps its lowercas
 left empty is the single token <unk>
 (the paper's "<empty>": one fixed random vector under ``single_unk``). The LR columns are
 ordered block by block (ORIG then NONOVER per block), so layerwise phase k still uses a prefix.
+The two copies run as one batch of 2B pairs (ORIG's, then NONOVER's), each block of both at once
+(``_BlockCopies``): every op without weights runs once, and each copy's weights act on its own
+rows (one batched product, and off the CPU one grouped convolution).
 Not implemented: the 24 linguistic features and the SVM/LR retrained on the scores after
 training (§5.1.3, §5.4).
 """
@@ -106,8 +109,19 @@ def nonoverlapping(sentence: Sentences, other: Sentences) -> Sentences:
     return Sentences(ids[:, :length], keep[:, :length])
 
 
+def _with_copy(sentences: Sentences, copy: Sentences) -> Sentences:
+    """Both batches as one, ``copy``'s rows after ``sentences``' (padded to their length: on the
+    CPU ``nonoverlapping`` cuts its result to its longest row)."""
+    extra = sentences.ids.shape[1] - copy.ids.shape[1]
+    if extra:
+        copy = Sentences(F.pad(copy.ids, (0, extra), value=PAD_INDEX),
+                         F.pad(copy.mask, (0, extra), value=False))
+    return Sentences(torch.cat([sentences.ids, copy.ids]), torch.cat([sentences.mask, copy.mask]))
+
+
 class _Block(nn.Module):
-    """One convolution-pooling block applied to both sentences (Figure 3)."""
+    """The weights of one convolution-pooling block of one copy of the network (Figure 3);
+    ``_BlockCopies`` applies them."""
 
     def __init__(
         self,
@@ -132,16 +146,43 @@ class _Block(nn.Module):
         channels = 2 if attention_input else 1
         self.conv = nn.Conv1d(channels * input_dim, output_dim, width, padding=width - 1)
 
-    def forward(self, x0, mask0, x1, mask1):
-        """x [B, L, D] (zero at padding), mask [B, L] -> (w-ap outputs, all-ap vectors, attention)."""
+
+def _stacked(weights: list[torch.Tensor]) -> torch.Tensor:
+    """[copies, *shape]; a single copy's weight as a view (stack would copy it)."""
+    return weights[0].unsqueeze(0) if len(weights) == 1 else torch.stack(weights)
+
+
+def _feature_map(match: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """Eq. 3 (eq. 4 with A transposed) for every copy at once: column i of F_a is W A[i, :].
+    ``match`` [copies x B, L, L'] (copy-major), ``weight`` the copies' W [copies, D, max_length]
+    -> [copies x B, L, D]. Padding columns of A are zero, so only W's first L' columns count."""
+    copies, rows, length = weight.shape[0], match.shape[1], match.shape[2]
+    product = torch.bmm(match.reshape(copies, -1, length), weight[:, :, :length].transpose(1, 2))
+    return product.view(match.shape[0], rows, -1)
+
+
+class _BlockCopies:
+    """Block i of every copy of the network (ORIG, and NONOVER with its own weights), applied to
+    both sentences of every copy at once: each sentence's values hold the copies' batches in
+    turn along dim 0 (copy-major, ``batch`` rows each), so every op without weights (match
+    scores, pooling, masks) runs once for all copies; the attention feature map is one batched
+    product over the copies' stacked W, and the convolution one grouped convolution."""
+
+    def __init__(self, blocks: list[_Block], batch: int):
+        self.blocks, self.batch = blocks, batch
+        self.width, self.attention_pooling = blocks[0].width, blocks[0].attention_pooling
+        self.attention_weight = (None if blocks[0].attention_weight is None
+                                 else _stacked([block.attention_weight for block in blocks]))
+
+    def __call__(self, x0, mask0, x1, mask1):
+        """x [copies x B, L, D] (zero at padding), mask [copies x B, L] -> (w-ap outputs, all-ap
+        vectors, attention maps), each over every copy."""
         attention = {}
         if self.attention_weight is not None:
-            a = euclidean_match(x0, x1, mask0, mask1)  # eq. 2, [B, L0, L1]
+            a = euclidean_match(x0, x1, mask0, mask1)  # eq. 2, [copies x B, L0, L1]
             attention["input"] = a
-            # Column i of F_0,a is W A[i, :]; padding rows of A are zero, so only the first
-            # L columns of W (L = the other sentence's padded length) can contribute.
-            f0 = a @ self.attention_weight[:, : x1.shape[1]].T  # eq. 3
-            f1 = a.transpose(1, 2) @ self.attention_weight[:, : x0.shape[1]].T  # eq. 4
+            f0 = _feature_map(a, self.attention_weight)  # eq. 3
+            f1 = _feature_map(a.transpose(1, 2), self.attention_weight)  # eq. 4
             x0, x1 = torch.cat([x0, f0], dim=-1), torch.cat([x1, f1], dim=-1)
         # The convolution's weights are shared by both sentences: one pass over both.
         (c0, conv_mask0), (c1, conv_mask1) = on_both_sentences(self._convolve, (x0, mask0), (x1, mask1))
@@ -158,20 +199,43 @@ class _Block(nn.Module):
     def _pool(self, columns: torch.Tensor, conv_mask: torch.Tensor, mask: torch.Tensor
               ) -> tuple[torch.Tensor, torch.Tensor]:
         """w-ap back to the input's positions (zero at padding) and all-ap (the masked mean) of a
-        sentence's convolution columns [B, L + w - 1, D']."""
+        sentence's convolution columns [N, L + w - 1, D']."""
         pooled = _window_sum(columns, self.width)
         if not self.attention_pooling:
             pooled = pooled / self.width
         return pooled * mask.unsqueeze(-1), masked_mean(columns, conv_mask)
 
     def _convolve(self, x: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Wide convolution (eq. 1) -> ([B, L + w - 1, D'], mask of each row's n + w - 1 columns)."""
-        columns = torch.tanh(self.conv(x.transpose(1, 2))).transpose(1, 2)
+        """Wide convolution (eq. 1) -> ([N, L + w - 1, D'], mask of each row's n + w - 1 columns)."""
+        columns = torch.tanh(self._wide_convolution(x))
         # Columns past a row's n + w - 1 see only zero padding; every consumer (match scores,
         # all-ap, and w-ap whose windows for the n real outputs end at column n + w - 2) skips them.
         positions = torch.arange(columns.shape[1], device=x.device)
         conv_mask = positions.unsqueeze(0) < mask.sum(dim=1, keepdim=True) + self.width - 1
         return columns, conv_mask
+
+    def _wide_convolution(self, x: torch.Tensor) -> torch.Tensor:
+        """Eq. 1 before the tanh: each copy's rows of x [N, L, D] through that copy's convolution
+        -> [N, L + w - 1, D']. N is (sentences, copies, batch), sentences 1 on the CPU (one call
+        per sentence, ``on_both_sentences``) and 2 off it."""
+        convs = [block.conv for block in self.blocks]
+        copies, (rows, length, dim) = len(convs), x.shape
+        if copies == 1:
+            return convs[0](x.transpose(1, 2)).transpose(1, 2)
+        if layers.on_host(x):
+            # oneDNN runs a grouped convolution several times slower than separate ones
+            # (nli_models.stacked.model); on the CPU the copies' rows are contiguous (sentences 1).
+            parts = [conv(part.transpose(1, 2)) for conv, part in zip(convs, x.chunk(copies), strict=True)]
+            return torch.cat(parts).transpose(1, 2)
+        # One grouped convolution: copy c's channels are group c. [sentences, copies, batch, L, D]
+        # -> [sentences x batch, copies x D, L], and back.
+        grouped = x.view(-1, copies, self.batch, length, dim).permute(0, 2, 1, 4, 3)
+        weight, bias = torch.cat([conv.weight for conv in convs]), torch.cat([conv.bias for conv in convs])
+        out = F.conv1d(grouped.reshape(-1, copies * dim, length), weight, bias,
+                       padding=self.width - 1, groups=copies)
+        columns = out.shape[-1]
+        by_copy = out.view(-1, self.batch, copies, out.shape[1] // copies, columns).permute(0, 2, 1, 4, 3)
+        return by_copy.reshape(rows, columns, -1)
 
 
 def _paper_config(variant: str, num_blocks: int) -> PaperConfig:
@@ -256,16 +320,12 @@ class ABCNN(PairClassifier):
         # Off the CPU both sentences take one length, so the shared layers run once over both.
         premise_ids, premise_mask, hypothesis_ids, hypothesis_mask = same_length(*premise, *hypothesis)
         premise, hypothesis = Sentences(premise_ids, premise_mask), Sentences(hypothesis_ids, hypothesis_mask)
-        scores, weights = self._scores(self.blocks, premise, hypothesis)
+        batch = premise.ids.shape[0]
         if self.nonover_blocks is not None:
-            nonover, _ = self._scores(
-                self.nonover_blocks,
-                nonoverlapping(premise, hypothesis),
-                nonoverlapping(hypothesis, premise),
-            )
-            # Block by block (ORIG, NONOVER), so that layerwise phase k reads a prefix.
-            scores = [s for pair in zip(scores, nonover, strict=True) for s in pair]
-        features = torch.cat(scores, dim=-1)
+            # Both copies of the network read one batch of 2B pairs, ORIG's B then NONOVER's.
+            premise, hypothesis = (_with_copy(premise, nonoverlapping(premise, hypothesis)),
+                                   _with_copy(hypothesis, nonoverlapping(hypothesis, premise)))
+        features, weights = self._scores(premise, hypothesis, batch)
         logits = F.linear(features, self.output.weight[:, : features.shape[-1]], self.output.bias)
         return logits, self._at_lengths(weights, lengths["hypothesis"], lengths["premise"])
 
@@ -278,17 +338,24 @@ class ABCNN(PairClassifier):
                              : premise_length + extra[name.rsplit("_", 1)[1]]]
                 for name, weight in weights.items()}
 
-    def _scores(self, blocks: nn.ModuleList, premise: Sentences, hypothesis: Sentences):
-        """The similarity scores [B, 2] of the input block and of each active block, and the
-        attention maps by name."""
+    def _copies_of_block(self, index: int) -> list[_Block]:
+        """Block ``index`` of each copy of the network: ORIG's, then NONOVER's."""
+        return [stack[index] for stack in (self.blocks, self.nonover_blocks) if stack is not None]
+
+    def _scores(self, premise: Sentences, hypothesis: Sentences, batch: int):
+        """The LR layer's features [B, copies x 2 x (active blocks + 1)] and ORIG's attention
+        maps by name; each sentence holds every copy's ``batch`` rows in turn."""
         (x0, mean0), (x1, mean1) = on_both_sentences(self._embed, premise, hypothesis)
         scores = [_similarity_scores(mean0, mean1)]
         weights = {}
-        for i, block in enumerate(blocks[: self.active_blocks], start=1):
+        for i in range(self.active_blocks):
+            block = _BlockCopies(self._copies_of_block(i), batch)
             (x0, x1), summary, attention = block(x0, premise.mask, x1, hypothesis.mask)
             scores.append(_similarity_scores(*summary))
-            weights.update({f"block{i}_{k}": a.transpose(1, 2) for k, a in attention.items()})
-        return scores, weights
+            weights.update({f"block{i + 1}_{k}": a[:batch].transpose(1, 2) for k, a in attention.items()})
+        # Block by block, each copy's scores in turn (ORIG, NONOVER): layerwise phase k reads a prefix.
+        by_pair = torch.cat([s.view(-1, batch, _SCORES_PER_BLOCK).transpose(0, 1) for s in scores], dim=1)
+        return by_pair.view(batch, -1), weights
 
     def _embed(self, ids: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The input block b_1: word vectors (zero at padding) and their all-ap."""

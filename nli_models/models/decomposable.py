@@ -35,15 +35,16 @@ import torch.nn.functional as F
 from torch import nn
 
 from nli_models.embeddings import WordEmbeddings
+from nli_models.models import layers
 from nli_models.models.arguments import ModelArguments, Rate, Size, one_of, variant_of
 from nli_models.models.layers import (
     Dropout,
     RealPositions,
+    SentencePair,
     attention_at_lengths,
     distinct_words,
     gather_rows,
-    masked_softmax,
-    on_both_sentences,
+    padding_bias,
     same_length,
 )
 from nli_models.models.pair_classifier import PairClassifier, Sentences
@@ -51,6 +52,7 @@ from nli_models.registry import PaperConfig, register_model
 
 MAX_DISTANCE = 10  # intra-attention: |i-j| above this shares one bias
 PAPER_INIT_STD = 0.01  # §5.1
+NORMALIZE_EPS = 1e-12  # F.normalize's
 
 
 class DecomposableArguments(ModelArguments):
@@ -92,6 +94,40 @@ def _paper_config(variant: str, table_row: str, published: int) -> PaperConfig:
     )
 
 
+class _UnitNorm(torch.autograd.Function):
+    """``F.normalize(x, dim=-1)`` (x / max(|x|, eps)) with its gradient in four kernels,
+    (g - y (g . y)) / max(|x|, eps) for y the unit vectors, where autograd's own through the norm,
+    the clamp and the division takes fourteen. The same gradient wherever |x| >= eps, and at x = 0
+    (the padding row): g / eps."""
+
+    generate_vmap_rule = True  # the stack of models runs it under vmap (nli_models.stacked)
+
+    @staticmethod
+    def forward(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        norm = torch.linalg.vector_norm(x, dim=-1, keepdim=True).clamp_min(NORMALIZE_EPS)
+        return x / norm, norm
+
+    @staticmethod
+    def setup_context(ctx, inputs, output) -> None:
+        unit, norm = output
+        ctx.save_for_backward(unit, norm)
+        ctx.mark_non_differentiable(norm)
+        ctx.set_materialize_grads(False)  # no zeros for the norm's (absent) gradient
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor, _norm_grad: torch.Tensor) -> torch.Tensor:
+        if grad is None:  # grads are not materialised: nothing reached the unit vectors
+            return None
+        unit, norm = ctx.saved_tensors
+        along = (grad * unit).sum(dim=-1, keepdim=True)  # g . y
+        return torch.addcmul(grad, unit, along, value=-1) / norm
+
+
+def unit_norm(x: torch.Tensor) -> torch.Tensor:
+    """Each row of x scaled to unit l2 norm (``F.normalize(x, dim=-1)``)."""
+    return _UnitNorm.apply(x)[0]
+
+
 def _distance_buckets(length: int, device: torch.device) -> torch.Tensor:
     """The index of d_{i-j} for every (i, j) of a sentence of ``length`` positions, [L, L]: the
     top-left corner (a view) of a table built once per device and power-of-two size, since the
@@ -115,13 +151,29 @@ class _IntraAttention(nn.Module):
         self.distance_bias = nn.Parameter(torch.zeros(2 * MAX_DISTANCE + 2))
 
     def forward(
-        self, a: torch.Tensor, mask: torch.Tensor, hidden: torch.Tensor
+        self, a: torch.Tensor, hidden: torch.Tensor, padding: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """``hidden``: F_intra(a), computed by the caller on the real words (RealPositions)."""
-        f = torch.bmm(hidden, hidden.transpose(1, 2))
+        """``hidden``: F_intra(a), computed by the caller on the real words (RealPositions);
+        ``padding``: the sentence's ``padding_bias`` [B, 1, L]."""
         bucket = _distance_buckets(a.shape[1], a.device)
-        weights = masked_softmax(f + self.distance_bias[bucket], mask.unsqueeze(1))
+        f = torch.bmm(hidden, hidden.transpose(1, 2))
+        weights = torch.softmax(f + self.distance_bias[bucket] + padding, dim=-1)
         return torch.cat([a, torch.bmm(weights, a)], dim=-1), weights
+
+
+def _aligned(weights: torch.Tensor, partner: torch.Tensor) -> tuple[torch.Tensor]:
+    """The partner's subphrase aligned to each word of a sentence (β_i for a, α_j for b)."""
+    return (torch.bmm(weights, partner),)
+
+
+def _concatenated(*values: torch.Tensor) -> tuple[torch.Tensor]:
+    return (torch.cat(values, dim=-1),)
+
+
+def _with_null(mask: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """A sentence's mask with the NULL position prepended, and its ``padding_bias`` [B, 1, 1+L]."""
+    mask = F.pad(mask, (1, 0), value=True)
+    return mask, padding_bias(mask.unsqueeze(1), dtype)
 
 
 @register_model("decomposable")
@@ -161,41 +213,45 @@ class DecomposableAttention(PairClassifier):
         """Attention: "premise_to_hypothesis" [B, 1+Lp, 1+Lh], "hypothesis_to_premise"
         [B, 1+Lh, 1+Lp] (eq. 2) and with intra, "premise_intra" [B, 1+Lp, 1+Lp] and
         "hypothesis_intra" [B, 1+Lh, 1+Lh] (eq. 6): the NULL position is index 0 of every axis."""
-        # Off the CPU both sentences take one length, so F_intra, intra-attention, F and G run once
-        # over both.
         lengths = {"premise": 1 + premise.ids.shape[1], "hypothesis": 1 + hypothesis.ids.shape[1]}
+        # Off the CPU both sentences take one length and are one batch (SentencePair): every
+        # layer, intra-attention and the attention between the sentences run once over both.
         premise_ids, premise_mask, hypothesis_ids, hypothesis_mask = same_length(
             premise.ids, premise.mask, hypothesis.ids, hypothesis.mask)
-        (a, a_mask), (b, b_mask) = self._represent(
-            Sentences(premise_ids, premise_mask), Sentences(hypothesis_ids, hypothesis_mask))
+        x = self._represent(SentencePair.of(premise_ids, hypothesis_ids))
+        mask, padding = SentencePair.of(premise_mask, hypothesis_mask).map(
+            functools.partial(_with_null, dtype=x.parts[0].dtype))
         # F_intra, F and G act on each word on its own: they run once over the real words of both
         # sentences, not over padding (RealPositions).
-        words = RealPositions(a_mask, b_mask)
+        words = RealPositions(*mask.parts)
         weights = {}
         if self.intra is not None:
-            hidden_a, hidden_b = words.apply(self.intra.f_intra, a, b)
-            (a, weights["premise_intra"]), (b, weights["hypothesis_intra"]) = on_both_sentences(
-                self.intra, (a, a_mask, hidden_a), (b, b_mask, hidden_b))
-        attend_a, attend_b = words.apply(self.attend, a, b)
+            hidden = x.like(words.apply(self.intra.f_intra, *x.parts))
+            x, intra = x.map(self.intra, hidden, padding)
+            weights["premise_intra"], weights["hypothesis_intra"] = intra.halves()
+        attend_a, attend_b = x.like(words.apply(self.attend, *x.parts)).halves()
+        padding_a, padding_b = padding.halves()
         e = torch.bmm(attend_a, attend_b.transpose(1, 2))  # eq. 1, [B, La, Lb]
-        to_b = masked_softmax(e, b_mask.unsqueeze(1))  # eq. 2: β_i attends over b
-        to_a = masked_softmax(e.transpose(1, 2), a_mask.unsqueeze(1))  # α_j attends over a
-        beta, alpha = torch.bmm(to_b, b), torch.bmm(to_a, a)
-        v1, v2 = words.summed(  # eq. 3-4
-            self.compare, torch.cat([a, beta], dim=-1), torch.cat([b, alpha], dim=-1)
-        )
-        logits = self.output(self.aggregate(torch.cat([v1, v2], dim=-1)))  # eq. 5
+        to_b = torch.softmax(e + padding_b, dim=-1)  # eq. 2: β_i attends over b
+        to_a = torch.softmax(e.transpose(1, 2) + padding_a, dim=-1)  # α_j attends over a
+        aligned, = SentencePair.of(to_b, to_a).map(_aligned, x.swapped())
         weights.update(premise_to_hypothesis=to_b, hypothesis_to_premise=to_a)
+        compared, = x.map(_concatenated, aligned)
+        v1, v2 = x.like(words.summed(self.compare, *compared.parts)).halves()  # eq. 3-4
+        logits = self.output(self.aggregate(torch.cat([v1, v2], dim=-1)))  # eq. 5
         return logits, attention_at_lengths(weights, lengths)
 
-    def _represent(self, premise: Sentences, hypothesis: Sentences):
-        """Unit-norm embeddings with NULL prepended, projected -> ([B, 1+Lp, P], mask [B, 1+Lp]),
-        ([B, 1+Lh, P], mask [B, 1+Lh]); each distinct word of the batch, and NULL, is normalised
-        and projected once (NULL is row 0 of the projected table)."""
-        words, indices = distinct_words(premise.ids, hypothesis.ids)
+    def _represent(self, ids: SentencePair) -> SentencePair:
+        """Unit-norm embeddings with NULL prepended, projected -> [B, 1+L, P] per sentence. On the
+        CPU each distinct word of the batch, and NULL, is normalised and projected once (NULL is
+        row 0 of the projected table; ``F.normalize``, whose rounding the CPU's training runs have
+        always had); off it every position is, both sentences in one call, normalised by
+        ``unit_norm`` (ten fewer kernels in backward)."""
+        if not layers.on_host(ids.parts[0]):  # read through the module: one switch for every model
+            vectors = unit_norm(self.word_embeddings(ids.parts[0]))
+            null = self.null_embedding.expand(vectors.shape[0], 1, -1)
+            return ids.like([self.projection(torch.cat([null, vectors], dim=1))])
+        words, indices = distinct_words(*ids.parts)
         rows = torch.cat([self.null_embedding.unsqueeze(0), F.normalize(self.word_embeddings(words), dim=-1)])
         table = self.projection(rows)
-        return [
-            (gather_rows(table, F.pad(index + 1, (1, 0))), F.pad(mask, (1, 0), value=True))
-            for index, mask in zip(indices, (premise.mask, hypothesis.mask), strict=True)
-        ]
+        return ids.like([gather_rows(table, F.pad(index + 1, (1, 0))) for index in indices])

@@ -66,8 +66,18 @@ def masked_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 def padding_bias(mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """0 at a real token and the dtype's minimum at padding: added to scores, it is masked_softmax's
     fill (score + minimum rounds to the minimum) by an add that a matmul can fuse, and with no
-    op in backward; computed once per batch for every attention over a sentence."""
-    return (mask.to(dtype) - 1) * torch.finfo(dtype).max
+    op in backward; computed once per batch for every attention over a sentence, in one kernel
+    (a choice between two constants)."""
+    real, padding = _bias_values(dtype, mask.device)
+    return torch.where(mask, real, padding)
+
+
+@functools.cache
+def _bias_values(dtype: torch.dtype, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """``padding_bias``'s two values as 0-d tensors, built once per dtype and device (a Python
+    number in ``torch.where`` becomes a tensor, one more op, at every call)."""
+    return (torch.zeros((), dtype=dtype, device=device),
+            torch.full((), torch.finfo(dtype).min, dtype=dtype, device=device))
 
 
 def on_host(tensor: torch.Tensor) -> bool:
@@ -83,14 +93,11 @@ def distinct_words(*ids: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]
     back, instead of once per position: a batch of 32 SNLI pairs has ~1,500 positions, half of
     them padding, and ~400 distinct words. Each row is the same computation; the gather's
     backward sums a word's gradients before the layer's, which changes only the order of a float
-    sum. Off the CPU the "distinct" words are every position's (unique's output size would need
-    a host sync): the same values, each word computed where it occurs.
+    sum. On the CPU only: off it, unique's output size would need a host sync, and callers run
+    their layer over every position instead (``per_word``).
     """
     flat = torch.cat([i.reshape(-1) for i in ids])
-    if on_host(flat):
-        words, inverse = torch.unique(flat, return_inverse=True)
-    else:
-        words, inverse = flat, torch.arange(flat.numel(), device=flat.device)
+    words, inverse = torch.unique(flat, return_inverse=True)
     indices = inverse.split([i.numel() for i in ids])
     return words, [index.view_as(i) for index, i in zip(indices, ids, strict=True)]
 
@@ -128,12 +135,7 @@ class RealPositions:
     def __init__(self, *masks: torch.Tensor):
         self.masks = masks
         self.dense = not all(on_host(mask) for mask in masks)
-        if self.dense:
-            # Padding, once per batch for every layer applied; batches of one shape (``same_length``)
-            # go through a layer as one.
-            self.joint = len({mask.shape for mask in masks}) == 1
-            self.padding = (~torch.cat(masks).unsqueeze(-1) if self.joint
-                            else [~mask.unsqueeze(-1) for mask in masks])
+        if self.dense:  # both sentences of a pair are one batch off the CPU (SentencePair.parts)
             return
         # Per batch: the flat index (row * L + position) and the row of each real position.
         self.rows, self.flat = [], []
@@ -151,10 +153,9 @@ class RealPositions:
         return layer(words).split(self.counts)
 
     def _padded(self, layer: nn.Module, values: Sequence[torch.Tensor]) -> list[torch.Tensor]:
-        """The dense path: the layer over every position, zero (not 0 x value) at padding."""
-        if self.joint:
-            return list(layer(torch.cat(list(values))).masked_fill(self.padding, 0.0).split(values[0].shape[0]))
-        return [layer(v).masked_fill(padding, 0.0) for v, padding in zip(values, self.padding, strict=True)]
+        """The dense path: the layer over every position, zero at padding (a product with the
+        bool mask: one kernel, where a fill needs the mask inverted first)."""
+        return [layer(v) * mask.unsqueeze(-1) for v, mask in zip(values, self.masks, strict=True)]
 
     def apply(self, layer: nn.Module, *values: torch.Tensor) -> list[torch.Tensor]:
         """``layer`` on each batch's real words -> per batch [B, L, D_out], zero at padding."""
@@ -235,6 +236,16 @@ class SentencePair:
                          for out in function(self.values, *(o.values for o in others)))
         each = [function(self.values[i], *(o.values[i] for o in others)) for i in (0, 1)]
         return tuple(SentencePair(pair, self.batch) for pair in zip(*each, strict=True))
+
+    @property
+    def parts(self) -> tuple[torch.Tensor, ...]:
+        """The tensors held: each sentence's on the CPU, the one joint tensor off it (what
+        ``RealPositions`` takes and returns)."""
+        return self.values if isinstance(self.values, tuple) else (self.values,)
+
+    def like(self, parts: Sequence[torch.Tensor]) -> SentencePair:
+        """Tensors laid out as ``parts`` lays out this pair's, as a pair."""
+        return SentencePair(tuple(parts) if isinstance(self.values, tuple) else parts[0], self.batch)
 
     def halves(self) -> tuple[torch.Tensor, torch.Tensor]:
         """(first sentence's, second sentence's)."""
