@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.common import REPO_ROOT, Context, Skip, loadavg, log, md_table, target
+from results.paper_table import format_epochs
 from results.published_rows import TABLE2_TE
 
 NAME = "reproduce_sick"
@@ -165,7 +166,7 @@ def run(ctx: Context) -> dict[str, Any]:
         + f"{loadavg()}.\n\n"
         + md_table(["row", "ours test (mean ± std)", "seeds", "dev (mean)", "epochs of test", "paper test"],
                    [[r["row"], _mean_std(r), r["seeds"], r["dev"],
-                     f"{r['epochs']:.1f}".removesuffix(".0") + (" (refit)" if r["refit"] else ""), r["paper_test"]]
+                     format_epochs(r["epochs"]) + (" (refit)" if r["refit"] else ""), r["paper_test"]]
                     for r in rows])
         + "\n\nCommands (from the repository root; the store was a scratch folder):\n\n"
         + "\n".join(f"    {c}" for c in commands) + "\n\n`orchestrate results --paper yin2016`:\n\n" + table_md

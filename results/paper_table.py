@@ -160,11 +160,16 @@ def _spread(value: float, std: float, seeds: float, say_seeds: bool = True) -> s
     return f"{value:.2f} ± {std:.2f}{count}"
 
 
+def format_epochs(epochs: float) -> str:
+    """An epoch count, or a mean of them over seeds, to a tenth: '13', '22.7'."""
+    return f"{epochs:.1f}".removesuffix(".0")
+
+
 def _budget(epochs: float, steps: float, refit: object, seeds: float) -> str:
-    """'13 refit (2,015)'; over several seeds their mean, to a tenth: '22.7 refit (3,565), mean'."""
+    """'13 refit (2,015)'; over several seeds their mean: '22.7 refit (3,513), mean'."""
     if pd.isna(epochs):
         return ""
-    shown = f"{epochs:.1f}".removesuffix(".0") + (" refit" if refit is True else "")
+    shown = format_epochs(epochs) + (" refit" if refit is True else "")
     shown = shown if pd.isna(steps) else f"{shown} ({int(steps):,})"
     return f"{shown}, mean" if not pd.isna(seeds) and seeds > 1 else shown
 

@@ -297,9 +297,7 @@ def check_resources(cpu: float, gpu: float, wait_s: float | None = None) -> None
 
 _reaper = None
 _instance: dict[int, int] = {}  # the processes of the local instance this process started: pid -> start
-
-
-_TERM_POLL_S = 0.005
+_TERM_POLL_S = 0.005  # how often the stop looks for Ray's pending TERMs
 
 
 @contextlib.contextmanager
