@@ -5,7 +5,8 @@ Adagrad's accumulator or seed. ``StackedModel`` holds k members' parameters with
 dimension and runs the solo model's own forward for all of them at once (``torch.vmap``), the
 per-member optimizers (``StackedAdam``, ``StackedAdagrad``) step each member with its own
 hyperparameters, and ``StackedTrainer`` trains the stack with per-member results, stopping and
-divergence (issue 47). Like the rest of nli_models it knows nothing of Ray or MLflow.
+divergence (issue 47). Like the rest of nli_models it knows nothing of Ray or MLflow; a sweep
+stacks its grid with ``search.stack`` (orchestrator/ray_adapter/stacks.py).
 
 Stacked: decomposable attention (vanilla, intra) and ABCNN (BCNN, ABCNN-1/2/3, NONOVER). Not yet:
 Rocktäschel et al.'s LSTM models and CAM (their LSTMs cannot be vmapped, pytorch#105982; they
@@ -18,7 +19,12 @@ from nli_models.stacked.stacked_optimizers import (
     StackedAdam,
     make_stacked_optimizer,
 )
-from nli_models.stacked.stacked_trainer import MEMBER_FIELDS, StackedTrainer, check_stackable
+from nli_models.stacked.stacked_trainer import (
+    MEMBER_FIELDS,
+    StackedTrainer,
+    check_stackable,
+    stack_refusal,
+)
 
 __all__ = [
     "MEMBER_FIELDS",
@@ -30,4 +36,5 @@ __all__ = [
     "WindowedConv1d",
     "check_stackable",
     "make_stacked_optimizer",
+    "stack_refusal",
 ]

@@ -26,27 +26,46 @@ clipping, bf16, CUDA graphs (refused where a config asks for them).
 
 from __future__ import annotations
 
+import contextlib
+import copy
+import random
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict
+from pathlib import Path
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
-from nli_models.config import RunConfig
+from nli_models.config import RunConfig, TrainingConfig
 from nli_models.data import PreparedData, batch_indices, iterate_batches
 from nli_models.data.batch import Batch
-from nli_models.stacked.model import StackedModel
+from nli_models.registry import count_parameters
+from nli_models.stacked.model import NOT_STACKED, STACKED_MODELS, StackedModel
 from nli_models.stacked.stacked_optimizers import make_stacked_optimizer
 from nli_models.training.metrics import Evaluation, class_accuracy
 from nli_models.training.trainer import (
     EpochResult,
+    Trainer,
     TrainState,
     build_for_data,
+    make_trainer,
     resolve_device,
     seed_everything,
     use_tf32_matmuls,
 )
+
+
+@contextlib.contextmanager
+def _rng_kept() -> Iterator[None]:
+    """Python's, numpy's and torch's generators as they were before the block."""
+    python, numpy = random.getstate(), np.random.get_state()
+    with torch.random.fork_rng():
+        yield
+    random.setstate(python)
+    np.random.set_state(numpy)
+
 
 MEMBER_FIELDS = ("lr", "l2", "adagrad_accumulator", "seed")  # training fields members may differ in
 
@@ -74,11 +93,27 @@ def check_stackable(configs: Sequence[RunConfig]) -> None:
         if shape(config) != first:
             raise ValueError(f"{config.name} differs from {configs[0].name} in more than "
                              f"{', '.join(MEMBER_FIELDS)}: it cannot join the stack")
-    training = configs[0].training
-    refused = {"layerwise": training.layerwise, "grad_clip": training.grad_clip is not None,
-               "precision bf16": training.precision != "fp32", "cuda_graphs on": training.cuda_graphs == "on"}
+    why = stack_refusal(configs[0].model.name, configs[0].training)
+    if why is not None:
+        raise ValueError(why)
+
+
+def stack_refusal(model: str, training: TrainingConfig) -> str | None:
+    """Why configurations of this model and training cannot be stacked (None: they can).
+
+    Args:
+        model: the registered model name.
+        training: the training config the members share.
+    """
+    if model not in STACKED_MODELS:
+        return f"model {model!r} is not stacked: " + NOT_STACKED.get(
+            model, f"stacked models are {', '.join(STACKED_MODELS)}")
+    refused = {"training.layerwise": training.layerwise, "training.grad_clip": training.grad_clip is not None,
+               "training.precision bf16": training.precision != "fp32",
+               "training.cuda_graphs on": training.cuda_graphs == "on"}
     if any(refused.values()):
-        raise ValueError(f"not stacked yet: {', '.join(k for k, v in refused.items() if v)}")
+        return f"not stacked yet: {', '.join(k for k, v in refused.items() if v)}"
+    return None
 
 
 class StackedTrainer:
@@ -99,6 +134,7 @@ class StackedTrainer:
         for config in self.configs:
             seed_everything(config.training.seed)
             members.append(build_for_data(config, data))
+        self.theta_m, self.theta_wm = count_parameters(members[0])  # per member, as a solo run counts
         self.model = StackedModel(members).to(self.device)
         self.optimizer = make_stacked_optimizer(self.model, [c.training for c in self.configs])
         self.size = len(self.configs)
@@ -108,6 +144,10 @@ class StackedTrainer:
         self.best_model_states: list[dict[str, torch.Tensor] | None] = [None] * self.size
         self.steps = 0  # optimizer steps of the stack
         self.epoch = 0  # epochs of the stack (a stopped member's own count stays where it stopped)
+        # Where each member's loss stopped being finite: the step (0: it has not) and the loss.
+        self.diverged_step = torch.zeros(self.size, dtype=torch.long, device=self.device)
+        self.diverged_loss = torch.zeros(self.size, device=self.device)
+        self._solo: dict[int, Trainer] = {}  # save_member_checkpoint's solo trainers
 
     def state_dict(self) -> dict:
         """Everything a resumed stack needs to continue exactly (tensors and plain values, so it
@@ -119,6 +159,7 @@ class StackedTrainer:
             "active": self.active.cpu(), "stop_reasons": list(self.stop_reasons),
             "states": [asdict(state) for state in self.states],
             "best_models": list(self.best_model_states), "steps": self.steps, "epoch": self.epoch,
+            "diverged_step": self.diverged_step.cpu(), "diverged_loss": self.diverged_loss.cpu(),
             "rng": torch.get_rng_state(),
         }
 
@@ -136,6 +177,8 @@ class StackedTrainer:
                        for saved in state["states"]]
         self.best_model_states = list(state["best_models"])
         self.steps, self.epoch = state["steps"], state["epoch"]
+        self.diverged_step = state["diverged_step"].to(self.device)
+        self.diverged_loss = state["diverged_loss"].to(self.device)
         torch.set_rng_state(state["rng"])
 
     def stop(self, member: int, reason: str = "stopped") -> None:
@@ -160,7 +203,11 @@ class StackedTrainer:
         logits = self.model(*batch.inputs())
         losses = F.cross_entropy(logits.flatten(0, 1).float(), batch.label.repeat(self.size),
                                  reduction="none").view(self.size, -1).mean(dim=1)
-        self.active &= torch.isfinite(losses.detach())
+        finite = torch.isfinite(losses.detach())
+        diverging = self.active & ~finite
+        self.diverged_step = torch.where(diverging, self.steps + 1, self.diverged_step)
+        self.diverged_loss = torch.where(diverging, losses.detach(), self.diverged_loss)
+        self.active &= finite
         self.optimizer.zero_grad(set_to_none=True)
         # Members add up: member i's gradient is its own loss's (no op mixes members); a stopped
         # member's loss (NaN included) is selected away, not multiplied by 0.
@@ -221,9 +268,45 @@ class StackedTrainer:
     def steps_exhausted(self) -> bool:
         return self.config.max_steps is not None and self.steps >= self.config.max_steps
 
+    def budget_spent(self) -> bool:
+        """The shared budget (epochs, max_steps) is spent: every member still training ends."""
+        return self.epoch >= self.config.epochs or self.steps_exhausted()
+
+    def divergence(self, member: int) -> tuple[int, int, float] | None:
+        """(epoch, step, loss) where the member's training loss stopped being finite (None: it
+        did not). The epoch is the member's last: it trained no further.
+
+        Args:
+            member: the member's index.
+        """
+        step = int(self.diverged_step[member])
+        if not step:
+            return None
+        return self.states[member].epoch + 1, step, float(self.diverged_loss[member])
+
+    def save_member_checkpoint(self, member: int, directory: str | Path) -> None:
+        """One member as its solo run's checkpoint (``Trainer.save_checkpoint``'s files): its
+        weights, best-on-dev weights and TrainState, which a solo ``Trainer`` of its configuration
+        loads to evaluate (a sweep's test evaluation) or to inspect. Not to train on: its
+        optimizer state is a fresh solo optimizer's (the member's own lives in ``state_dict``).
+
+        Args:
+            member: the member's index.
+            directory: the folder to write (Trainer.save_checkpoint's).
+        """
+        if member not in self._solo:
+            with _rng_kept():  # building seeds every generator; the stack's draws go on as they were
+                self._solo[member] = make_trainer(self.configs[member], self.data)
+        solo = self._solo[member]
+        solo.model.load_state_dict(self.model.member_state_dict(member))
+        solo.state = copy.deepcopy(self.states[member])
+        solo.best_model_state = self.best_model_states[member]
+        with _rng_kept():
+            solo.save_checkpoint(directory)
+
     def finished(self) -> bool:
         """Every member stopped, or the shared budget (epochs, max_steps) is spent."""
-        return self.epoch >= self.config.epochs or self.steps_exhausted() or not bool(self.active.any())
+        return self.budget_spent() or not bool(self.active.any())
 
     def fit(self, callback: MemberCallback | None = None) -> list[TrainState]:
         """Train every member to the end of the budget, or until it stops; each member's state.

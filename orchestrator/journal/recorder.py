@@ -109,9 +109,12 @@ class SweepRecorder:
         tags = {rs.TAG_EARLY_STOPPED: str(early).lower()}
         self.journal.append(Op.FINISH, trial_id, {"values": values, "tags": tags, "status": "FINISHED"})
         if checkpoint_dir:
-            self.journal.append(
-                Op.ARTIFACTS, trial_id, {"path": checkpoint_dir, "dest": rs.ARTIFACT_CHECKPOINT_DIR}
-            )
+            self.trial_checkpoint(trial_id, checkpoint_dir)
+
+    def trial_checkpoint(self, trial_id: str, checkpoint_dir: str) -> None:
+        """The trial's checkpoint folder, uploaded as its run's checkpoint artifact (a stack
+        member's comes once its stack completed: stacks.StackEvents)."""
+        self.journal.append(Op.ARTIFACTS, trial_id, {"path": checkpoint_dir, "dest": rs.ARTIFACT_CHECKPOINT_DIR})
 
     def trial_errored(self, trial_id: str, params: dict[str, Any], error: str) -> None:
         tags = {rs.TAG_ERROR: error[-4000:]}

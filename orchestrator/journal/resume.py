@@ -46,6 +46,7 @@ from orchestrator.ray_adapter.ray_search import (
     without_seed,
 )
 from orchestrator.ray_adapter.ray_trial import trial_params
+from orchestrator.ray_adapter.stacks import MemberHistory
 from orchestrator.ray_adapter.tuner import (
     StopHook,
     TrialListener,
@@ -155,6 +156,29 @@ def recorded_trials(path: Path) -> dict[str, RecordedTrial]:
         elif record.kind == Op.ARTIFACTS and record.data.get("dest") == rs.ARTIFACT_CHECKPOINT_DIR:
             trial.checkpoint = record.data["path"]
     return trials
+
+
+def member_history(path: Path) -> MemberHistory:
+    """What a resumed stacked sweep's driver is told of its trials (stacks.MemberHistory): which
+    ended, and every epoch's metrics in the journal's order (its per-member scheduler is told
+    them again). Trials of no stack are in it too; only members' ids are looked up.
+
+    Args:
+        path: the sweep's journal.
+    """
+    history = MemberHistory()
+    if not path.exists():
+        return history
+    for _, record in read_records(path):
+        if not record.trial_id:
+            continue
+        if record.kind == Op.START:
+            history.ended.discard(record.trial_id)
+        elif record.kind == Op.FINISH and record.data["status"] in ("FINISHED", "FAILED"):
+            history.ended.add(record.trial_id)
+        elif record.kind == Op.EPOCH:
+            history.epochs.append((record.trial_id, int(record.data["step"]), record.data["values"]))
+    return history
 
 
 def check_resumable(spec: SweepSpec, parent_run_id: str | None) -> str | None:

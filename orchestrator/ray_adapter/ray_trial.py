@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,7 @@ from nli_models.training import (
     EpochResult,
     Trainer,
     TrainingDiverged,
+    TrainState,
     make_trainer,
 )
 from nli_models.training.device_info import describe_device
@@ -50,8 +52,8 @@ def trial_params(tune_config: dict[str, Any], spec_search: dict[str, Any]) -> di
     return params
 
 
-def trial_result(trainer: Trainer, epochs_trained: int) -> TrialResult:
-    """What the trial has achieved after `epochs_trained` epochs."""
+def trial_result(trainer: Trainer | StackMember, epochs_trained: int) -> TrialResult:
+    """What the trial (or a stack's member) has achieved after `epochs_trained` epochs."""
     state = trainer.state
     return TrialResult(
         best_dev_accuracy=state.best_dev_accuracy,
@@ -63,7 +65,16 @@ def trial_result(trainer: Trainer, epochs_trained: int) -> TrialResult:
     )
 
 
-def epoch_metrics(trainer: Trainer, result: EpochResult, finished: bool) -> dict[str, Any]:
+@dataclass(frozen=True)
+class StackMember:
+    """A stack's member where a trial's Trainer is read: its TrainState and parameter counts."""
+
+    state: TrainState
+    theta_m: int
+    theta_wm: int
+
+
+def epoch_metrics(trainer: Trainer | StackMember, result: EpochResult, finished: bool) -> dict[str, Any]:
     """The Tune result of an epoch: its metrics and the trial's TrialResult, named as MLflow
     records them (results/run_schema.py)."""
     return {
@@ -89,26 +100,44 @@ def trial_device(configured: str) -> str:
     return "cpu" if configured == "auto" else configured
 
 
-def device_tags(trainer: Trainer) -> dict[str, str]:
+def device_tags(device: torch.device, autocast_dtype: torch.dtype | None = None) -> dict[str, str]:
     """What the trial trains on, under its MLflow tag names (reported with every epoch: the
     recorder tags the run when it first comes and when a retry ran elsewhere)."""
-    described = describe_device(trainer.device, trainer.autocast_dtype)
+    described = describe_device(device, autocast_dtype)
     return {tag: described[key] for key, tag in rs.DEVICE_TAGS.items()}
+
+
+def trial_config(base: dict, params: dict[str, Any]) -> RunConfig:
+    """The run config of a trial (or of a stack's member) with `params`, on the device the
+    trial may use (trial_device)."""
+    config = apply_hyperparameters(RunConfig.model_validate(base), params)
+    training = config.training
+    return config.model_copy(
+        update={"training": training.model_copy(update={"device": trial_device(training.device)})}
+    )
+
+
+def trial_gpus() -> float:
+    """The GPUs Ray gave this trial (a fraction packs trials); torch's threads set to its CPUs."""
+    resources = tune.get_context().get_trial_resources().required_resources
+    torch.set_num_threads(trial_threads(resources.get("CPU", 1)))
+    return resources.get("GPU", 0)
+
+
+def config_yaml(config: RunConfig) -> str:
+    """The config as it travels with a checkpoint (TRIAL_CONFIG_FILE): `orchestrate attention`
+    rebuilds the model (and its vocabulary) from the checkpoint artifact alone."""
+    return yaml.safe_dump(config.model_dump(mode="json", exclude_unset=True), sort_keys=False)
 
 
 def run_trial(tune_config: dict[str, Any], *, base: dict, search: dict, data: PreparedData) -> None:
     """A Tune function trainable: the foundation's trainer with a report and checkpoint per epoch."""
-    config = apply_hyperparameters(RunConfig.model_validate(base), trial_params(tune_config, search))
-    training = config.training
-    config = config.model_copy(
-        update={"training": training.model_copy(update={"device": trial_device(training.device)})}
-    )
-    resources = tune.get_context().get_trial_resources().required_resources
-    torch.set_num_threads(trial_threads(resources.get("CPU", 1)))
+    config = trial_config(base, trial_params(tune_config, search))
+    gpus = trial_gpus()
     trainer = make_trainer(config, data)
-    cap_memory(trainer.device, resources.get("GPU", 0))  # a packed trial keeps to its share
-    config_yaml = yaml.safe_dump(config.model_dump(mode="json", exclude_unset=True), sort_keys=False)
-    device = device_tags(trainer)  # once: this process trains on one device throughout
+    cap_memory(trainer.device, gpus)  # a packed trial keeps to its share
+    saved_config = config_yaml(config)
+    device = device_tags(trainer.device, trainer.autocast_dtype)  # once: one device throughout
     checkpoint = tune.get_checkpoint()
     if checkpoint is not None:
         with checkpoint.as_directory() as directory:
@@ -118,9 +147,7 @@ def run_trial(tune_config: dict[str, Any], *, base: dict, search: dict, data: Pr
         finished = trainer.finished()
         with tempfile.TemporaryDirectory() as directory:
             trainer.save_checkpoint(directory)
-            # The config travels with the weights: `orchestrate attention` rebuilds the model
-            # (and its vocabulary) from the checkpoint artifact alone.
-            (Path(directory) / TRIAL_CONFIG_FILE).write_text(config_yaml)
+            (Path(directory) / TRIAL_CONFIG_FILE).write_text(saved_config)
             tune.report(
                 {**epoch_metrics(trainer, result, finished), **device},
                 checkpoint=tune.Checkpoint.from_directory(directory),
@@ -134,7 +161,8 @@ def run_trial(tune_config: dict[str, Any], *, base: dict, search: dict, data: Pr
         tune.report(diverged_result(trainer, exc))
 
 
-def diverged_result(trainer: Trainer, exc: TrainingDiverged) -> dict[str, Any]:
+def diverged_result(trainer: Trainer | StackMember, exc: TrainingDiverged) -> dict[str, Any]:
+    """The last result of a trial (or member) whose training loss stopped being finite."""
     return {
         **trial_result(trainer, exc.epoch).metrics(),
         rs.METRIC_DEV_ACCURACY: 0.0,

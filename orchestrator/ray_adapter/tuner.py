@@ -19,11 +19,21 @@ from ray.tune.result import TRIAL_ID
 from nli_models.data import PreparedData
 from orchestrator.ray_adapter.ray_search import (
     PriorTrials,
+    grid_points,
     make_scheduler,
     make_searcher,
     param_space,
 )
 from orchestrator.ray_adapter.ray_trial import run_trial, trial_params
+from orchestrator.ray_adapter.stack_trial import run_stack_trial
+from orchestrator.ray_adapter.stacks import (
+    MemberHistory,
+    StackEvents,
+    is_stack,
+    member_configs,
+    open_member_stops,
+    stack_space,
+)
 from orchestrator.sweep.spec import SweepSpec
 from results import run_schema as rs
 from results.trial_result import TrialResult
@@ -38,6 +48,7 @@ class TrialListener(Protocol):
     def trial_errored(self, trial_id: str, params: dict[str, Any], error: str) -> None: ...
     def trial_retried(self, trial_id: str, retries: int, cause: str, resumed_from_epoch: int) -> None: ...
     def trial_cut(self, trial_id: str) -> None: ...  # stopped by an interruption, resumable
+    def trial_checkpoint(self, trial_id: str, checkpoint_dir: str) -> None: ...  # a stack member's, after its end
     def sweep_ended(self) -> None: ...
 
 
@@ -53,6 +64,7 @@ class _Driver:
 
     listeners: list[TrialListener] = field(default_factory=list)
     on_stop: StopHook | None = None
+    stacks: StackEvents | None = None  # a stacked sweep's (stacks.py)
 
 
 _driver = _Driver()
@@ -81,15 +93,29 @@ class _Events(tune.Callback):
     def _params(self, trial) -> dict[str, Any]:
         return trial_params(trial.config, self.search)
 
+    @staticmethod
+    def _stack(trial) -> StackEvents | None:
+        """The stacked sweep's events when `trial` trains a stack (its members are the trials)."""
+        return _driver.stacks if is_stack(trial.config) else None
+
     def on_trial_start(self, iteration, trials, trial, **info):
+        if (stack := self._stack(trial)) is not None:
+            stack.started(trial)
+            return
         for listener in self.listeners:
             listener.trial_started(trial.trial_id, self._params(trial))
 
     def on_trial_result(self, iteration, trials, trial, result, **info):
+        if (stack := self._stack(trial)) is not None:
+            stack.result(trial, result)
+            return
         for listener in self.listeners:
             listener.trial_result(trial.trial_id, result)
 
     def on_trial_complete(self, iteration, trials, trial, **info):
+        if (stack := self._stack(trial)) is not None:
+            stack.completed(trial)
+            return
         checkpoint = trial.checkpoint
         path = checkpoint.path if checkpoint is not None else None
         for listener in self.listeners:
@@ -100,11 +126,17 @@ class _Events(tune.Callback):
         saved = trial.latest_checkpoint_result
         epoch = int(saved.metrics.get(rs.METRIC_EPOCHS_TRAINED, 0)) if saved is not None else 0
         cause = _trial_error_text(trial)
+        if (stack := self._stack(trial)) is not None:
+            stack.retried(trial, trial.num_failures, cause, epoch)
+            return
         for listener in self.listeners:
             listener.trial_retried(trial.trial_id, trial.num_failures, cause, epoch)
 
     def on_trial_error(self, iteration, trials, trial, **info):
         error = _trial_error_text(trial)
+        if (stack := self._stack(trial)) is not None:
+            stack.errored(trial, error)
+            return
         for listener in self.listeners:
             listener.trial_errored(trial.trial_id, self._params(trial), error)
 
@@ -167,13 +199,15 @@ def run_tuner(
     verbose: int = 0,
     on_stop: StopHook | None = None,
     prior: PriorTrials | None = None,
+    members: MemberHistory | None = None,
 ) -> list[TrialOutcome]:
     """Run (or resume) the sweep; returns every trial's outcome as Tune last knew it (after a
     stop Tune calls unfinished trials TERMINATED: the listeners, not these statuses, tell which
     trials ended). `on_stop` is given a function that stops the running fit() as Ctrl-C would.
     `prior`: an earlier sweep's finished configurations (--warm-start, --extend, a resume from
-    the journal: orchestrator/journal/resume.py). Never raises
-    for a failed trial."""
+    the journal: orchestrator/journal/resume.py). `members`: a resumed stacked sweep's members as
+    its journal holds them (stacks.MemberHistory). A stacked sweep (search.stack) returns each
+    member's outcome, under the member's id. Never raises for a failed trial."""
     os.environ["TUNE_DISABLE_SIGINT_HANDLER"] = "1"  # the driver handles SIGINT (lifecycle.py)
     if not verbose:  # a stop makes Tune log how to restore by hand; the driver says it its way
         logging.getLogger("ray.tune").setLevel(logging.ERROR)
@@ -181,7 +215,10 @@ def run_tuner(
         # trial's metrics; the sweep says that trial diverged itself.
         logging.getLogger("tensorboardX").setLevel(logging.ERROR)
     search_dump = spec.search.model_dump()
-    trainable = _trainable(spec, data)
+    stack_size, _ = spec.stacking()
+    members = members or MemberHistory()
+    stops_name = f"nli-member-stops-{experiment_name}"
+    trainable = _trainable(spec, data, stops_name if stack_size > 1 else None)
     experiment_path = _experiment_path(spec, experiment_name)
     if resume and tune.Tuner.can_restore(experiment_path):
         # The restored run config is the interrupted driver's: its callbacks find this driver's
@@ -194,15 +231,19 @@ def run_tuner(
         num_samples = 1 if search.sampler == "grid" else search.num_samples * len(search.seeds)
         if prior is not None and prior.num_trials is not None:
             num_samples = prior.num_trials
+        space = param_space(spec, prior)
+        if stack_size > 1:
+            space = stack_space(grid_points(space), search_dump, stack_size)
         tuner = tune.Tuner(
             trainable,
-            param_space=param_space(spec, prior),
+            param_space=space,
             tune_config=tune.TuneConfig(
                 # With objectives the searcher holds them (optuna_search) and FIFO needs none.
                 metric=None if search.objectives else search.metric,
                 mode=None if search.objectives else search.mode,
                 search_alg=make_searcher(spec, prior),
-                scheduler=make_scheduler(spec),
+                # A stack's members are scheduled by the driver (stacks.MemberScheduler).
+                scheduler=make_scheduler(spec) if stack_size == 1 else None,
                 num_samples=num_samples,
                 max_concurrent_trials=search.max_concurrent_trials,
                 reuse_actors=True,
@@ -218,10 +259,15 @@ def run_tuner(
             ),
         )
     _driver.listeners, _driver.on_stop = listeners, on_stop
+    if stack_size > 1:
+        _driver.stacks = StackEvents(spec, lambda: _driver.listeners, open_member_stops(stops_name, members),
+                                     members)
     try:
         grid = tuner.fit()
     finally:
-        _driver.listeners, _driver.on_stop = [], None
+        if _driver.stacks is not None:
+            ray.kill(_driver.stacks.stops)
+        _driver.listeners, _driver.on_stop, _driver.stacks = [], None, None
     return _outcomes(grid, lambda _, config: trial_params(config, search_dump))
 
 
@@ -241,19 +287,24 @@ def _experiment_path(spec: SweepSpec, experiment_name: str) -> str:
     return f"{spec.storage_path.rstrip('/')}/{experiment_name}"  # Path() folds s3:// into s3:/
 
 
-def _trainable(spec: SweepSpec, data: PreparedData):
+def _trainable(spec: SweepSpec, data: PreparedData, stops: str | None = None):
+    """The sweep's Tune trainable: run_trial, or with `stops` (the MemberStops actor's name)
+    run_stack_trial."""
+    stacked = {"stops": stops} if stops is not None else {}
     trainable = tune.with_parameters(
-        run_trial,
+        run_stack_trial if stops is not None else run_trial,
         base=spec.base_config().model_dump(exclude_unset=True),
         search=spec.search.model_dump(),
         data=data,  # put in the object store once; every trial reads the same copy
+        **stacked,
     )
     resources = {"cpu": spec.search.resources.cpu, "gpu": spec.search.resources.gpu}
     return tune.with_resources(trainable, resources)
 
 
 def _outcomes(grid, params_of: Callable[[str, dict], dict[str, Any]]) -> list[TrialOutcome]:
-    """TrialOutcomes of a ResultGrid; `params_of(trial id, Tune's config)`: its hyperparameters."""
+    """TrialOutcomes of a ResultGrid, a stacked trial's as its members'; `params_of(trial id,
+    Tune's config)`: its hyperparameters."""
     outcomes = []
     for result in grid:
         error = None
@@ -261,14 +312,13 @@ def _outcomes(grid, params_of: Callable[[str, dict], dict[str, Any]]) -> list[Tr
             error = str(result.error)
         trial_id = result.metrics.get(TRIAL_ID) if result.metrics else None
         trial_id = trial_id or Path(result.path).name
-        outcomes.append(
-            TrialOutcome(
-                trial_id=trial_id,
-                params=params_of(trial_id, result.config or {}),
-                metrics=dict(result.metrics or {}),
-                checkpoint=result.checkpoint,
-                error=error,
-            )
-        )
+        config, metrics = result.config or {}, dict(result.metrics or {})
+        if is_stack(config):
+            path = result.checkpoint.path if result.checkpoint is not None else None
+            for member, member_config, report, folder in member_configs(trial_id, config, metrics, path):
+                outcomes.append(TrialOutcome(member, params_of(member, member_config), report,
+                                             checkpoint_at(folder) if folder else None, error))
+            continue
+        outcomes.append(TrialOutcome(trial_id, params_of(trial_id, config), metrics, result.checkpoint, error))
     return outcomes
 

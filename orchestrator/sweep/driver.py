@@ -31,7 +31,7 @@ from orchestrator.journal.parent_records import (
     upload_finished,
 )
 from orchestrator.journal.recorder import SweepLog, SweepRecorder, protocol_tags
-from orchestrator.journal.resume import check_resumable, resume_from_journal
+from orchestrator.journal.resume import check_resumable, member_history, resume_from_journal
 from orchestrator.ray_adapter.ray_runtime import (
     check_resources,
     init_ray,
@@ -232,6 +232,8 @@ def _open_and_drive(sweep: _Sweep, continuation: _Continuation) -> SweepSummary:
             file=sys.stderr,
         )
         print(f"data: {sweep.data.describe()}", file=sys.stderr)
+        if stacking_line := _stacking_line(spec):
+            print(stacking_line, file=sys.stderr)
         with Heartbeat(log.add):
             outcome = _drive(sweep, log, SweepState(log.state, current), continuation)
         # The store may be away until the end: the outcome stands, the journal keeps the rest.
@@ -246,6 +248,18 @@ def _open_and_drive(sweep: _Sweep, continuation: _Continuation) -> SweepSummary:
     finally:
         uploader.stop()
         journal.close()
+
+
+def _stacking_line(spec: SweepSpec) -> str | None:
+    """How search.stack trains the sweep's trials (None: it is off)."""
+    size, why = spec.stacking()
+    if why is not None:
+        return f"search.stack {spec.search.stack}: one configuration per trial ({why})"
+    if size == 1:
+        return None
+    return (f"search.stack {spec.search.stack}: configurations of one seed that differ only in lr, l2 "
+            f"or adagrad_accumulator train as stacks of up to {size} members, one Tune trial each; "
+            "every member is its own trial and run")
 
 
 _log_analysis = log_analysis  # a module attribute: benchmarks/scale_cluster.py replaces it
@@ -329,8 +343,10 @@ def _run_trials(sweep: _Sweep, journal: Journal, ledger: TrialLedger,
                                    on_tune_stop)
     extension = continuation.extension
     tune_name = extension_of.tune_experiment(spec.name, journal.parent_run_id, extension.index if extension else 0)
-    return run_tuner(spec, sweep.data, tune_name, [ledger], resume=continuation.previous is not None,
-                     verbose=verbose, on_stop=on_tune_stop, prior=continuation.prior)
+    resume = continuation.previous is not None
+    return run_tuner(spec, sweep.data, tune_name, [ledger], resume=resume, verbose=verbose,
+                     on_stop=on_tune_stop, prior=continuation.prior,
+                     members=member_history(journal.path) if resume else None)
 
 
 def _all_ended(sweep: _Sweep, journal: Journal, ledger: TrialLedger, progress: ProgressPrinter,

@@ -252,6 +252,10 @@ class TrialLedger:
         for listener in self.listeners:
             listener.trial_retried(trial_id, retries, cause, resumed_from_epoch)
 
+    def trial_checkpoint(self, trial_id: str, checkpoint_dir: str) -> None:
+        for listener in self.listeners:
+            listener.trial_checkpoint(trial_id, checkpoint_dir)
+
     def sweep_ended(self) -> None:
         if self._budget_timer is not None:
             self._budget_timer.cancel()

@@ -155,6 +155,9 @@ class ProgressPrinter:
     def trial_cut(self, trial_id: str) -> None:
         self.running.discard(trial_id)
 
+    def trial_checkpoint(self, trial_id: str, checkpoint_dir: str) -> None:
+        pass  # a stack member's checkpoint, after the end this printer showed
+
     def sweep_ended(self) -> None:
         self._print(force=True)
 

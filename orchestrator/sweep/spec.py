@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import Field, PrivateAttr, model_validator
+from pydantic import Field, PrivateAttr, field_validator, model_validator
 
 from nli_models.config import (
     ConfigError,
@@ -30,6 +30,7 @@ from nli_models.config import (
 from nli_models.files import expand_user
 from nli_models.models.arguments import ModelArgumentError
 from nli_models.registry import model_arguments
+from nli_models.stacked import stack_refusal
 from nli_models.strict import StrictModel, check_finite
 from results import run_schema as rs
 from results.run_schema import OBJECTIVE_METRICS
@@ -39,6 +40,8 @@ from results.tracking_uri import resolve_tracking_uri
 EXECUTION_KEYS = frozenset({"device", "num_threads", "cuda_graphs"})
 TRAINING_KEYS = frozenset(TrainingConfig.model_fields) - EXECUTION_KEYS - {"seed"}
 RESERVED_KEYS = frozenset({"seed", "model", "vocab_size", "num_classes"})
+# search.stack: auto's largest stack, the size benchmarks/stacking.py measures on a CPU.
+AUTO_STACK_SIZE = 8
 
 
 class Domain(StrictModel):
@@ -130,6 +133,25 @@ class SearchConfig(StrictModel):
     tracking_uri: str | None = None
     storage_path: str | None = None
     protocol: ProtocolConfig = Field(default_factory=ProtocolConfig)
+    stack: Literal["off", "auto"] | int = Field(
+        "off",
+        description="train grid configurations of one seed that differ only in lr, l2 or "
+        "adagrad_accumulator as one stacked model per trial (nli_models.stacked): 'auto' stacks up to "
+        f"{AUTO_STACK_SIZE} where the model and training allow it, N up to N (refused where they "
+        "do not), 'off' one configuration per trial",
+    )
+
+    @field_validator("stack", mode="before")
+    @classmethod
+    def _yaml_off(cls, value: Any) -> Any:
+        return "off" if value is False else value  # YAML 1.1 reads a bare `off` as false
+
+    @field_validator("stack")
+    @classmethod
+    def _stack_size(cls, value: str | int) -> str | int:
+        if isinstance(value, int) and value < 2:
+            raise ValueError(f"a stack has 2 or more members (got {value}); use off for one per trial")
+        return value
 
     @model_validator(mode="after")
     def _consistent(self) -> SearchConfig:
@@ -241,6 +263,20 @@ class SweepSpec(RunConfig):
     def num_trials(self) -> int:
         return self.grid_size() * len(self.search.seeds)
 
+    def stacking(self) -> tuple[int, str | None]:
+        """The most configurations one trial trains as a stack (search.stack; 1: one per trial)
+        and, where search.stack asked for stacks that this sweep cannot have, why."""
+        asked = self.search.stack
+        if asked == "off":
+            return 1, None
+        why = stack_refusal(self.model.name, self.training)
+        if self.search.sampler != "grid":
+            why = (f"sampler {self.search.sampler!r} proposes one configuration at a time; stacks "
+                   "group a grid's configurations (sampler: grid)")
+        if why is not None:
+            return 1, why
+        return (AUTO_STACK_SIZE if asked == "auto" else asked), None
+
 
 def apply_hyperparameters(
     base: RunConfig, params: dict[str, Any], source: str = "trial config"
@@ -310,6 +346,10 @@ def load_spec(
         # read back from elsewhere.
         spec.data.data_dir = expand_user(spec.data.data_dir, f"{source}: data.data_dir").resolve()
     _check_space(spec, source)
+    size, why = spec.stacking()
+    if isinstance(spec.search.stack, int) and why is not None:
+        raise ConfigError(f"{source}: search.stack: {spec.search.stack} asks for stacks, but {why}; "
+                          "use auto (stacks where the sweep allows) or off")
     return spec
 
 

@@ -44,7 +44,23 @@ def _slow_or_failing_epochs(ray_trial) -> None:
         time.sleep(float(os.environ.get(EPOCH_DELAY_ENV) or 0))
         return epoch_metrics(trainer, result, finished)
 
+    delayed_epoch_metrics.__wrapped__ = epoch_metrics
     ray_trial.epoch_metrics = delayed_epoch_metrics
+
+
+def _slow_or_failing_stack_epochs(stack_trial) -> None:
+    """A stacked trial's epoch, before Tune hears of it (stack_trial.member_results builds its
+    report): fails once, then lasts EPOCH_DELAY_ENV longer, once for all its members (their
+    ray_trial.epoch_metrics unwrapped)."""
+    member_results = stack_trial.member_results
+    stack_trial.epoch_metrics = getattr(stack_trial.epoch_metrics, "__wrapped__", stack_trial.epoch_metrics)
+
+    def delayed_member_results(trainer, results, device):
+        _fail_once(trainer.epoch)
+        time.sleep(float(os.environ.get(EPOCH_DELAY_ENV) or 0))
+        return member_results(trainer, results, device)
+
+    stack_trial.member_results = delayed_member_results
 
 
 def _slow_test_evaluations(sweep) -> None:
@@ -63,7 +79,9 @@ def _slow_test_evaluations(sweep) -> None:
     sweep._evaluate_selected = delayed_evaluate_selected
 
 
-SEAMS = {"orchestrator.ray_adapter.ray_trial": _slow_or_failing_epochs, "orchestrator.sweep.protocol": _slow_test_evaluations}
+SEAMS = {"orchestrator.ray_adapter.ray_trial": _slow_or_failing_epochs,
+         "orchestrator.ray_adapter.stack_trial": _slow_or_failing_stack_epochs,
+         "orchestrator.sweep.protocol": _slow_test_evaluations}
 
 
 class _WrapOnImport(importlib.abc.MetaPathFinder):

@@ -1,0 +1,230 @@
+"""Stacked trials on the driver's side (search.stack; the trainable is stack_trial.py): the grid's
+configurations grouped into stacks, a stack's Tune events turned into its members' (every member is
+a trial of its own to the listeners: its journal records, MLflow run, outcome), and Tune's
+scheduler run per member.
+
+Grouping: grid points whose flat hyperparameters agree on everything but lr, l2 and
+adagrad_accumulator (STACKED_FIELDS) share stacks, taken in the grid's order up to the stack size.
+Seeds do not stack: a stack's members share one batch order, their first member's seed's
+(StackedTrainer), and a solo run shuffles with its own seed; with one seed per stack every member
+trains on its solo run's batches, from its solo run's initialisation, so with dropout off its
+epochs are its solo trial's (tests/test_stacked_sweeps.py).
+
+Schedulers: ASHA and the median rule decide per member. The driver holds one Tune scheduler
+(ray_search.make_scheduler) that sees each member as a trial; a member it stops is named to the
+trial through stack_trial.MemberStops and ends at once (its run FINISHED, early_stopped), while
+the stack trains on. Tune's own scheduler for stacked trials is FIFO: a stack ends when every
+member ended. A resumed sweep's scheduler is told the journal's member epochs first, in the
+order they were recorded (MemberHistory), so its rungs are where the interrupted driver left them.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import ray
+from ray import tune
+from ray.tune.result import TRAINING_ITERATION
+from ray.tune.schedulers import TrialScheduler
+
+from nli_models.stacked import MEMBER_FIELDS
+from orchestrator.ray_adapter.ray_search import make_scheduler
+from orchestrator.ray_adapter.ray_trial import trial_params
+from orchestrator.ray_adapter.stack_trial import (
+    MEMBER_ENDED,
+    MEMBERS_KEY,
+    STACK_KEY,
+    MemberStops,
+    member_checkpoint,
+    member_id,
+    parse_member_id,
+    stack_members,
+)
+from orchestrator.sweep.spec import SweepSpec
+from results import run_schema as rs
+
+# What the members of a sweep's stack differ in: MEMBER_FIELDS but the seed (see above).
+STACKED_FIELDS = tuple(name for name in MEMBER_FIELDS if name != rs.PARAM_SEED)
+
+
+def group_stacks(configs: list[dict[str, Any]], search: dict[str, Any], size: int) -> list[list[dict[str, Any]]]:
+    """Tune configs (a grid's points) as stacks of at most `size` (see the module docstring).
+
+    Args:
+        configs: the grid's points as Tune configs, in Tune's order.
+        search: the sweep's search block (ray_trial.trial_params reads it).
+        size: the most members of a stack.
+    """
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for config in configs:
+        shared = {name: value for name, value in trial_params(config, search).items()
+                  if name not in STACKED_FIELDS}
+        groups.setdefault(json.dumps(shared, sort_keys=True, default=str), []).append(config)
+    return [members[i:i + size] for members in groups.values() for i in range(0, len(members), size)]
+
+
+def stack_space(configs: list[dict[str, Any]], search: dict[str, Any], size: int) -> dict[str, Any]:
+    """Tune's param space of a stacked sweep: a grid over its stacks."""
+    return {STACK_KEY: tune.grid_search(group_stacks(configs, search, size))}
+
+
+def is_stack(config: dict[str, Any]) -> bool:
+    return STACK_KEY in config
+
+
+@dataclass(frozen=True)
+class _Member:
+    """A member as Tune's schedulers see a trial (they key their records by it, or its id)."""
+
+    trial_id: str
+
+
+class _NoController:
+    """The controller a scheduler may ask for live trials (the median rule, before it has
+    enough samples): none wait for a member's slot."""
+
+    def get_live_trials(self) -> list:
+        return []
+
+
+@dataclass
+class MemberHistory:
+    """What the journal holds of a resumed sweep's members: the ids of those that ended
+    (FINISHED or FAILED), and every member epoch's metrics in the order they were recorded.
+
+    Args:
+        ended: member trial ids that ended.
+        epochs: (member trial id, epoch, metrics) in the journal's order.
+    """
+
+    ended: set[str] = field(default_factory=set)
+    epochs: list[tuple[str, int, dict[str, float]]] = field(default_factory=list)
+
+
+class MemberScheduler:
+    """Tune's scheduler of the sweep (ray_search.make_scheduler), deciding for members."""
+
+    def __init__(self, spec: SweepSpec, history: MemberHistory):
+        self.scheduler = make_scheduler(spec)
+        self.scheduler.set_search_properties(spec.search.metric, spec.search.mode)
+        self._added: set[str] = set()
+        for trial_id, epoch, metrics in history.epochs:
+            self.stops(trial_id, {**metrics, TRAINING_ITERATION: epoch})
+
+    def stops(self, trial_id: str, result: dict[str, Any]) -> bool:
+        """Whether the scheduler stops the member after this epoch's result."""
+        member = _Member(trial_id)
+        if trial_id not in self._added:
+            self._added.add(trial_id)
+            self.scheduler.on_trial_add(_NoController(), member)
+        return self.scheduler.on_trial_result(_NoController(), member, result) == TrialScheduler.STOP
+
+    def ended(self, trial_id: str, result: dict[str, Any]) -> None:
+        if trial_id in self._added:
+            self.scheduler.on_trial_complete(_NoController(), _Member(trial_id), result)
+
+
+Listeners = Callable[[], list]
+
+
+class StackEvents:
+    """A stack's Tune events as its members' events to the listeners (tuner.TrialListener).
+
+    A member starts with its stack (unless it ended before a resume); each new epoch of it is a
+    result; it completes when it ends (its stack reports MEMBER_ENDED, or the scheduler stops it),
+    without a checkpoint, which follows once the stack completes (trial_checkpoint: the stack's
+    last checkpoint holds every member's). A member still training when the stack completes
+    completes with it; the ledger tells a finished one from one cut by a stop."""
+
+    def __init__(self, spec: SweepSpec, listeners: Listeners, stops: Any, history: MemberHistory):
+        self.search = spec.search.model_dump()
+        self.listeners = listeners
+        self.stops = stops  # the MemberStops actor
+        self.scheduler = MemberScheduler(spec, history)
+        self.ended = set(history.ended)
+        self.last: dict[str, dict[str, Any]] = {}  # member id -> its latest result
+        self.epochs = {trial_id: epoch for trial_id, epoch, _ in history.epochs}
+
+    def _members(self, trial) -> list[tuple[int, str, dict[str, Any]]]:
+        params = stack_members(trial.config, self.search)
+        return [(i, member_id(trial.trial_id, i), p) for i, p in enumerate(params)]
+
+    def _tell(self, method: str, *args) -> None:
+        for listener in self.listeners():
+            getattr(listener, method)(*args)
+
+    def started(self, trial) -> None:
+        for _, member, params in self._members(trial):
+            if member not in self.ended:
+                self._tell("trial_started", member, params)
+
+    def result(self, trial, result: dict[str, Any]) -> None:
+        reports = json.loads(result[MEMBERS_KEY])
+        for (index, member, _), report in zip(self._members(trial), reports, strict=True):
+            if member in self.ended:
+                continue
+            report = {**report, "time_total_s": result.get("time_total_s", 0.0)}
+            epoch = int(report[rs.METRIC_EPOCHS_TRAINED])
+            if epoch > self.epochs.get(member, 0):
+                self.epochs[member] = epoch
+                self.last[member] = report
+                self._tell("trial_result", member, report)
+            if report[MEMBER_ENDED]:
+                self._end(member, report)
+            elif self.scheduler.stops(member, report):
+                ray.get(self.stops.stop.remote(trial.trial_id, index))
+                self._end(member, report)
+
+    def _end(self, member: str, report: dict[str, Any]) -> None:
+        self.ended.add(member)
+        self.scheduler.ended(member, report)
+        self._tell("trial_completed", member, report, None)
+
+    def completed(self, trial) -> None:
+        path = trial.checkpoint.path if trial.checkpoint is not None else None
+        finished = bool((trial.last_result or {}).get(rs.RESULT_TRIAL_FINISHED))
+        for index, member, _ in self._members(trial):
+            folder = member_checkpoint(path, index) if path else None
+            if member not in self.ended:
+                self._tell("trial_completed", member, self.last.get(member, {}), folder)
+            elif finished and folder:
+                self._tell("trial_checkpoint", member, folder)
+
+    def errored(self, trial, error: str) -> None:
+        for _, member, params in self._members(trial):
+            if member not in self.ended:
+                self._tell("trial_errored", member, params, error)
+
+    def retried(self, trial, retries: int, cause: str, resumed_from_epoch: int) -> None:
+        for _, member, _ in self._members(trial):
+            if member not in self.ended:
+                self._tell("trial_retried", member, retries, cause, resumed_from_epoch)
+
+
+def open_member_stops(name: str, history: MemberHistory) -> Any:
+    """The driver's MemberStops actor, holding the stops a resumed sweep's journal records."""
+    stopped: dict[str, list[int]] = {}
+    for member in filter(None, map(parse_member_id, history.ended)):
+        trial_id, index = member
+        stopped.setdefault(trial_id, []).append(index)
+    return MemberStops.options(name=name).remote(stopped)
+
+
+def member_configs(trial_id: str, config: dict[str, Any], metrics: dict[str, Any],
+                   checkpoint_path: str | None) -> list[tuple[str, dict[str, Any], dict[str, Any], str | None]]:
+    """A stacked trial's members as Tune knew them last: (member id, the member's Tune config, its
+    last result, its checkpoint folder) each.
+
+    Args:
+        trial_id: the stacked trial's id.
+        config: its Tune config.
+        metrics: its last Tune result.
+        checkpoint_path: its last checkpoint's folder (None: it has none).
+    """
+    reports = json.loads(metrics[MEMBERS_KEY]) if MEMBERS_KEY in metrics else None
+    return [(member_id(trial_id, index), member, reports[index] if reports else {},
+             member_checkpoint(checkpoint_path, index) if checkpoint_path else None)
+            for index, member in enumerate(config[STACK_KEY])]

@@ -1,0 +1,178 @@
+"""Stacked trials in a sweep (search.stack, issue 47) as a user meets them: `orchestrate sweep` on a
+real local Ray and a real SQLite MLflow store. Every member is its own trial: its own child run
+with its own epochs, checkpoint and selection, equal to the solo trial of its configuration; the
+scheduler stops a member alone; a member whose loss is NaN fails alone; Ctrl-C and --resume
+leave each member's record as an uninterrupted sweep's."""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import torch
+from testkit.cli import run_orchestrate, start_orchestrate
+from testkit.processes import assert_processes_gone, kill_session, wait_while_driving
+from testkit.specs import write_spec
+from testkit.store import client_for, runs_of, trial_running
+from testkit.toy import decomposable
+
+from nli_models.training import CHECKPOINT_FILE
+from orchestrator.ray_adapter.reaper import descendants
+from results import run_schema as rs
+
+pytestmark = pytest.mark.ray
+
+EPOCHS = 3
+EXIT_INTERRUPTED = 3
+MEMBER = ("lr", "l2", "seed")
+
+
+def _spec(folder: Path, name: str, stack, space: dict | None = None, **search) -> Path:
+    return write_spec(folder, {
+        "name": name, "model": decomposable(dim=16, dropout=0.0), "data": {"toy": {"size": 600}},
+        "training": {"optimizer": "adagrad", "lr": 0.05, "epochs": EPOCHS},
+    }, replace_search={"sampler": "grid", "space": space or {"lr": {"grid": [0.01, 0.1]}, "l2": {"grid": [0.0, 0.001]}},
+                       "seeds": [1, 2], "stack": stack, "max_concurrent_trials": 1, "resources": {"cpu": 1},
+                       **search})
+
+
+def _members(folder: Path, name: str) -> dict[tuple, object]:
+    _, children = runs_of(folder, name)
+    members = {tuple(c.data.params[k] for k in MEMBER): c for c in children}
+    assert len(members) == len(children)  # one run per configuration and seed
+    return members
+
+
+def _history(folder: Path, run, metric: str = rs.METRIC_DEV_ACCURACY) -> list[tuple[int, float]]:
+    return sorted((m.step, m.value) for m in client_for(folder).get_metric_history(run.info.run_id, metric))
+
+
+def _checkpoint_state(folder: Path, run) -> dict:
+    local = client_for(folder).download_artifacts(run.info.run_id, rs.ARTIFACT_CHECKPOINT_DIR, str(folder / run.info.run_id))
+    return torch.load(Path(local) / CHECKPOINT_FILE, weights_only=True)["state"]
+
+
+def test_each_member_is_its_solo_trial_in_the_store(tmp_path):
+    """One sweep stacked (2 stacks of 4: seeds do not stack) and the same sweep one configuration per
+    trial: the same 8 child runs, each member's epochs equal to its solo trial's, the same
+    selection and test accuracy; each member's checkpoint is its own."""
+    said = {}
+    for name, stack in (("stacked", "auto"), ("solo", "off")):
+        result = run_orchestrate(["sweep", str(_spec(tmp_path, name, stack))], cwd=tmp_path)
+        assert result.returncode == 0, result.stdout + result.stderr
+        said[name] = result.stderr
+    assert "train as stacks of up to 8 members" in said["stacked"]
+    assert len(list((tmp_path / "ray_results").glob("stacked-*/run_stack_trial_*"))) == 2
+    assert "search.stack" not in said["solo"]
+    stacked, solo = _members(tmp_path, "stacked"), _members(tmp_path, "solo")
+    assert len(stacked) == len(solo) == 8 and stacked.keys() == solo.keys()
+    for key, run in stacked.items():
+        assert run.info.status == "FINISHED", key
+        for metric in (rs.METRIC_DEV_ACCURACY, rs.METRIC_TRAIN_LOSS, rs.METRIC_DEV_LOSS):
+            ours, theirs = _history(tmp_path, run, metric), _history(tmp_path, solo[key], metric)
+            assert [s for s, _ in ours] == [s for s, _ in theirs] == [1, 2, 3], (key, metric, ours)
+            assert [v for _, v in ours] == pytest.approx([v for _, v in theirs], abs=1e-5), (key, metric)
+        assert run.data.metrics[rs.METRIC_BEST_DEV_ACCURACY] == solo[key].data.metrics[rs.METRIC_BEST_DEV_ACCURACY]
+        assert _checkpoint_state(tmp_path, run)["best_dev_accuracy"] == run.data.metrics[rs.METRIC_BEST_DEV_ACCURACY]
+    chosen = {key for key, run in stacked.items() if run.data.tags.get(rs.TAG_SELECTED) == "true"}
+    assert chosen and chosen == {key for key, run in solo.items() if run.data.tags.get(rs.TAG_SELECTED) == "true"}
+    for key in chosen:
+        assert stacked[key].data.metrics[rs.METRIC_TEST_ACCURACY] == solo[key].data.metrics[rs.METRIC_TEST_ACCURACY]
+    parents, _ = runs_of(tmp_path, "stacked")
+    assert parents[0].data.tags[rs.TAG_SWEEP_STATE] == rs.SWEEP_COMPLETED
+    tables = {}
+    for name in ("stacked", "solo"):
+        out = tmp_path / f"{name}.parquet"
+        result = run_orchestrate(["results", name, "--out", str(out)], cwd=tmp_path)
+        assert result.returncode == 0, result.stdout + result.stderr
+        tables[name] = pd.read_parquet(out).drop(columns=["experiment", "selected_run_id", "parent_run_id",
+                                                          "total_trial_time_s"])
+    assert tables["stacked"]["n_trials"].tolist() == [8]
+    pd.testing.assert_frame_equal(tables["stacked"], tables["solo"], atol=1e-9)
+
+
+def test_asha_stops_one_member_and_a_nan_member_fails_alone(tmp_path):
+    """Adam, lr 0.01 (learns), 1e-5 (barely) and 1e10 (NaN at once) in one stack under ASHA: the
+    NaN member is FAILED and marked diverged, ASHA stops the slow member at its first rung (its
+    run FINISHED and early_stopped, its epochs and checkpoint those of its last epoch), and the
+    good member trains every epoch and is selected."""
+    spec = _spec(tmp_path, "asha", 4, {"lr": {"grid": [0.01, 0.00001, 1e10]}}, seeds=[1],
+                 scheduler={"type": "asha", "grace_period": 1, "reduction_factor": 2})
+    spec.write_text(spec.read_text().replace("optimizer: adagrad", "optimizer: adam"))
+    result = run_orchestrate(["sweep", str(spec)], cwd=tmp_path)
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output
+    assert "3 trials (0 failed), 1 diverged" in output
+    runs = {run.data.params["lr"]: run for run in runs_of(tmp_path, "asha")[1]}
+    good, slow, bad = runs["0.01"], runs["1e-05"], runs["10000000000.0"]
+    assert bad.info.status == "FAILED" and bad.data.tags[rs.TAG_DIVERGED] == "true"
+    assert bad.data.metrics[rs.METRIC_DIVERGED_EPOCH] == 1 and rs.METRIC_DEV_ACCURACY not in bad.data.metrics
+    assert slow.info.status == "FINISHED" and slow.data.tags[rs.TAG_EARLY_STOPPED] == "true"
+    stopped_at = int(slow.data.metrics[rs.METRIC_EPOCHS_TRAINED])
+    assert stopped_at < EPOCHS
+    assert [s for s, _ in _history(tmp_path, slow)] == list(range(1, stopped_at + 1))
+    assert _checkpoint_state(tmp_path, slow)["epoch"] == stopped_at  # its slice stopped updating
+    assert good.info.status == "FINISHED" and good.data.tags[rs.TAG_EARLY_STOPPED] == "false"
+    assert [s for s, _ in _history(tmp_path, good)] == [1, 2, 3]
+    assert good.data.tags[rs.TAG_SELECTED] == "true" and rs.TAG_SELECTED not in slow.data.tags
+
+
+def test_ctrl_c_then_resume_leaves_each_member_as_an_uninterrupted_sweep(tmp_path):
+    """Ctrl-C once a member has logged an epoch: the sweep ends interrupted (exit 3), no member
+    run stays RUNNING, none is tested. --resume restores the stacks from their checkpoints: every
+    member ends FINISHED with epochs 1-3 logged once each, equal to an uninterrupted sweep's."""
+    interrupted, whole = tmp_path / "interrupted", tmp_path / "whole"
+    spec = _spec(interrupted, "cut", "auto")
+    log = interrupted / "driver.log"
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("NLI_EPOCH_DELAY_S", "3")
+        driver = start_orchestrate(["sweep", str(spec)], cwd=interrupted, log=log)
+    wait_while_driving(trial_running(interrupted, "cut", log, epochs_logged=1), driver, log, "a member's first epoch")
+    processes = descendants(driver.pid)
+    os.killpg(driver.pid, signal.SIGINT)
+    try:
+        assert driver.wait(timeout=180) == EXIT_INTERRUPTED, log.read_text()
+    finally:
+        kill_session(driver)
+    assert_processes_gone(processes)
+    parents, children = runs_of(interrupted, "cut")
+    assert parents[0].data.tags[rs.TAG_SWEEP_STATE] == rs.SWEEP_INTERRUPTED
+    assert all(c.info.status in ("FINISHED", "KILLED") for c in children)
+    assert not any(rs.METRIC_TEST_ACCURACY in c.data.metrics for c in children)
+    assert any(c.info.status == "KILLED" for c in children)
+    resumed = run_orchestrate(["sweep", str(spec), "--resume"], cwd=interrupted)
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert "continuing from the sweep's journal" not in resumed.stderr  # Tune restored the stacks
+    result = run_orchestrate(["sweep", str(_spec(whole, "cut", "auto"))], cwd=whole)
+    assert result.returncode == 0, result.stdout + result.stderr
+    after, uninterrupted = _members(interrupted, "cut"), _members(whole, "cut")
+    assert after.keys() == uninterrupted.keys() and len(after) == 8
+    for key, run in after.items():
+        assert run.info.status == "FINISHED", key
+        ours, theirs = _history(interrupted, run), _history(whole, uninterrupted[key])
+        assert [s for s, _ in ours] == [s for s, _ in theirs] == [1, 2, 3], (key, ours)  # each epoch once
+        assert [v for _, v in ours] == pytest.approx([v for _, v in theirs], abs=1e-6), key
+        assert run.data.tags.get(rs.TAG_SELECTED) == uninterrupted[key].data.tags.get(rs.TAG_SELECTED)
+
+
+@pytest.mark.parametrize(("change", "why"), [
+    ({"search.sampler": "tpe", "search.space.lr": "{choice: [0.01, 0.1]}", "search.space.l2": "{choice: [0.0]}"},
+     "sampler 'tpe' proposes one configuration at a time"),
+    ({"training.grad_clip": "5.0"}, "not stacked yet: training.grad_clip"),
+])
+def test_a_stack_the_sweep_cannot_have_is_refused_before_anything_runs(tmp_path, change, why):
+    """search.stack: N where the sweep cannot stack: exit 2 naming the field and the reason, and
+    no store or Ray results written; the same spec with auto validates (one configuration per trial)."""
+    spec = _spec(tmp_path, "refused", 4)
+    overrides = [arg for key, value in change.items() for arg in ("--set", f"{key}={value}")]
+    result = run_orchestrate(["sweep", str(spec), *overrides], cwd=tmp_path)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "search.stack: 4 asks for stacks, but" in result.stderr and why in result.stderr, result.stderr
+    assert not (tmp_path / "ray_results").exists()
+    _, children = runs_of(tmp_path, "refused") if client_for(tmp_path).get_experiment_by_name("refused") else (None, [])
+    assert children == []
+    checked = run_orchestrate(["validate", str(spec), "--no-data", "--set", "search.stack=auto", *overrides], cwd=tmp_path)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
