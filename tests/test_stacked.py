@@ -19,7 +19,9 @@ from testkit.toy import TOY, toy_run_config
 from nli_models import build_model
 from nli_models.config import TrainingConfig
 from nli_models.data import batch_indices, iterate_batches
+from nli_models.models import layers
 from nli_models.stacked import (
+    StackDropout,
     StackedAdagrad,
     StackedAdam,
     StackedModel,
@@ -27,6 +29,7 @@ from nli_models.stacked import (
     WindowedConv1d,
     check_stackable,
     make_stacked_optimizer,
+    stacked_optimizers,
 )
 from nli_models.training.trainer import make_trainer
 
@@ -59,10 +62,14 @@ def _batches(data, count: int = STEPS):
 
 # -- per-member optimizers ----------------------------------------------------------------------
 
+@pytest.mark.parametrize("host", [True, False], ids=["fused_on_host", "masked_off_host"])
 @pytest.mark.parametrize("name", ["adam", "adagrad"])
-def test_each_member_steps_as_torch_optim_does(name):
+def test_each_member_steps_as_torch_optim_does(name, host, monkeypatch):
     """Same lr, ℓ2 (and Adagrad accumulator) per member as a torch optimizer of that member:
-    equal parameters after every one of 6 steps."""
+    equal parameters after every one of 6 steps; on the CPU (torch's fused kernel per member)
+    and by the masked update the other devices take (run here on CPU tensors)."""
+    if not host:
+        monkeypatch.setattr(stacked_optimizers.layers, "on_host", lambda tensor: False)
     lr, l2, accumulator = torch.tensor([0.1, 0.01, 0.3]), torch.tensor([0.0, 1e-2, 0.5]), torch.tensor([0.1, 0.0, 1.0])
     generator = torch.Generator().manual_seed(0)
     start = [torch.randn(3, 4, 5, generator=generator), torch.randn(3, 5, generator=generator)]
@@ -88,8 +95,11 @@ def test_each_member_steps_as_torch_optim_does(name):
                 torch.testing.assert_close(p[i], q, rtol=1e-6, atol=1e-6)
 
 
+@pytest.mark.parametrize("host", [True, False], ids=["fused_on_host", "masked_off_host"])
 @pytest.mark.parametrize("optimizer_class", [StackedAdam, StackedAdagrad])
-def test_an_inactive_member_keeps_its_parameters_and_state(optimizer_class):
+def test_an_inactive_member_keeps_its_parameters_and_state(optimizer_class, host, monkeypatch):
+    if not host:
+        monkeypatch.setattr(stacked_optimizers.layers, "on_host", lambda tensor: False)
     parameter = torch.ones(2, 3, requires_grad=True)
     hyper = {"lr": torch.tensor([0.1, 0.1]), "weight_decay": torch.zeros(2)}
     if optimizer_class is StackedAdagrad:
@@ -164,11 +174,50 @@ def test_a_fixed_embedding_table_is_shared_not_stacked(tuned_rows):
         torch.testing.assert_close(stack(*batch)[i], member.eval()(*batch), rtol=1e-5, atol=1e-6)
 
 
-def test_windowed_convolution_is_the_wide_convolution():
+@pytest.mark.parametrize("width,padding", [(3, 2), (2, 1), (3, 0)])
+def test_windowed_convolution_is_the_wide_convolution(width, padding):
+    """Output and gradients (input, weight, bias) of nn.Conv1d: alone, and under vmap over
+    members with their own weights (the stack's batched taps and tap sum)."""
     torch.manual_seed(0)
-    conv = torch.nn.Conv1d(5, 4, 3, padding=2)
-    x = torch.randn(2, 5, 7)
-    torch.testing.assert_close(WindowedConv1d(conv)(x), conv(x), rtol=1e-5, atol=1e-6)
+    convs = [torch.nn.Conv1d(5, 4, width, padding=padding) for _ in range(3)]
+    x = torch.randn(3, 2, 5, 7, requires_grad=True)
+    expected = torch.stack([conv(x[i]) for i, conv in enumerate(convs)])
+    grad = torch.randn_like(expected)
+    weights = [p for conv in convs for p in (conv.weight, conv.bias)]
+    expected_grads = torch.autograd.grad(expected, [x, *weights], grad)
+    windowed = WindowedConv1d(convs[0])
+    torch.testing.assert_close(windowed(x[0]), expected[0], rtol=1e-5, atol=1e-6)
+    solo_grads = torch.autograd.grad(windowed(x[0]), [x, convs[0].weight, convs[0].bias], grad[0])
+    for got, want in zip((solo_grads[0][0], *solo_grads[1:]), (expected_grads[0][0], *expected_grads[1:3]),
+                         strict=True):
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    stacked = {name: torch.stack([getattr(conv, name) for conv in convs]).detach().requires_grad_()
+               for name in ("weight", "bias")}
+    members = torch.vmap(lambda tensors, xi: torch.func.functional_call(windowed, tensors, (xi,)))(stacked, x)
+    torch.testing.assert_close(members, expected, rtol=1e-5, atol=1e-6)
+    got = torch.autograd.grad(members, [x, stacked["weight"], stacked["bias"]], grad)
+    torch.testing.assert_close(got[0], expected_grads[0], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(got[1], torch.stack(expected_grads[1::2]), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(got[2], torch.stack(expected_grads[2::2]), rtol=1e-5, atol=1e-5)
+
+
+def test_stack_dropout_is_the_models_dropout():
+    """Alone, StackDropout draws layers.Dropout's masks (the same draw, thresholded and scaled in
+    place): equal outputs and gradients for one seed. Under vmap each member draws its own, a
+    member from the same law (about 1 - p kept, scaled by 1 / (1 - p))."""
+    x = torch.randn(6, 500, requires_grad=True)
+    outputs = []
+    for module in (layers.Dropout(0.3), StackDropout(0.3)):
+        torch.manual_seed(4)
+        out = module.train()(x)
+        outputs.append((out, torch.autograd.grad(out.sum(), x)[0]))
+    torch.testing.assert_close(outputs[1], outputs[0], rtol=0, atol=0)
+    members = torch.vmap(StackDropout(0.3).train(), randomness="different")(torch.ones(4, 6, 500))
+    assert len({tuple(member.flatten().tolist()) for member in members}) == 4
+    torch.testing.assert_close(members.unique(), torch.tensor([0.0, 1 / 0.7]))
+    assert abs((members != 0).float().mean().item() - 0.7) < 0.02
+    same = torch.vmap(StackDropout(0.3).train(), randomness="same")(torch.ones(4, 6, 500))
+    assert all(torch.equal(member, same[0]) for member in same)
 
 
 def test_models_that_are_not_stacked_are_refused():

