@@ -19,9 +19,11 @@ One formulation differs from the solo module's: under vmap, torch turns ``conv1d
 weight into a grouped convolution, which oneDNN runs several times slower than k separate
 convolutions on CPU (ABCNN-3 at SICK sizes: 31 ms against 4 ms per forward, measured while
 writing this). The stack's copy of the module runs each ``nn.Conv1d`` as
-``WindowedConv1d``: the same wide convolution as one matmul over its windows (equal to
-float rounding; batched over members it is one ``bmm``). Dropout runs as ``StackDropout``
-(the same masks' law, with an op vmap batches).
+``WindowedConv1d``: the same wide convolution as one matmul of every position against every
+tap's weights, then a sum along the taps' diagonals (equal to float rounding; batched over
+members it is one ``bmm``). Dropout runs as ``StackDropout`` (the same masks, drawn for all
+members at once and made in place). Both use ``torch.autograd.Function``s with their own vmap
+rule, which run on the [k, ...] tensors as they are.
 
 Stacked: decomposable attention (vanilla and intra) and ABCNN (BCNN, ABCNN-1/2/3, one or more
 blocks, NONOVER; layerwise training is not stacked yet). Not stacked yet: Rocktäschel et al.'s
@@ -51,11 +53,14 @@ NOT_STACKED = {
 
 
 class WindowedConv1d(nn.Module):
-    """``nn.Conv1d``'s zero-padded, stride-1 convolution as one matmul over the windows:
-    out[:, o, j] = b_o + sum_{t, c} W[o, c, t] x_pad[:, c, j + t]. The parameters are the
-    convolution's own (same names), so a stack's tensors replace them by name. The windows are
-    the width's shifted copies side by side (a concatenation), not ``unfold``: its backward cost
-    12% more of a stacked ABCNN-3 convolution (8 members, SICK sizes)."""
+    """``nn.Conv1d``'s zero-padded, stride-1 convolution as one matmul and a sum:
+    out[:, o, j] = b_o + sum_t (W[:, :, t] x_pad[:, :, j + t])_o. The matmul gives every
+    position's product with every tap's weights ([B, L, width x O]), ``_TapSum`` adds each output
+    column's taps. The parameters are the convolution's own (same names), so a stack's tensors
+    replace them by name. Against the earlier matmul over windows (the input's width shifted
+    copies side by side, [B, L', width x C]) there is no copy of the input and the matmul's inner
+    dimension is C, not width x C: a stacked ABCNN-3 step (8 members, SICK batches) took 51 ms
+    against 60 (interleaved A/B, medians)."""
 
     def __init__(self, conv: nn.Conv1d):
         super().__init__()
