@@ -202,9 +202,9 @@ def test_windowed_convolution_is_the_wide_convolution(width, padding):
 
 
 def test_stack_dropout_is_the_models_dropout():
-    """Alone, StackDropout draws layers.Dropout's masks (the same draw, thresholded and scaled in
-    place): equal outputs and gradients for one seed. Under vmap each member draws its own, a
-    member from the same law (about 1 - p kept, scaled by 1 / (1 - p))."""
+    """Alone, StackDropout draws layers.Dropout's masks (the same draw, thresholded and scaled):
+    equal outputs and gradients for one seed. Under vmap each member draws its own, a member from
+    the same law (about 1 - p kept, scaled by 1 / (1 - p)); with randomness="same", one for all."""
     x = torch.randn(6, 500, requires_grad=True)
     outputs = []
     for module in (layers.Dropout(0.3), StackDropout(0.3)):

@@ -11,6 +11,18 @@ stacks its grid with ``search.stack`` (orchestrator/ray_adapter/stacks.py).
 Stacked: decomposable attention (vanilla, intra) and ABCNN (BCNN, ABCNN-1/2/3, NONOVER). Not yet:
 Rocktäschel et al.'s LSTM models and CAM (their LSTMs cannot be vmapped, pytorch#105982; they
 need a batched-matmul LSTM), and ABCNN's layerwise training (see ``model`` and ``trainer``).
+
+What a stack can gain on a CPU (benchmarks/README.md, ``stacking``): the per-op overhead of k
+runs, paid once, and small kernels batched into larger ones; never the work that is the same per
+member. Decomposable attention at width 200 (SICK, batch 32, one thread): of a solo step (23.7 ms,
+profiled) 56% is matmuls, at 77-88 GFLOP/s (one core's peak, in the solo's ``mm`` as in the stack's
+``bmm``: 105 ms per stacked step against 8 x 13.3), and 15% dropout's uniform draws, the same count
+per member. So a stack of 8 cannot exceed 1 / 0.71 = 1.41x of 8 trials there, whatever its
+formulation; it measured 0.83-0.94x under load. What it still adds over that floor: vmap turns an
+``index_select`` / ``index_copy`` by a shared index (``layers.RealPositions``) into a gather /
+scatter over an index expanded to every member's every element (about 17 ms of a 200 ms step), and
+vmap's per-op dispatch. ABCNN-3's step is mostly small ops (its convolution is where the stack
+gains, as one matmul per member batch): 1.55-1.76x of 8 trials under load.
 """
 
 from nli_models.stacked.model import STACKED_MODELS, StackDropout, StackedModel, WindowedConv1d
