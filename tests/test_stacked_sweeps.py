@@ -120,10 +120,13 @@ def test_asha_stops_one_member_and_a_nan_member_fails_alone(tmp_path):
     assert good.data.tags[rs.TAG_SELECTED] == "true" and rs.TAG_SELECTED not in slow.data.tags
 
 
-def test_ctrl_c_then_resume_leaves_each_member_as_an_uninterrupted_sweep(tmp_path):
+@pytest.mark.parametrize("tune_state", ["kept", "deleted"])
+def test_ctrl_c_then_resume_leaves_each_member_as_an_uninterrupted_sweep(tmp_path, tune_state):
     """Ctrl-C once a member has logged an epoch: the sweep ends interrupted (exit 3), no member
-    run stays RUNNING, none is tested. --resume restores the stacks from their checkpoints: every
-    member ends FINISHED with epochs 1-3 logged once each, equal to an uninterrupted sweep's."""
+    run stays RUNNING, none is tested. --resume restores the stacks from their checkpoints (Tune's
+    state kept) or reruns the unfinished members as fresh stacks on their own runs (Tune's state
+    deleted: from the journal): every member ends FINISHED with epochs 1-3 logged once each,
+    equal to an uninterrupted sweep's."""
     interrupted, whole = tmp_path / "interrupted", tmp_path / "whole"
     spec = _spec(interrupted, "cut", "auto")
     log = interrupted / "driver.log"
@@ -143,9 +146,15 @@ def test_ctrl_c_then_resume_leaves_each_member_as_an_uninterrupted_sweep(tmp_pat
     assert all(c.info.status in ("FINISHED", "KILLED") for c in children)
     assert not any(rs.METRIC_TEST_ACCURACY in c.data.metrics for c in children)
     assert any(c.info.status == "KILLED" for c in children)
+    if tune_state == "deleted":
+        (experiment,) = (interrupted / "ray_results").glob("cut-*")
+        for pattern in ("tuner.pkl", "experiment_state-*.json", "basic-variant-state-*.json"):
+            for path in experiment.glob(pattern):
+                path.unlink()
     resumed = run_orchestrate(["sweep", str(spec), "--resume"], cwd=interrupted)
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
-    assert "continuing from the sweep's journal" not in resumed.stderr  # Tune restored the stacks
+    # Tune restores the stacks from its state; without it the journal stands in.
+    assert ("continuing from the sweep's journal" in resumed.stderr) == (tune_state == "deleted"), resumed.stderr
     result = run_orchestrate(["sweep", str(_spec(whole, "cut", "auto"))], cwd=whole)
     assert result.returncode == 0, result.stdout + result.stderr
     after, uninterrupted = _members(interrupted, "cut"), _members(whole, "cut")
