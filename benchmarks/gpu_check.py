@@ -18,6 +18,9 @@ is SKIP, with the reason. Checks, on the device:
 - graphs_match: the same seed trained with graphs and eagerly (dropout off): equal losses;
 - packing: 1, 2, 4 and 8 decomposable-attention trial processes training at once on the GPU:
   aggregate pairs/s, and 8 against 1 (goal >= 5x);
+- stacking: snli_wbw's 36-configuration grid (word-by-word attention) as one stacked model
+  against one trial at a time and against the best packing of 4 or 8 trial processes
+  (configurations/hour; issue 47's goals >= 10x and >= 3x on one GPU);
 - goal rows: b32 fp32 pairs/s per model against the goals, b128 >= 3x b32, bf16 >= fp32;
 - sweep: `orchestrate sweep search_spaces/quickstart.yaml` with resources.gpu 0.5: its exit code
   and whether two trials ran at once (MLflow run times).
@@ -292,7 +295,7 @@ device, index = sys.argv[4], sys.argv[5]
 sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
 pool, _ = make_pool(Context())
 batches = [_labelled(b, 3, static=True).to(device) for b in select_batches(pool, 8, 32)]
-trainer = paper_trainer(paper_config("decomposable"), device, "fp32", 32, cuda_graphs="auto")
+trainer = paper_trainer(paper_config(sys.argv[6]), device, "fp32", 32, cuda_graphs="auto")
 trainer.model.train()
 for b in batches:  # warm-up and every shape's capture, before the clock
     trainer.training_step(b)
@@ -311,17 +314,18 @@ print(pairs / (time.perf_counter() - started))
 """
 
 
-def packed_rates(device: str, trials: tuple[int, ...], seconds: float) -> tuple[dict[int, float], list[Row]]:
-    """For each k of ``trials``: k decomposable-attention trials (separate processes, as Ray runs
-    trials) training at once on ``device``; each warms up and captures its graphs, waits until
-    all k have, then trains for ``seconds``. Their aggregate pairs/s by k, and a FAIL row per k
-    where a process failed."""
+def packed_rates(device: str, trials: tuple[int, ...], seconds: float, model: str = "decomposable"
+                 ) -> tuple[dict[int, float], list[Row]]:
+    """For each k of ``trials``: k trials of ``model``'s checked variant (separate processes, as
+    Ray runs trials) training at once on ``device``; each warms up and captures its graphs, waits
+    until all k have, then trains for ``seconds``. Their aggregate pairs/s by k, and a FAIL row
+    per k where a process failed."""
     rates, failed = {}, []
     env = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
     barrier = Path(tempfile.mkdtemp(prefix="gc_packing_"))
     for k in trials:
         processes = [subprocess.Popen([sys.executable, "-c", PACKED_SCRIPT, str(barrier), str(k), str(seconds),
-                                       device, str(i)],
+                                       device, str(i), model],
                                       cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
                      for i in range(k)]
         outputs = [p.communicate(timeout=400) for p in processes]
@@ -331,6 +335,105 @@ def packed_rates(device: str, trials: tuple[int, ...], seconds: float) -> tuple[
             continue
         rates[k] = sum(float(o[0].split()[-1]) for o in outputs)
     return rates, failed
+
+
+# snli_wbw.yaml's grid (lr x dropout x ℓ2, 36 configurations) and issue 47's goals on one GPU: the
+# stack's configurations/hour >= 10x one trial at a time, >= 3x the best packing of trials.
+STACK_GRID = {"lr": (1e-4, 3e-4, 1e-3), "dropout": (0.0, 0.1, 0.2), "l2": (0.0, 1e-4, 3e-4, 1e-3)}
+STACK_GOALS = {"one_at_a_time": 10.0, "best_packing": 3.0}
+STACK_PACKINGS = (4, 8)
+DRY_STACK_MEMBERS = 4
+
+
+def stack_configs(device: str, sizes: Sizes) -> list:
+    """The word-by-word model's snli_wbw grid as RunConfigs (the first DRY_STACK_MEMBERS of it in
+    the dry run), Adam at batch 32, fp32, eager (stacks do not capture graphs)."""
+    import itertools
+
+    from nli_models.config import RunConfig
+
+    block = model_block("rocktaschel", sizes)
+    points = list(itertools.product(*STACK_GRID.values()))[: DRY_STACK_MEMBERS if sizes.tiny else None]
+    return [RunConfig.model_validate({
+        "name": f"gpu_check_stack_{i}", "model": {**block, "args": {**block["args"], "dropout": dropout}},
+        "data": {"corpus": "toy"},
+        "training": {"optimizer": "adam", "batch_size": 32, "lr": lr, "l2": l2, "seed": 1, "device": device}})
+        for i, (lr, dropout, l2) in enumerate(points)]
+
+
+def _pairs_per_s(step, batches, sizes: Sizes, device: str) -> float:
+    """Pairs/s of ``step`` over ``batches`` (after one warm-up pass), for at least min_seconds."""
+    import torch
+
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    for batch in batches:
+        step(batch)
+    sync()
+    pairs, seconds = 0, 0.0
+    while seconds == 0.0 or seconds < sizes.min_seconds:
+        started = time.perf_counter()
+        for batch in batches:
+            step(batch)
+        sync()
+        seconds += time.perf_counter() - started
+        pairs += sum(len(b) for b in batches)
+    return pairs / seconds
+
+
+def check_stacking(device: str, sizes: Sizes, batches) -> list[Row]:
+    """The snli_wbw grid (word-by-word attention, k=100) as one stack against its trials: the
+    stack's member-pairs/s (members x pairs/s of its step) against one trial's pairs/s as it
+    trains by default (graphs on CUDA), and on CUDA against the best of STACK_PACKINGS trial
+    processes at once (``packed_rates``). Configurations/hour go as these rates (every
+    configuration trains the same epochs), so their ratio is the configurations/hour ratio."""
+    import torch
+
+    from benchmarks.throughput import VOCAB_SIZE
+    from nli_models.data import PreparedData, Vocabulary
+    from nli_models.stacked import StackedTrainer
+    from nli_models.training import make_trainer
+
+    configs = stack_configs(device, sizes)
+    # The timed batches' token ids are below VOCAB_SIZE (SNLI dev lengths, throughput's pool).
+    vocabulary = Vocabulary(["<pad>", "<unk>", *(f"w{i}" for i in range(VOCAB_SIZE - 2))])
+    data = PreparedData("synthetic", vocabulary, ("entailment", "neutral", "contradiction"), {})
+    solo = make_trainer(configs[0], data)
+    solo.model.train()
+    # On CUDA the trial trains as CUDA graphs (training.cuda_graphs auto), on static lengths.
+    solo_rate = _pairs_per_s(solo.training_step, [_labelled(b, 3, static=device == "cuda").to(solo.device)
+                                                  for b in batches], sizes, device)
+    del solo
+    stack = StackedTrainer(configs, data)
+    stack.model.train()
+    if device == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+    stack_rate = _pairs_per_s(stack.training_step,
+                              [_labelled(b, 3, static=False).to(stack.device) for b in batches], sizes, device)
+    members = len(configs)
+    peak = torch.cuda.max_memory_allocated() / 2**20 if device == "cuda" else None
+    rows = [Row("stacking.rates", "INFO",
+                f"one trial {solo_rate:,.0f} pairs/s; a stack of {members}: {stack_rate:,.0f} pairs/s per member, "
+                f"{members * stack_rate:,.0f} member-pairs/s" + (f", peak {peak:,.0f} MiB" if peak else ""),
+                {"members": members, "solo_pairs_per_s": solo_rate, "stack_pairs_per_s": stack_rate,
+                 "peak_mib": peak})]
+    over_one = members * stack_rate / solo_rate
+    goal = STACK_GOALS["one_at_a_time"]
+    rows.append(Row("stacking.one_at_a_time", ("PASS" if over_one >= goal else "FAIL") if device == "cuda" else "INFO",
+                    f"the stack trains {over_one:.2f}x the configurations/hour of one trial at a time "
+                    f"(goal on one GPU >= {goal}x)", {"ratio": over_one}))
+    if device != "cuda":
+        return rows
+    packed, failed = packed_rates(device, STACK_PACKINGS, 10.0, model="rocktaschel")
+    rows += failed
+    if packed:
+        best_k, best = max(packed.items(), key=lambda item: item[1])
+        over_packing = members * stack_rate / best
+        goal = STACK_GOALS["best_packing"]
+        rows.append(Row("stacking.best_packing", "PASS" if over_packing >= goal else "FAIL",
+                        f"the stack trains {over_packing:.2f}x the configurations/hour of the best packing "
+                        f"({best_k} trials at once: {best:,.0f} pairs/s in all; goal >= {goal}x)",
+                        {"ratio": over_packing, "packed": packed}))
+    return rows
 
 
 def check_packing(device: str, seconds: float = 10.0) -> list[Row]:
@@ -467,6 +570,7 @@ def run_checks(device: str, out: Path, budget_s: float, only: set[str] | None = 
     jobs += [(f"graphs_match.{m}", lambda m=m: [check_graphs_match_eager(m, device, sizes, pools[32][:4])])
              for m in CHECKED]
     jobs.append(("packing", lambda: check_packing(device)))
+    jobs.append(("stacking", lambda: check_stacking(device, sizes, pools[32])))
     # The sweep gets what is left of the budget (at least 30 s): the whole run ends by budget + 30 s.
     jobs.append(("sweep", lambda: check_sweep(device, out, max(30.0, budget_s - (time.perf_counter() - started)))))
     for name, job in jobs:
@@ -499,7 +603,7 @@ def main(argv: list[str] | None = None) -> int:
                         "default 420 on cuda, 3600 on cpu")
     parser.add_argument("--only", default=None,
                         help="comma-separated check kinds: train,checkpoint,determinism,step,graphs_match,"
-                        "packing,sweep")
+                        "packing,stacking,sweep")
     args = parser.parse_args(argv)
     # Read when cuBLAS starts: set before any CUDA work so that the determinism check can pass.
     os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")

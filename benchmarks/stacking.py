@@ -4,7 +4,9 @@ separate trials one after another, on the same cores, with the same torch thread
 - ABCNN-3 one-conv at the paper's width (50 kernels, w = 3, NONOVER copy, max_length 40),
   Adagrad, lr x ℓ2 over Table 2's TE range (4 x 2);
 - decomposable attention (vanilla, paper width 200, dropout 0.2), Adagrad, lr x seed (2 x 4);
-  and the same at width 50 (no goal: it shows where stacking pays on a CPU).
+  and the same at width 50 (no goal: it shows where stacking pays on a CPU);
+- Rocktäschel et al.'s word-by-word attention (k=100), Adam, lr x dropout x ℓ2 (2 x 2 x 2), a
+  corner of snli_wbw.yaml's grid (no CPU goal: its goal is on a GPU, ``gpu_check``).
 
 Data: real SICK (the official split) with GloVe 6B 50d kept fixed, as the papers keep their
 vectors fixed, when ../shared/data/sick and the vectors package are here; else the toy corpus.
@@ -36,8 +38,11 @@ TITLE = "Stacked trials: 8 configurations as one batched model against 8 separat
 THREADS = 1
 SICK_FILE = "sick/SICK.txt"
 GOALS = {"abcnn3": 2.0, "decomposable": 1.5}  # issue 47: stacked / separate configurations per hour
-ABCNN_GRID = [(lr, l2, 1) for l2 in (0.0006, 0.0007) for lr in (0.08, 0.0833, 0.0867, 0.09)]
-DECOMPOSABLE_GRID = [(lr, 0.0, seed) for lr in (0.025, 0.05) for seed in (1, 2, 3, 4)]
+# Each configuration: what it sets in training (lr, l2, seed) and, for dropout, in the model's args.
+ABCNN_GRID = [{"lr": lr, "l2": l2} for l2 in (0.0006, 0.0007) for lr in (0.08, 0.0833, 0.0867, 0.09)]
+DECOMPOSABLE_GRID = [{"lr": lr, "seed": seed} for lr in (0.025, 0.05) for seed in (1, 2, 3, 4)]
+WORD_BY_WORD_GRID = [{"lr": lr, "dropout": dropout, "l2": l2, "optimizer": "adam"}
+                     for lr in (3e-4, 1e-3) for dropout in (0.0, 0.1) for l2 in (0.0, 1e-4)]
 MODELS = {
     "abcnn3": ({"name": "abcnn", "variant": "abcnn3",
                 "args": {"hidden_size": 50, "filter_width": 3, "num_blocks": 1, "nonover": True,
@@ -49,6 +54,11 @@ MODELS = {
     "decomposable_w50": ({"name": "decomposable", "variant": "vanilla",
                           "args": {"hidden_size": 50, "projection_dim": 50, "dropout": 0.2}},
                          DECOMPOSABLE_GRID),
+    # snli_wbw.yaml's model and a corner of its grid (lr x dropout x ℓ2), Adam. No CPU goal: its
+    # goal is on a GPU (benchmarks/gpu_check.py, stacking); a solo trial's LSTMs and word-by-word
+    # recurrence are fused kernels on CPU, a stack's are one small op per step.
+    "word_by_word": ({"name": "rocktaschel", "variant": "word_by_word", "args": {"hidden_size": 100}},
+                     WORD_BY_WORD_GRID),
 }
 
 
@@ -64,10 +74,14 @@ def data_block(ctx: Context) -> tuple[dict[str, Any], str]:
 def configurations(model: str, data: dict[str, Any], quick: bool) -> list[RunConfig]:
     spec, grid = MODELS[model]
     training = {"optimizer": "adagrad", "batch_size": 32, "epochs": 1, "num_threads": THREADS,
-                "device": "cpu", **({"max_steps": 20} if quick else {})}
-    return [RunConfig.model_validate({"name": f"{model}_{i}", "model": spec, "data": data,
-                                      "training": {**training, "lr": lr, "l2": l2, "seed": seed}})
-            for i, (lr, l2, seed) in enumerate(grid)]
+                "device": "cpu", "l2": 0.0, "seed": 1, **({"max_steps": 20} if quick else {})}
+    configs = []
+    for i, point in enumerate(grid):
+        args = {**spec["args"], **({"dropout": point["dropout"]} if "dropout" in point else {})}
+        configs.append(RunConfig.model_validate({
+            "name": f"{model}_{i}", "model": {**spec, "args": args}, "data": data,
+            "training": {**training, **{k: v for k, v in point.items() if k != "dropout"}}}))
+    return configs
 
 
 class Clock:
@@ -120,6 +134,7 @@ def run(ctx: Context) -> dict[str, Any]:
                      f"{speedup['wall']:.2f}x"])
         members[model] = [
             {"lr": c.training.lr, "l2": c.training.l2, "seed": c.training.seed,
+             "dropout": c.model.args.get("dropout"),
              "dev_separate": round(100 * a, 1), "dev_stacked": round(100 * b, 1)}
             for c, a, b in zip(configs, separate_accuracy, stacked_accuracy, strict=True)]
         targets.append(target(f"stack of 8 {model}: configurations/hour vs 8 separate trials",
@@ -136,8 +151,8 @@ def run(ctx: Context) -> dict[str, Any]:
                     "stacked configs/CPU-h", "speedup (CPU)", "wall s separate / stacked", "speedup (wall)"],
                    rows)
         + "\n\nDev accuracy (%) per configuration, separate trial and stack member:\n\n"
-        + "\n\n".join(md_table(["model", "lr", "ℓ2", "seed", "dev separate", "dev stacked"],
-                               [[m, r["lr"], r["l2"], r["seed"], r["dev_separate"], r["dev_stacked"]]
+        + "\n\n".join(md_table(["model", "lr", "ℓ2", "seed", "dropout", "dev separate", "dev stacked"],
+                               [[m, r["lr"], r["l2"], r["seed"], r["dropout"], r["dev_separate"], r["dev_stacked"]]
                                 for r in rs]) for m, rs in members.items())
     )
     return {"data": described, "budget": budget, "threads": THREADS, "rows": rows, "members": members,

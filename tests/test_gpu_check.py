@@ -70,6 +70,9 @@ def test_the_cpu_dry_run_passes_on_a_machine_with_only_torch_and_nli_models(tmp_
             assert graphs["status"] == "SKIP" and "need a CUDA device" in graphs["detail"]
         assert rows[f"graphs_match.{model}"]["status"] == "SKIP"
     assert rows["packing"]["status"] == "SKIP"
+    stacking = rows["stacking.rates"]["data"]
+    assert stacking["members"] == 4 and stacking["solo_pairs_per_s"] > 0 and stacking["stack_pairs_per_s"] > 0
+    assert rows["stacking.one_at_a_time"]["status"] == "INFO"  # the goal is judged on a GPU only
     assert rows["sweep"]["status"] == "SKIP" and "ray" in rows["sweep"]["detail"]
     assert "| train.cam.bf16 | PASS |" in (tmp_path / "summary.md").read_text()
     assert rows["environment"]["data"]["missing_packages"] == ["ray", "mlflow", "optuna", "pandas"]
@@ -80,8 +83,8 @@ def test_no_check_starts_once_the_budget_is_spent(tmp_path, monkeypatch):
     assert main(["--device", "cpu", "--budget-s", "0", "--out", str(tmp_path)]) == 0
     rows = rows_of(tmp_path)
     checks = [r for name, r in rows.items() if name not in ("environment", "total")]
-    # train, checkpoint, determinism, step (eager and graphs), graphs_match, packing, sweep
-    assert len(checks) == 4 * 2 + 4 + 4 * 2 + 4 * 2 * 2 + 4 + 1 + 1
+    # train, checkpoint, determinism, step (eager and graphs), graphs_match, packing, stacking, sweep
+    assert len(checks) == 4 * 2 + 4 + 4 * 2 + 4 * 2 * 2 + 4 + 1 + 1 + 1
     assert all(r["status"] == "SKIP" and "budget of 0 s was spent" in r["detail"] for r in checks)
 
 

@@ -1,5 +1,5 @@
 """The fused word-by-word attention functions (the CPU's and the GPU path's) against Rocktäschel et
-al. eq. 11-13 written with plain autograd (the reference below), on ragged premises and
+al. eq. 11-13 written with plain autograd (``word_by_word_equations``, which stacks run), on ragged premises and
 hypotheses."""
 
 from __future__ import annotations
@@ -8,8 +8,7 @@ import pytest
 import torch
 
 from nli_models.models import word_by_word
-from nli_models.models.layers import masked_softmax
-from nli_models.models.word_by_word import word_by_word_attention
+from nli_models.models.word_by_word import word_by_word_attention, word_by_word_equations
 
 pytestmark = pytest.mark.unit
 
@@ -22,16 +21,7 @@ def path(request, monkeypatch):
     return request.param
 
 
-def reference(memory, memory_mask, queries, query_mask, w_y, w_h, w_r, w_t, w):
-    r = memory.new_zeros(memory.shape[0], memory.shape[2])
-    alphas = []
-    for t in range(queries.shape[1]):
-        m = torch.tanh(memory @ w_y.t() + (queries[:, t] @ w_h.t() + r @ w_r.t()).unsqueeze(1))
-        alpha = masked_softmax((m @ w.t()).squeeze(-1), memory_mask)
-        new = torch.bmm(alpha.unsqueeze(1), memory).squeeze(1) + torch.tanh(r @ w_t.t())
-        r = torch.where(query_mask[:, t, None], new, r)
-        alphas.append(alpha)
-    return r, torch.stack(alphas, dim=1) * query_mask.unsqueeze(-1)
+reference = word_by_word_equations  # eq. 11-13 as written, with autograd (the stack's formulation)
 
 
 def inputs(batch=4, premise=6, hypothesis=5, dim=3, dtype=torch.float64, seed=0):

@@ -20,6 +20,7 @@ from nli_models import build_model
 from nli_models.config import TrainingConfig
 from nli_models.data import batch_indices, iterate_batches
 from nli_models.models import layers
+from nli_models.models.stepwise_lstm import StepwiseLSTM
 from nli_models.stacked import (
     StackDropout,
     StackedAdagrad,
@@ -41,6 +42,11 @@ MODELS = {
                            "args": {"embedding_dim": 8, "projection_dim": 8, "hidden_size": 8, "dropout": 0.0}},
     "abcnn3": {"name": "abcnn", "variant": "abcnn3",
                "args": {"embedding_dim": 8, "hidden_size": 6, "nonover": True, "max_length": 40}},
+    "word_by_word": {"name": "rocktaschel", "variant": "word_by_word",
+                     "args": {"embedding_dim": 8, "hidden_size": 8, "two_way": True}},
+    "conditional_shared": {"name": "rocktaschel", "variant": "conditional",
+                           "args": {"embedding_dim": 8, "hidden_size": 8, "shared_encoder": True}},
+    "cam": {"name": "cam", "variant": "full", "args": {"embedding_dim": 8, "hidden_size": 6}},
 }
 # (lr, l2, seed) per member: members differ in all three.
 MEMBERS = ((0.01, 0.0, 1), (0.05, 1e-3, 1), (0.02, 1e-2, 7))
@@ -122,18 +128,36 @@ def test_an_inactive_member_keeps_its_parameters_and_state(optimizer_class, host
 
 # -- the stacked model --------------------------------------------------------------------------
 
-@pytest.mark.parametrize("name,config", [
+EVERY_STACKED_ARCHITECTURE = [
     ("decomposable", {"variant": "vanilla"}), ("decomposable", {"variant": "intra"}),
     ("abcnn", {"variant": "abcnn3", "nonover": True}), ("abcnn", {"variant": "abcnn1", "num_blocks": 2}),
-])
-def test_stacked_logits_are_each_members_logits(name, config):
+    ("rocktaschel", {"variant": "conditional", "shared_encoder": True}),
+    ("rocktaschel", {"variant": "attention", "two_way": True}),
+    ("rocktaschel", {"variant": "word_by_word", "delimiter_id": 22}),
+    ("rocktaschel", {"variant": "word_by_word", "two_way": True, "shared_encoder": True}),
+    ("cam", {"variant": "full"}), ("cam", {"variant": "intra_only"}), ("cam", {"variant": "inter_only"}),
+]
+
+
+@pytest.mark.parametrize("name,config", EVERY_STACKED_ARCHITECTURE)
+def test_stacked_logits_and_gradients_are_each_members(name, config):
+    """Logits of the stack's forward (the LSTMs run stepwise, word-by-word attention by its
+    equations) equal each member's solo forward; so do the gradients of every stacked parameter;
+    a member's state_dict loads into a solo model."""
     members = [_build(name, config, seed=seed) for seed in (0, 1, 2)]
     stack = StackedModel(members).eval()
-    batch = random_batch((7, 3, 5, 2), (4, 6, 2, 5), low=1, high=24, seed=0)
+    batch = random_batch((7, 3, 5, 2), (4, 6, 2, 5), low=1, high=22, seed=0)
     logits = stack(*batch)
     assert logits.shape == (3, 4, 3)
+    upstream = torch.randn_like(logits)
+    names = list(stack.stacked_parameters())
+    grads = torch.autograd.grad(logits, list(stack.stacked_parameters().values()), upstream)
     for i, member in enumerate(members):
         torch.testing.assert_close(logits[i], member.eval()(*batch), rtol=1e-5, atol=1e-6)
+        parameters = dict(member.named_parameters())
+        solo_grads = torch.autograd.grad(member(*batch), [parameters[n] for n in names], upstream[i])
+        for parameter, got, want in zip(names, grads, solo_grads, strict=True):
+            torch.testing.assert_close(got[i], want, rtol=1e-4, atol=1e-6, msg=lambda m, p=parameter: f"{p}: {m}")
         solo = _build(name, config, seed=99)
         solo.load_state_dict(stack.member_state_dict(i))
         torch.testing.assert_close(solo.eval()(*batch), member(*batch), rtol=0, atol=0)
@@ -141,6 +165,7 @@ def test_stacked_logits_are_each_members_logits(name, config):
 
 @pytest.mark.parametrize("name,config", [
     ("decomposable", {"variant": "intra", "dropout": 0.2}), ("abcnn", {"variant": "abcnn3", "nonover": True}),
+    ("rocktaschel", {"variant": "word_by_word", "two_way": True, "dropout": 0.1}), ("cam", {"variant": "full"}),
 ])
 def test_a_stacked_step_reads_nothing_on_the_host_off_the_cpu(name, config, request):
     """The meta device takes the models' off-CPU (GPU) branches: forward, backward and the
@@ -220,10 +245,61 @@ def test_stack_dropout_is_the_models_dropout():
     assert all(torch.equal(member, same[0]) for member in same)
 
 
-def test_models_that_are_not_stacked_are_refused():
-    members = [build_model("rocktaschel", vocab_size=24, embedding_dim=8, num_classes=3, hidden_size=8)]
-    with pytest.raises(ValueError, match="pytorch#105982"):
+def test_what_is_not_one_registered_architecture_is_refused():
+    with pytest.raises(ValueError, match="stacked models are decomposable, abcnn, rocktaschel, cam"):
+        StackedModel([torch.nn.Linear(3, 3)])
+    members = [build_model(name, vocab_size=24, embedding_dim=8, num_classes=3, hidden_size=8)
+               for name in ("rocktaschel", "cam")]
+    with pytest.raises(ValueError, match="one architecture"):
         StackedModel(members)
+
+
+@pytest.mark.parametrize("bidirectional", [False, True])
+@pytest.mark.parametrize("initial_state", [False, True])
+def test_a_stepwise_lstm_is_the_held_and_packed_runs(bidirectional, initial_state):
+    """run_lstm and run_lstm_outputs on a StepwiseLSTM (the stack's LSTM) give the nn.LSTM's
+    results (held or packed: the state after each row's last real token, zero outputs at padding)
+    and gradients, alone and under vmap over members with their own weights."""
+    torch.manual_seed(0)
+    lstms = [torch.nn.LSTM(5, 4, batch_first=True, bidirectional=bidirectional) for _ in range(3)]
+    directions = 2 if bidirectional else 1
+    x = torch.randn(3, 4, 6, 5, requires_grad=True)
+    mask = torch.arange(6) < torch.tensor([6, 2, 4, 1]).unsqueeze(1)
+    state = tuple(torch.randn(directions, 4, 4) for _ in range(2)) if initial_state else None
+
+    def outputs(lstm, xi):
+        out, (h, c) = layers.run_lstm(lstm, xi, mask, state)
+        if bidirectional:
+            return out, h, c
+        return (out, h, c, *layers.run_lstm_outputs(lstm, xi, mask, state))
+
+    expected = [outputs(lstm, x[i]) for i, lstm in enumerate(lstms)]
+    stepwise = StepwiseLSTM(lstms[0])
+    names = [name for name, _ in lstms[0].named_parameters()]
+    assert [name for name, _ in stepwise.named_parameters()] == names
+    for got, want in zip(outputs(stepwise, x[0]), expected[0], strict=True):
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+
+    class Runs(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lstm = stepwise
+
+        def forward(self, xi):
+            return outputs(self.lstm, xi)
+
+    stacked = {"lstm." + name: torch.stack([getattr(lstm, name) for lstm in lstms]).detach().requires_grad_()
+               for name in names}
+    members = torch.vmap(lambda tensors, xi: torch.func.functional_call(Runs(), tensors, (xi,)))(stacked, x)
+    upstream = [torch.randn_like(t) for t in members]
+    got = torch.autograd.grad(members, [x, *stacked.values()], upstream)
+    for i, lstm in enumerate(lstms):
+        for member, want in zip(members, expected[i], strict=True):
+            torch.testing.assert_close(member[i], want, rtol=1e-5, atol=1e-6)
+        want = torch.autograd.grad(expected[i], [x, *lstm.parameters()], [u[i] for u in upstream])
+        torch.testing.assert_close(got[0][i], want[0][i], rtol=1e-4, atol=1e-6)
+        for stacked_grad, solo_grad in zip(got[1:], want[1:], strict=True):
+            torch.testing.assert_close(stacked_grad[i], solo_grad, rtol=1e-4, atol=1e-6)
 
 
 def test_configurations_that_differ_in_shape_do_not_stack():
@@ -242,6 +318,7 @@ def test_configurations_that_differ_in_shape_do_not_stack():
 
 @pytest.mark.parametrize("model,optimizer", [
     ("decomposable", "adam"), ("decomposable", "adagrad"), ("decomposable_intra", "adam"), ("abcnn3", "adagrad"),
+    ("word_by_word", "adam"), ("conditional_shared", "adam"), ("cam", "adam"),
 ])
 def test_each_members_losses_are_its_solo_runs(model, optimizer, toy, one_thread):
     """Members differing in lr, ℓ2 and seed: 20 steps, each member's loss equals the solo
@@ -268,6 +345,31 @@ def test_with_dropout_each_member_draws_its_own_masks(toy, one_thread):
     stack.model.eval()
     logits = stack.model(*batch.inputs())
     torch.testing.assert_close(logits[0], logits[1], rtol=0, atol=0)
+
+
+def test_members_with_their_own_dropout_rates_draw_at_them(toy, one_thread):
+    """A grid over dropout stacks: each member masks at its own rate (a member at 0 computes its
+    solo model's logits in training mode), and its weights load into its solo model."""
+    rates = (0.0, 0.25, 0.5)
+    configs = [toy_run_config({**MODELS["word_by_word"], "args": {**MODELS["word_by_word"]["args"], "dropout": p}},
+                              TOY, lr=0.01, seed=1, batch_size=8, device="cpu") for p in rates]
+    check_stackable(configs)
+    stack = StackedTrainer(configs, toy)
+    assert stack.model.rate_names == ["dropout.rate"]
+    batch = _batches(toy, 1)[0]
+    solo = make_trainer(configs[0], toy)
+    solo.model.train()
+    stack.model.train()
+    torch.testing.assert_close(stack.model(*batch.inputs())[0], solo.model(*batch.inputs()), rtol=1e-5, atol=1e-6)
+    # The masks themselves, on a template dropout's own input: the fraction kept is each member's 1 - p.
+    dropout = stack.model.template.dropout
+    kept = torch.vmap(lambda rate: torch.func.functional_call(dropout, {"rate": rate}, (torch.ones(20_000),)),
+                      randomness="different")(stack.model.member_tensors.dropout__rate)
+    for member, p in zip(kept, rates, strict=True):
+        assert abs((member != 0).float().mean().item() - (1 - p)) < 0.02
+        torch.testing.assert_close(member.unique(), torch.tensor([0.0, 1 / (1 - p)]).unique()[int(p == 0):])
+    for i, config in enumerate(configs):
+        make_trainer(config, toy).model.load_state_dict(stack.model.member_state_dict(i))
 
 
 def _member_slice(stack: StackedTrainer, member: int) -> list[torch.Tensor]:

@@ -94,6 +94,36 @@ def test_each_member_is_its_solo_trial_in_the_store(tmp_path):
     pd.testing.assert_frame_equal(tables["stacked"], tables["solo"], atol=1e-9)
 
 
+def test_a_word_by_word_grid_over_dropout_is_one_stack_of_faithful_members(tmp_path):
+    """Rocktäschel's word-by-word attention (its LSTMs stepwise in the stack) over lr x dropout:
+    one stack of 4 members, each its own run with its own dropout; the dropout-0 members' epochs
+    equal their solo trials' (a sweep of those two, unstacked), the others' masks differ."""
+    model = {"name": "rocktaschel", "variant": "word_by_word", "args": {"hidden_size": 12, "embedding_dim": 12}}
+    space = {"lr": {"grid": [0.01, 0.003]}, "dropout": {"grid": [0.0, 0.3]}}
+    runs = {}
+    for name, stack, dropouts in (("wbw_stacked", "auto", [0.0, 0.3]), ("wbw_solo", "off", [0.0])):
+        spec = write_spec(tmp_path, {
+            "name": name, "model": model, "data": {"toy": {"size": 400}},
+            "training": {"optimizer": "adam", "lr": 0.01, "epochs": 2},
+        }, replace_search={"sampler": "grid", "space": {**space, "dropout": {"grid": dropouts}}, "seeds": [1],
+                           "stack": stack, "max_concurrent_trials": 1, "resources": {"cpu": 1}})
+        result = run_orchestrate(["sweep", str(spec)], cwd=tmp_path)
+        assert result.returncode == 0, result.stdout + result.stderr
+        runs[name] = {(c.data.params["lr"], c.data.params["dropout"]): c for c in runs_of(tmp_path, name)[1]}
+    assert len(list((tmp_path / "ray_results").glob("wbw_stacked-*/run_stack_trial_*"))) == 1
+    stacked, solo = runs["wbw_stacked"], runs["wbw_solo"]
+    assert sorted(stacked) == [(lr, p) for lr in ("0.003", "0.01") for p in ("0.0", "0.3")]
+    assert all(run.info.status == "FINISHED" for run in stacked.values())
+    for key, run in solo.items():
+        for metric in (rs.METRIC_TRAIN_LOSS, rs.METRIC_DEV_LOSS, rs.METRIC_DEV_ACCURACY):
+            ours, theirs = _history(tmp_path, stacked[key], metric), _history(tmp_path, run, metric)
+            assert [s for s, _ in ours] == [s for s, _ in theirs] == [1, 2], (key, metric)
+            assert [v for _, v in ours] == pytest.approx([v for _, v in theirs], abs=1e-5), (key, metric)
+    for lr in ("0.003", "0.01"):
+        with_dropout = _history(tmp_path, stacked[(lr, "0.3")], rs.METRIC_TRAIN_LOSS)
+        assert with_dropout != _history(tmp_path, stacked[(lr, "0.0")], rs.METRIC_TRAIN_LOSS)
+
+
 def test_asha_stops_one_member_and_a_nan_member_fails_alone(tmp_path):
     """Adam, lr 0.01 (learns), 1e-5 (barely) and 1e10 (NaN at once) in one stack under ASHA: the
     NaN member is FAILED and marked diverged, ASHA stops the slow member at its first rung (its

@@ -25,6 +25,7 @@ from torch.nn import functional as F
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from nli_models.embeddings import PAD_INDEX
+from nli_models.models.stepwise_lstm import StepwiseLSTM
 
 
 class Dropout(nn.Dropout):
@@ -364,6 +365,9 @@ def run_lstm(
     """
     with recurrent_precision(inputs) as precision:
         inputs, state = precision.cast(inputs, state)
+        if isinstance(lstm, StepwiseLSTM):  # a stack's copy of the model (nli_models.stacked)
+            outputs, (h_n, c_n) = lstm.run(inputs, mask, state)
+            return outputs, (h_n if final_h else None, c_n)
         # Off the CPU a held run that drops h_n needs no lengths (on CPU they check the mask).
         lengths = sequence_lengths(mask) if final_h or on_host(mask) else None
         bidirectional_held = state is None and not on_host(inputs)
@@ -389,6 +393,9 @@ def run_lstm_outputs(
         raise ValueError("run_lstm_outputs needs a unidirectional LSTM")
     with recurrent_precision(inputs) as precision:
         inputs, state = precision.cast(inputs, state)
+        if isinstance(lstm, StepwiseLSTM):  # a stack's copy of the model (nli_models.stacked)
+            outputs, (h_n, _) = lstm.run(inputs, mask, state)
+            return outputs, h_n[-1]
         lengths = sequence_lengths(mask)
         outputs, _ = lstm(inputs, state)
         # Zeroed in the LSTM's own (time-major) layout: word-by-word attention reads them per step.

@@ -42,7 +42,7 @@ from nli_models.models.layers import (
     run_lstm_outputs,
 )
 from nli_models.models.pair_classifier import PairClassifier, Sentences
-from nli_models.models.word_by_word import word_by_word_attention
+from nli_models.models.word_by_word import WordByWordAttention
 from nli_models.registry import PaperConfig, register_model
 
 _PAPER = "rocktaschel2016"
@@ -178,6 +178,7 @@ class Rocktaschel2016(PairClassifier):
         if variant == "word_by_word":
             self.w_r = nn.Linear(hidden_size, hidden_size, bias=False)  # eq. 11
             self.w_t = nn.Linear(hidden_size, hidden_size, bias=False)  # eq. 13
+            self.word_by_word_attention = WordByWordAttention()  # eq. 11-13's recurrence
         self.w_p = nn.Linear(hidden_size, hidden_size, bias=False)  # eq. 10/14
         self.w_x = nn.Linear(hidden_size, hidden_size, bias=False)
         self.output = nn.Linear(hidden_size * (2 if args.two_way else 1), num_classes)
@@ -252,7 +253,7 @@ class Rocktaschel2016(PairClassifier):
         hypothesis_mask: torch.Tensor,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Eq. 11-13 -> (r_N, α [B, Lh, Lp])."""
-        return word_by_word_attention(
+        return self.word_by_word_attention(
             premise_outputs,
             premise_mask,
             hypothesis_outputs,

@@ -38,14 +38,20 @@ r_N as holding r through the padding, without a masked update per step; backward
 exactly zero gradient. On CPU this function is slower (its kept tensors leave the cache, and the
 side-by-side matmul is a batched matrix-vector product): 10.6 ms against 7.5 ms forward and
 backward at batch 32, 13 x 11 tokens, k=100.
+
+Neither function can run under ``torch.vmap`` (they write into buffers they allocate). A stack of
+members (``nli_models.stacked``) runs the model's ``WordByWordAttention`` module as
+``WordByWordEquations``: eq. 11-13 as written, with autograd (``word_by_word_equations``, the
+reference both functions are tested against), which vmap batches over the members.
 """
 
 from __future__ import annotations
 
 import torch
+from torch import nn
 from torch.nn import functional as F
 
-from nli_models.models.layers import autocast_active, on_host
+from nli_models.models.layers import autocast_active, masked_softmax, on_host
 
 _SLOTS = 2  # the leading rows of X_t: q_t and u_t
 
@@ -236,3 +242,45 @@ def _attention(memory, memory_mask, queries, query_mask, w_y, w_h, w_r, w_t, w):
         return _Recomputed.apply(memory, F.linear(memory, w_y), memory_mask, F.linear(queries, w_h), query_mask,
                                  w_r, w_t, w)
     return _Kept.apply(memory, memory_mask, queries, query_mask, w_y, w_h, w_r, w_t, w)
+
+
+def word_by_word_equations(
+    memory: torch.Tensor,
+    memory_mask: torch.Tensor,
+    queries: torch.Tensor,
+    query_mask: torch.Tensor,
+    w_y: torch.Tensor,
+    w_h: torch.Tensor,
+    w_r: torch.Tensor,
+    w_t: torch.Tensor,
+    w: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Eq. 11-13 as written, one autograd op at a time: ``word_by_word_attention``'s arguments
+    and results. r is held where a row's hypothesis has ended."""
+    r = memory.new_zeros(memory.shape[0], memory.shape[2])
+    projected_memory = memory @ w_y.t()
+    alphas = []
+    for t in range(queries.shape[1]):
+        m = torch.tanh(projected_memory + (queries[:, t] @ w_h.t() + r @ w_r.t()).unsqueeze(1))
+        alpha = masked_softmax((m @ w.t()).squeeze(-1), memory_mask)
+        new = torch.bmm(alpha.unsqueeze(1), memory).squeeze(1) + torch.tanh(r @ w_t.t())
+        r = torch.where(query_mask[:, t, None], new, r)
+        alphas.append(alpha)
+    return r, torch.stack(alphas, dim=1) * query_mask.unsqueeze(-1)
+
+
+class WordByWordAttention(nn.Module):
+    """``word_by_word_attention`` as a module (no parameters: the model passes its weights), so
+    that a stack's copy of the model can run it as ``WordByWordEquations``."""
+
+    def forward(self, *arguments: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``word_by_word_attention``'s arguments and results."""
+        return word_by_word_attention(*arguments)
+
+
+class WordByWordEquations(WordByWordAttention):
+    """The stack's formulation: ``word_by_word_equations``, which vmap batches."""
+
+    def forward(self, *arguments: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``word_by_word_attention``'s arguments and results."""
+        return word_by_word_equations(*arguments)

@@ -25,11 +25,16 @@ members it is one ``bmm``; its tap sum is a ``torch.autograd.Function`` with its
 run on the [k, ...] tensors as they are). Dropout runs as ``StackDropout`` (the same masks'
 law, with an op vmap batches).
 
-Stacked: decomposable attention (vanilla and intra) and ABCNN (BCNN, ABCNN-1/2/3, one or more
-blocks, NONOVER; layerwise training is not stacked yet). Not stacked yet: Rocktäschel et al.'s
-LSTMs and word-by-word attention (cuDNN/oneDNN LSTMs cannot be vmapped, pytorch#105982: they
-need an LSTM written with batched matmuls) and CAM (a BiLSTM encoder too; stack it only where
-measured to pay). ``StackedModel`` refuses them.
+cuDNN's and oneDNN's LSTM kernels cannot be vmapped (pytorch#105982): the stack's copy runs each
+``nn.LSTM`` as a ``StepwiseLSTM`` (the same gate equations, one batched matmul per time step,
+the state held at padding as a packed run holds it), and word-by-word attention's fused
+functions (which write into their own buffers) as ``WordByWordEquations`` (eq. 11-13 with
+autograd). Module-for-module swaps, like the convolution's: the model's own ``forward`` runs.
+
+Stacked: decomposable attention (vanilla and intra), ABCNN (BCNN, ABCNN-1/2/3, one or more
+blocks, NONOVER; layerwise training is not stacked yet), Rocktäschel et al. (conditional,
+attention, word-by-word; shared encoder, two-way, delimiter) and CAM (full, intra-only,
+inter-only).
 """
 
 from __future__ import annotations
@@ -43,13 +48,10 @@ from torch import nn
 from torch.func import functional_call
 
 from nli_models.models import layers
+from nli_models.models.stepwise_lstm import StepwiseLSTM
+from nli_models.models.word_by_word import WordByWordAttention, WordByWordEquations
 
-STACKED_MODELS = ("decomposable", "abcnn")
-NOT_STACKED = {
-    "rocktaschel": "its LSTMs cannot be vmapped (pytorch#105982); a batched-matmul LSTM is not written yet",
-    "word_by_word": "its LSTMs cannot be vmapped (pytorch#105982); a batched-matmul LSTM is not written yet",
-    "cam": "its BiLSTM encoder cannot be vmapped (pytorch#105982); not stacked yet",
-}
+STACKED_MODELS = ("decomposable", "abcnn", "rocktaschel", "cam")
 
 
 class WindowedConv1d(nn.Module):
@@ -128,9 +130,20 @@ class StackDropout(layers.Dropout):
     (decomposable attention's step, 8 members: 0.18 -> 0.25-0.37 s). The same masks' law; each
     member draws its own (``randomness="different"``). (Made in place by an autograd.Function
     with its own vmap rule instead, it measured the same: 33.1 against 33.7 ms per width-50 step,
-    177.8 against 174.8 at width 200.)"""
+    177.8 against 174.8 at width 200.)
+
+    Members may differ in their rate (a grid over dropout): the stack then sets ``rate``, a
+    buffer no solo model has (not persistent, so not in a member's state_dict), and replaces it
+    by the members' rates [k]; each member draws with its own p, on every device."""
+
+    def __init__(self, p: float):
+        super().__init__(p)
+        self.register_buffer("rate", None, persistent=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.training and self.rate is not None:
+            keep = torch.rand(x.shape, device=x.device) >= self.rate
+            return x * keep.to(x.dtype) / (1.0 - self.rate)
         if not self.training or self.p == 0 or x.device.type != "cpu":
             return super().forward(x)
         keep = torch.rand(x.shape, device=x.device) >= self.p
@@ -138,14 +151,22 @@ class StackDropout(layers.Dropout):
 
 
 def _stack_formulation(module: nn.Module) -> nn.Module:
-    """``module`` with every nn.Conv1d replaced by its WindowedConv1d and every dropout by
-    StackDropout (in place; returns it)."""
-    for name, child in list(module.named_children()):
+    """``module`` with every nn.Conv1d replaced by its WindowedConv1d, every nn.LSTM by its
+    StepwiseLSTM, word-by-word attention by WordByWordEquations and every dropout by StackDropout
+    (in place; returns it). An LSTM held under two names (Rocktäschel's shared encoder) becomes
+    two StepwiseLSTMs holding the same parameters: ``functional_call`` restores tied parameters,
+    but leaves its batched tensors in a module held under two names (torch 2.13)."""
+    # _modules, not named_children(): that yields a module held under two names once.
+    for name, child in list(module._modules.items()):
         if isinstance(child, nn.Conv1d):
             setattr(module, name, WindowedConv1d(child))
+        elif isinstance(child, nn.LSTM):
+            setattr(module, name, StepwiseLSTM(child))
+        elif isinstance(child, WordByWordAttention):
+            setattr(module, name, WordByWordEquations())
         elif isinstance(child, layers.Dropout):
             setattr(module, name, StackDropout(child.p))
-        else:
+        elif child is not None:
             _stack_formulation(child)
     return module
 
@@ -156,7 +177,7 @@ def _key(name: str) -> str:
 
 
 class StackedModel(nn.Module):
-    """k members of one registered architecture (decomposable, abcnn) as one module.
+    """k members of one registered architecture (``STACKED_MODELS``) as one module.
 
     ``forward`` takes a batch as every model does and returns logits [k, B, num_classes].
     ``parameters()`` are the stacked tensors, each [k, *solo shape]; ``stacked_parameters``
@@ -173,8 +194,7 @@ class StackedModel(nn.Module):
             raise ValueError("a stack needs at least one member")
         name = getattr(type(members[0]), "registered_name", type(members[0]).__name__)
         if name not in STACKED_MODELS:
-            why = NOT_STACKED.get(name, f"stacked models are {', '.join(STACKED_MODELS)}")
-            raise ValueError(f"model {name!r} is not stacked: {why}")
+            raise ValueError(f"model {name!r} is not stacked: stacked models are {', '.join(STACKED_MODELS)}")
         if any(type(m) is not type(members[0]) for m in members):
             raise ValueError("stack members must be one architecture")
         if getattr(members[0], "active_blocks", None) not in (None, getattr(members[0], "num_blocks", None)):
@@ -208,6 +228,14 @@ class StackedModel(nn.Module):
             else:
                 self.member_tensors.register_buffer(_key(key), torch.stack(values))
                 self.stacked_names.append(key)
+        # Dropout rates that differ between members: [k] tensors in place of the template's rate.
+        self.rate_names: list[str] = []
+        for key, module in members[0].named_modules():
+            rates = [float(m.get_submodule(key).p) for m in members] if isinstance(module, layers.Dropout) else []
+            if len(set(rates)) > 1:
+                self.template.get_submodule(key).rate = torch.tensor(rates[0])
+                self.member_tensors.register_buffer(_key(key + ".rate"), torch.tensor(rates))
+                self.rate_names.append(key + ".rate")
 
     def _share(self, key: str, value: torch.Tensor) -> None:
         self.shared_tensors.register_buffer(_key(key), value)
@@ -231,7 +259,7 @@ class StackedModel(nn.Module):
     def forward(self, premise: torch.Tensor, premise_mask: torch.Tensor, hypothesis: torch.Tensor,
                 hypothesis_mask: torch.Tensor) -> torch.Tensor:
         """Logits [k, B, num_classes] of every member for one batch (the solo forward's inputs)."""
-        stacked = {name: getattr(self.member_tensors, _key(name)) for name in self.stacked_names}
+        stacked = {name: getattr(self.member_tensors, _key(name)) for name in self.stacked_names + self.rate_names}
         shared = {name: getattr(self.shared_tensors, _key(name)) for name in self.shared_names}
 
         def member(tensors: dict[str, torch.Tensor], *inputs: torch.Tensor) -> torch.Tensor:

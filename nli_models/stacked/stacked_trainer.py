@@ -1,8 +1,9 @@
 """Training k configurations of one architecture as one stacked model: no Ray, no MLflow.
 
 ``StackedTrainer(configs, data)`` takes one ``RunConfig`` per member. They may differ in the
-name and in ``training.lr``, ``training.l2``, ``training.adagrad_accumulator`` and
-``training.seed`` (the member's initialisation) and in nothing else (``check_stackable``). Each
+name and in ``training.lr``, ``training.l2``, ``training.adagrad_accumulator``,
+``training.seed`` (the member's initialisation) and the model's ``dropout`` (each member draws
+its masks at its own rate: ``StackDropout``), and in nothing else (``check_stackable``). Each
 member is built as a solo run builds it (``seed_everything(seed)``, ``build_for_data``), so with
 dropout off member i's losses are those of the solo model and optimizer of ``configs[i]`` on the
 same batches (tests/test_stacked.py). The batches are shared: their order comes from the first
@@ -42,7 +43,7 @@ from nli_models.config import RunConfig, TrainingConfig
 from nli_models.data import PreparedData, batch_indices, iterate_batches
 from nli_models.data.batch import Batch
 from nli_models.registry import count_parameters
-from nli_models.stacked.model import NOT_STACKED, STACKED_MODELS, StackedModel
+from nli_models.stacked.model import STACKED_MODELS, StackedModel
 from nli_models.stacked.stacked_optimizers import make_stacked_optimizer
 from nli_models.training.metrics import Evaluation, class_accuracy
 from nli_models.training.trainer import (
@@ -67,7 +68,8 @@ def _rng_kept() -> Iterator[None]:
     np.random.set_state(numpy)
 
 
-MEMBER_FIELDS = ("lr", "l2", "adagrad_accumulator", "seed")  # training fields members may differ in
+# What members may differ in: training fields, and the model's dropout rate (a model argument).
+MEMBER_FIELDS = ("lr", "l2", "adagrad_accumulator", "seed", "dropout")
 
 MemberCallback = Callable[["StackedTrainer", list[EpochResult | None]], None]
 
@@ -85,7 +87,8 @@ def check_stackable(configs: Sequence[RunConfig]) -> None:
     def shape(config: RunConfig) -> dict:
         dumped = config.model_dump(exclude={"name"})
         for key in MEMBER_FIELDS:
-            dumped["training"].pop(key)
+            dumped["training"].pop(key, None)
+            dumped["model"]["args"].pop(key, None)
         return dumped
 
     first = shape(configs[0])
@@ -106,8 +109,7 @@ def stack_refusal(model: str, training: TrainingConfig) -> str | None:
         training: the training config the members share.
     """
     if model not in STACKED_MODELS:
-        return f"model {model!r} is not stacked: " + NOT_STACKED.get(
-            model, f"stacked models are {', '.join(STACKED_MODELS)}")
+        return f"model {model!r} is not stacked: stacked models are {', '.join(STACKED_MODELS)}"
     refused = {"training.layerwise": training.layerwise, "training.grad_clip": training.grad_clip is not None,
                "training.precision bf16": training.precision != "fp32",
                "training.cuda_graphs on": training.cuda_graphs == "on"}

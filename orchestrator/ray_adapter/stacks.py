@@ -3,8 +3,9 @@ configurations grouped into stacks, a stack's Tune events turned into its member
 a trial of its own to the listeners: its journal records, MLflow run, outcome), and Tune's
 scheduler run per member.
 
-Grouping: grid points whose flat hyperparameters agree on everything but lr, l2 and
-adagrad_accumulator (STACKED_FIELDS) share stacks, taken in the grid's order up to the stack size.
+Grouping: grid points whose flat hyperparameters agree on everything but lr, l2,
+adagrad_accumulator and dropout (STACKED_FIELDS) share stacks, taken in the grid's order up to the
+stack size.
 Seeds do not stack: a stack's members share one batch order, their first member's seed's
 (StackedTrainer), and a solo run shuffles with its own seed; with one seed per stack every member
 trains on its solo run's batches, from its solo run's initialisation, so with dropout off its
