@@ -11,8 +11,8 @@ separate trials one after another, on the same cores, with the same torch thread
 Data: real SICK (the official split) with GloVe 6B 50d kept fixed, as the papers keep their
 vectors fixed, when ../shared/data/sick and the vectors package are here; else the toy corpus.
 Budget: one epoch per configuration (``--quick``: 20 steps), then one dev evaluation. Separate
-trials are the project's ``Trainer.fit`` (each with its own seed's batch order); the stack is
-``StackedTrainer.fit`` (member 0's batch order for all). Configurations/hour counts building,
+trials are the project's ``Trainer.fit``, the stack is ``StackedTrainer.fit`` (each member on its
+own seed's batch order, as its trial). Configurations/hour counts building,
 training and the dev evaluation of all 8. Both run with ``THREADS`` torch threads. The goals are
 judged per CPU-hour of this process (the cores are shared with other engineers, whose load moves
 wall times by tens of percent between two runs); wall-clock rates are reported beside them.

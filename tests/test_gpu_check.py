@@ -73,6 +73,7 @@ def test_the_cpu_dry_run_passes_on_a_machine_with_only_torch_and_nli_models(tmp_
     stacking = rows["stacking.rates"]["data"]
     assert stacking["members"] == 4 and stacking["solo_pairs_per_s"] > 0 and stacking["stack_pairs_per_s"] > 0
     assert rows["stacking.one_at_a_time"]["status"] == "INFO"  # the goal is judged on a GPU only
+    assert rows["stacking.seeds"]["status"] == "INFO" and rows["stacking.seeds"]["data"]["ratio"] > 0
     assert rows["sweep"]["status"] == "SKIP" and "ray" in rows["sweep"]["detail"]
     assert "| train.cam.bf16 | PASS |" in (tmp_path / "summary.md").read_text()
     assert rows["environment"]["data"]["missing_packages"] == ["ray", "mlflow", "optuna", "pandas"]

@@ -167,13 +167,16 @@ def test_stacked_logits_and_gradients_are_each_members(name, config):
     ("decomposable", {"variant": "intra", "dropout": 0.2}), ("abcnn", {"variant": "abcnn3", "nonover": True}),
     ("rocktaschel", {"variant": "word_by_word", "two_way": True, "dropout": 0.1}), ("cam", {"variant": "full"}),
 ])
-def test_a_stacked_step_reads_nothing_on_the_host_off_the_cpu(name, config, request):
+@pytest.mark.parametrize("per_member", [False, True], ids=["shared_batch", "batch_per_member"])
+def test_a_stacked_step_reads_nothing_on_the_host_off_the_cpu(name, config, per_member, request):
     """The meta device takes the models' off-CPU (GPU) branches: forward, backward and the
-    per-member optimizer's step of a stack read no value on the host (building the stack may)."""
+    per-member optimizer's step of a stack read no value on the host (building the stack may),
+    on one batch for both members or a batch each ([2, B, L] inputs: seeds that differ)."""
     stack = StackedModel([_build(name, config, seed=seed) for seed in (0, 1)]).train().to("meta")
     optimizer = make_stacked_optimizer(stack, [TrainingConfig(optimizer="adam", lr=lr) for lr in (0.1, 0.01)])
+    inputs = [torch.stack([a, b]) for a, b in zip(_batch(0), _batch(1), strict=True)] if per_member else _batch()
     request.getfixturevalue("host_reads_raise")
-    logits = stack(*(t.to("meta") for t in _batch()))
+    logits = stack(*(t.to("meta") for t in inputs))
     assert logits.shape[:2] == (2, len(_batch()[0]))
     logits.sum().backward()
     optimizer.step(torch.tensor([True, False], device="meta"))
@@ -333,6 +336,35 @@ def test_each_members_losses_are_its_solo_runs(model, optimizer, toy, one_thread
         torch.testing.assert_close(stacked[:, i], losses, rtol=1e-5, atol=1e-5)
     # Members 0 and 1 share the seed: one first loss, then their own lr and ℓ2 take them apart.
     assert stacked[0, 0] == stacked[0, 1] and (stacked[1:, 0] != stacked[1:, 1]).all()
+
+
+@pytest.mark.parametrize("model,optimizer", [
+    ("decomposable_intra", "adam"), ("abcnn3", "adagrad"), ("word_by_word", "adam"), ("cam", "adam"),
+])
+def test_members_of_several_seeds_train_on_their_own_batches(model, optimizer, toy, one_thread):
+    """Seeds stack: each member draws its solo run's batch order (the stack pads the members'
+    batches to one shape; a shorter batch's extra rows count in no loss), so after an epoch
+    (two, bucketed: a short batch somewhere in each order) a member's weights, train loss and
+    dev result are its solo run's."""
+    configs = [c.model_copy(update={"training": c.training.model_copy(update={"epochs": 2, "batch_size": 14})})
+               for c in _configs(model, optimizer, ((0.01, 0.0, 1), (0.05, 1e-3, 2), (0.02, 1e-2, 7)))]
+    assert len(toy.splits["train"]) % 14
+    stack = StackedTrainer(configs, toy)
+    assert stack.batch_seeds == [1, 2, 7]
+    states = stack.fit()
+    for i, config in enumerate(configs):
+        solo = make_trainer(config, toy)
+        expected = solo.fit()
+        for got, want in zip(states[i].history, expected.history, strict=True):
+            assert got.train_loss == pytest.approx(want.train_loss, rel=1e-5, abs=1e-6)
+            assert got.train_accuracy == pytest.approx(want.train_accuracy, abs=1e-6)
+            assert got.dev_loss == pytest.approx(want.dev_loss, rel=1e-5, abs=1e-6)
+            assert got.dev_accuracy == want.dev_accuracy
+        member = stack.model.member_state_dict(i)
+        for name, tensor in solo.model.state_dict().items():
+            # The stack's batches run the off-CPU path (test_host_sync: equal to float rounding), and
+            # Adam's normalised step turns rounding in a near-zero gradient into ~1e-5 of weight.
+            torch.testing.assert_close(member[name], tensor, rtol=1e-4, atol=1e-4, msg=lambda m, n=name: f"{n}: {m}")
 
 
 def test_with_dropout_each_member_draws_its_own_masks(toy, one_thread):

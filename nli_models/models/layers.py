@@ -15,9 +15,11 @@ all), which takes the same branches as CUDA.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import functools
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 import torch
 from torch import nn
@@ -81,9 +83,26 @@ def _bias_values(dtype: torch.dtype, device: torch.device) -> tuple[torch.Tensor
             torch.full((), torch.finfo(dtype).min, dtype=dtype, device=device))
 
 
+_HOST_READS = contextvars.ContextVar("host_reads", default=True)
+
+
 def on_host(tensor: torch.Tensor) -> bool:
-    """Reading this tensor's values costs no device synchronisation."""
-    return tensor.device.type == "cpu"
+    """Reading this tensor's values costs no device synchronisation (and no
+    ``without_host_reads`` block is running)."""
+    return tensor.device.type == "cpu" and _HOST_READS.get()
+
+
+@contextlib.contextmanager
+def without_host_reads() -> Iterator[None]:
+    """While the block runs the models take their off-CPU path on every device: no value is read
+    on the host and no shape depends on the data. A stack whose members train on batches of
+    their own runs under ``torch.vmap`` with the batch as a batched input, whose values vmap
+    cannot expose (``nli_models.stacked``); tests/test_host_sync.py checks the two paths agree."""
+    token = _HOST_READS.set(False)
+    try:
+        yield
+    finally:
+        _HOST_READS.reset(token)
 
 
 def distinct_words(*ids: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:

@@ -34,6 +34,7 @@ from nli_models.stacked.stacked_optimizers import (
 )
 from nli_models.stacked.stacked_trainer import (
     MEMBER_FIELDS,
+    MemberBatch,
     StackedTrainer,
     check_stackable,
     stack_refusal,
@@ -41,6 +42,7 @@ from nli_models.stacked.stacked_trainer import (
 
 __all__ = [
     "MEMBER_FIELDS",
+    "MemberBatch",
     "STACKED_MODELS",
     "StackDropout",
     "StackedAdagrad",

@@ -258,15 +258,26 @@ class StackedModel(nn.Module):
 
     def forward(self, premise: torch.Tensor, premise_mask: torch.Tensor, hypothesis: torch.Tensor,
                 hypothesis_mask: torch.Tensor) -> torch.Tensor:
-        """Logits [k, B, num_classes] of every member for one batch (the solo forward's inputs)."""
+        """Logits [k, B, num_classes] of every member: for one batch shared by all (the solo
+        forward's inputs, [B, L]), or for a batch per member (each input [k, B, L]: members whose
+        seeds differ train on their own solo runs' batches, padded to one shape).
+
+        Per-member batches run the models' off-CPU path (``layers.without_host_reads``): what
+        the CPU path computes once from the batch on the host (distinct words, real positions,
+        NONOVER's kept words) has data-dependent shapes, which vmap cannot batch.
+        """
         stacked = {name: getattr(self.member_tensors, _key(name)) for name in self.stacked_names + self.rate_names}
         shared = {name: getattr(self.shared_tensors, _key(name)) for name in self.shared_names}
 
         def member(tensors: dict[str, torch.Tensor], *inputs: torch.Tensor) -> torch.Tensor:
             return functional_call(self.template, (tensors, shared), inputs)
 
-        members = torch.vmap(member, in_dims=(0, None, None, None, None), randomness="different")
-        return members(stacked, premise, premise_mask, hypothesis, hypothesis_mask)
+        inputs = (premise, premise_mask, hypothesis, hypothesis_mask)
+        if premise.dim() == 2:
+            members = torch.vmap(member, in_dims=(0, None, None, None, None), randomness="different")
+            return members(stacked, *inputs)
+        with layers.without_host_reads():
+            return torch.vmap(member, randomness="different")(stacked, *inputs)
 
     @torch.no_grad()
     def member_state_dict(self, member: int) -> dict[str, torch.Tensor]:

@@ -6,9 +6,10 @@ name and in ``training.lr``, ``training.l2``, ``training.adagrad_accumulator``,
 its masks at its own rate: ``StackDropout``), and in nothing else (``check_stackable``). Each
 member is built as a solo run builds it (``seed_everything(seed)``, ``build_for_data``), so with
 dropout off member i's losses are those of the solo model and optimizer of ``configs[i]`` on the
-same batches (tests/test_stacked.py). The batches are shared: their order comes from the first
-member's seed, so a member with another seed sees the batches its solo run would see only when
-the order is fixed by the caller (a solo run shuffles with its own seed).
+same batches (tests/test_stacked.py). Each member trains on its solo run's batches: members of
+one seed share one batch order; with several seeds, each step stacks every member's own batch
+(``MemberBatch``: padded to one shape, a shorter batch's extra rows in no loss), and the model
+runs its off-CPU path (``StackedModel.forward``).
 
 Per member, as ``Trainer`` does per run: the epoch's train loss and accuracy, dev loss and
 accuracy, best-on-dev tracking (``TrainState``, and the best weights as the solo model's
@@ -32,7 +33,7 @@ import copy
 import random
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import asdict
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 import numpy as np
@@ -42,6 +43,7 @@ import torch.nn.functional as F
 from nli_models.config import RunConfig, TrainingConfig
 from nli_models.data import PreparedData, batch_indices, iterate_batches
 from nli_models.data.batch import Batch
+from nli_models.embeddings import PAD_INDEX
 from nli_models.registry import count_parameters
 from nli_models.stacked.model import STACKED_MODELS, StackedModel
 from nli_models.stacked.stacked_optimizers import make_stacked_optimizer
@@ -118,6 +120,71 @@ def stack_refusal(model: str, training: TrainingConfig) -> str | None:
     return None
 
 
+@dataclass
+class MemberBatch:
+    """A batch per member, padded to one shape ([k, B, L] inputs, [k, B] labels): members whose
+    seeds differ train on their own solo runs' batches. ``rows`` is True at a member's own
+    pairs; a shorter batch's missing rows repeat its first pair and count in no loss."""
+
+    premise: torch.Tensor
+    premise_mask: torch.Tensor
+    hypothesis: torch.Tensor
+    hypothesis_mask: torch.Tensor
+    label: torch.Tensor
+    rows: torch.Tensor
+
+    @classmethod
+    def of(cls, batches: Sequence[Batch], member_order: torch.Tensor) -> MemberBatch:
+        """Args:
+            batches: one batch per order (on the host).
+            member_order: each member's index into ``batches``.
+        """
+        size = max(len(batch) for batch in batches)
+        premise_length = max(batch.premise.shape[1] for batch in batches)
+        hypothesis_length = max(batch.hypothesis.shape[1] for batch in batches)
+        positions = torch.arange(size)
+
+        def padded(batch: Batch) -> tuple[torch.Tensor, ...]:
+            rows = positions < len(batch)
+            index = torch.where(rows, positions, 0)
+
+            def pad(tensor: torch.Tensor, length: int, value: int | bool) -> torch.Tensor:
+                return F.pad(tensor[index], (0, length - tensor.shape[1]), value=value)
+
+            return (pad(batch.premise, premise_length, PAD_INDEX), pad(batch.premise_mask, premise_length, False),
+                    pad(batch.hypothesis, hypothesis_length, PAD_INDEX),
+                    pad(batch.hypothesis_mask, hypothesis_length, False), batch.label[index], rows)
+
+        columns = zip(*(padded(batch) for batch in batches), strict=True)
+        return cls(*(torch.stack(column)[member_order] for column in columns))
+
+    def to(self, device: torch.device | str, non_blocking: bool = False) -> MemberBatch:
+        return MemberBatch(*(getattr(self, f.name).to(device, non_blocking=non_blocking) for f in fields(self)))
+
+    def inputs(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        return self.premise, self.premise_mask, self.hypothesis, self.hypothesis_mask
+
+
+def _member_labels(batch: Batch | MemberBatch, size: int) -> torch.Tensor:
+    """Each member's labels, [k, B]."""
+    return batch.label if isinstance(batch, MemberBatch) else batch.label.expand(size, -1)
+
+
+def _member_rows(batch: Batch | MemberBatch, size: int) -> torch.Tensor:
+    """Where each member has a pair of its own, [k, B]."""
+    return batch.rows if isinstance(batch, MemberBatch) else torch.ones_like(batch.label, dtype=torch.bool).expand(size, -1)
+
+
+def _member_losses(logits: torch.Tensor, batch: Batch | MemberBatch) -> torch.Tensor:
+    """Each member's mean cross-entropy over its own pairs, [k] (a solo run's loss)."""
+    size = logits.shape[0]
+    per_pair = F.cross_entropy(logits.flatten(0, 1).float(), _member_labels(batch, size).flatten(),
+                               reduction="none").view(size, -1)
+    if not isinstance(batch, MemberBatch):
+        return per_pair.mean(dim=1)
+    return torch.where(batch.rows, per_pair, 0.0).sum(dim=1) / batch.rows.sum(dim=1)
+
+
 class StackedTrainer:
     def __init__(self, configs: Sequence[RunConfig], data: PreparedData):
         """Args:
@@ -140,6 +207,10 @@ class StackedTrainer:
         self.model = StackedModel(members).to(self.device)
         self.optimizer = make_stacked_optimizer(self.model, [c.training for c in self.configs])
         self.size = len(self.configs)
+        # Each member trains on its solo run's batches: one order per distinct seed.
+        seeds = [config.training.seed for config in self.configs]
+        self.batch_seeds = list(dict.fromkeys(seeds))
+        self.member_order = torch.tensor([self.batch_seeds.index(seed) for seed in seeds])
         self.active = torch.ones(self.size, dtype=torch.bool, device=self.device)
         self.stop_reasons: list[str | None] = [None] * self.size
         self.states = [TrainState() for _ in self.configs]
@@ -194,17 +265,16 @@ class StackedTrainer:
         if self.stop_reasons[member] is None:
             self.stop_reasons[member] = reason
 
-    def training_step(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
+    def training_step(self, batch: Batch | MemberBatch) -> tuple[torch.Tensor, torch.Tensor]:
         """One optimizer step of every active member on a batch on the trainer's device:
         (losses [k], logits [k, B, C]), detached, not read on the host. A member whose loss is
         not finite is dropped from ``active`` before the step.
 
         Args:
-            batch: the batch.
+            batch: one batch for every member, or a batch per member (``MemberBatch``).
         """
         logits = self.model(*batch.inputs())
-        losses = F.cross_entropy(logits.flatten(0, 1).float(), batch.label.repeat(self.size),
-                                 reduction="none").view(self.size, -1).mean(dim=1)
+        losses = _member_losses(logits, batch)
         finite = torch.isfinite(losses.detach())
         diverging = self.active & ~finite
         self.diverged_step = torch.where(diverging, self.steps + 1, self.diverged_step)
@@ -217,13 +287,24 @@ class StackedTrainer:
         self.optimizer.step(self.active)
         return losses.detach(), logits.detach()
 
-    def _batches(self, split: str, shuffle: bool, epoch: int = 0):
+    def _batches(self, split: str, shuffle: bool, epoch: int = 0, seed: int | None = None) -> Iterator[Batch]:
+        """A split's batches on the host, in the order a solo run of ``seed`` draws them."""
         bucketed = self.config.batching == "bucketed"
         rows = batch_indices(self.data.splits[split], self.config.batch_size, shuffle=shuffle,
-                             seed=self.config.seed, epoch=epoch,
+                             seed=self.config.seed if seed is None else seed, epoch=epoch,
                              pool_batches=self.config.bucket_pool_batches if bucketed else None)
-        for batch in iterate_batches(self.data.splits[split], rows):
-            yield batch.to(self.device, non_blocking=True)
+        return iterate_batches(self.data.splits[split], rows)
+
+    def _training_batches(self, epoch: int) -> Iterator[Batch | MemberBatch]:
+        """An epoch's training batches on the device: each member's solo run's. Members of one
+        seed share their batches; members of several seeds get a ``MemberBatch`` per step."""
+        if len(self.batch_seeds) == 1:
+            for batch in self._batches("train", shuffle=True, epoch=epoch):
+                yield batch.to(self.device, non_blocking=True)
+            return
+        orders = [self._batches("train", shuffle=True, epoch=epoch, seed=seed) for seed in self.batch_seeds]
+        for batches in zip(*orders, strict=True):
+            yield MemberBatch.of(batches, self.member_order).to(self.device, non_blocking=True)
 
     def train_epoch(self, epoch: int) -> tuple[torch.Tensor, torch.Tensor]:
         """One epoch (or up to max_steps): per member, the mean training loss and accuracy over
@@ -232,16 +313,17 @@ class StackedTrainer:
         total_loss = torch.zeros(self.size, device=self.device)
         correct = torch.zeros(self.size, device=self.device)
         seen = torch.zeros(self.size, device=self.device)
-        for batch in self._batches("train", shuffle=True, epoch=epoch):
+        for batch in self._training_batches(epoch):
             if self.steps_exhausted():
                 break
             trained = self.active.clone()
             losses, logits = self.training_step(batch)
             trained &= self.active  # a member that diverged at this step did not train on it
             self.steps += 1
-            total_loss += torch.where(trained, losses, 0.0) * len(batch)
-            correct += torch.where(trained, (logits.argmax(dim=2) == batch.label).sum(dim=1), 0)
-            seen += trained * len(batch)
+            rows, labels = _member_rows(batch, self.size), _member_labels(batch, self.size)
+            total_loss += torch.where(trained, losses, 0.0) * rows.sum(dim=1)
+            correct += torch.where(trained, ((logits.argmax(dim=2) == labels) & rows).sum(dim=1), 0)
+            seen += trained * rows.sum(dim=1)
         return total_loss / seen, correct / seen
 
     @torch.no_grad()
@@ -252,6 +334,7 @@ class StackedTrainer:
         total_loss = torch.zeros(self.size, dtype=torch.float64, device=self.device)
         predictions, gold = [], []
         for batch in self._batches(split, shuffle=False):
+            batch = batch.to(self.device, non_blocking=True)
             logits = self.model(*batch.inputs()).float()
             total_loss += F.cross_entropy(logits.flatten(0, 1), batch.label.repeat(self.size),
                                           reduction="none").view(self.size, -1).sum(dim=1)

@@ -4,12 +4,10 @@ a trial of its own to the listeners: its journal records, MLflow run, outcome), 
 scheduler run per member.
 
 Grouping: grid points whose flat hyperparameters agree on everything but lr, l2,
-adagrad_accumulator and dropout (STACKED_FIELDS) share stacks, taken in the grid's order up to the
-stack size.
-Seeds do not stack: a stack's members share one batch order, their first member's seed's
-(StackedTrainer), and a solo run shuffles with its own seed; with one seed per stack every member
-trains on its solo run's batches, from its solo run's initialisation, so with dropout off its
-epochs are its solo trial's (tests/test_stacked_sweeps.py).
+adagrad_accumulator, dropout and seed (nli_models.stacked.MEMBER_FIELDS) share stacks, taken in
+the grid's order up to the stack size. Every member trains on its solo run's batches (one order
+per seed: StackedTrainer), from its solo run's initialisation, so with dropout off its epochs are
+its solo trial's (tests/test_stacked_sweeps.py).
 
 Schedulers: ASHA and the median rule decide per member. The driver holds one Tune scheduler
 (ray_search.make_scheduler) that sees each member as a trial; a member it stops is named to the
@@ -47,9 +45,6 @@ from orchestrator.ray_adapter.stack_trial import (
 from orchestrator.sweep.spec import SweepSpec
 from results import run_schema as rs
 
-# What the members of a sweep's stack differ in: MEMBER_FIELDS but the seed (see above).
-STACKED_FIELDS = tuple(name for name in MEMBER_FIELDS if name != rs.PARAM_SEED)
-
 
 def group_stacks(configs: list[dict[str, Any]], search: dict[str, Any], size: int) -> list[list[dict[str, Any]]]:
     """Tune configs (a grid's points) as stacks of at most `size` (see the module docstring).
@@ -62,7 +57,7 @@ def group_stacks(configs: list[dict[str, Any]], search: dict[str, Any], size: in
     groups: dict[str, list[dict[str, Any]]] = {}
     for config in configs:
         shared = {name: value for name, value in trial_params(config, search).items()
-                  if name not in STACKED_FIELDS}
+                  if name not in MEMBER_FIELDS}
         groups.setdefault(json.dumps(shared, sort_keys=True, default=str), []).append(config)
     return [members[i:i + size] for members in groups.values() for i in range(0, len(members), size)]
 

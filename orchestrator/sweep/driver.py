@@ -15,6 +15,7 @@ from nli_models.config import Overrides
 from nli_models.cpus import usable_cpus
 from nli_models.data import PreparedData
 from nli_models.errors import mask_secrets
+from nli_models.stacked import MEMBER_FIELDS
 from orchestrator.journal.operations import Journal, journal_file
 from orchestrator.journal.parent_records import (
     SweepSummary,
@@ -257,8 +258,8 @@ def _stacking_line(spec: SweepSpec) -> str | None:
         return f"search.stack {spec.search.stack}: one configuration per trial ({why})"
     if size == 1:
         return None
-    return (f"search.stack {spec.search.stack}: configurations of one seed that differ only in lr, l2 "
-            f"or adagrad_accumulator train as stacks of up to {size} members, one Tune trial each; "
+    return (f"search.stack {spec.search.stack}: configurations that differ only in "
+            f"{', '.join(MEMBER_FIELDS)} train as stacks of up to {size} members, one Tune trial each; "
             "every member is its own trial and run")
 
 

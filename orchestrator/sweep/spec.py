@@ -135,8 +135,8 @@ class SearchConfig(StrictModel):
     protocol: ProtocolConfig = Field(default_factory=ProtocolConfig)
     stack: Literal["off", "auto"] | int = Field(
         "off",
-        description="train grid configurations of one seed that differ only in lr, l2 or "
-        "adagrad_accumulator as one stacked model per trial (nli_models.stacked): 'auto' stacks up to "
+        description="train grid configurations that differ only in lr, l2, adagrad_accumulator, "
+        "dropout or seed as one stacked model per trial (nli_models.stacked): 'auto' stacks up to "
         f"{AUTO_STACK_SIZE} where the model and training allow it, N up to N (refused where they "
         "do not), 'off' one configuration per trial",
     )
