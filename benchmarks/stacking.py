@@ -3,8 +3,10 @@ separate trials one after another, on the same cores, with the same torch thread
 
 - ABCNN-3 one-conv at the paper's width (50 kernels, w = 3, NONOVER copy, max_length 40),
   Adagrad, lr x ℓ2 over Table 2's TE range (4 x 2);
-- decomposable attention (vanilla, paper width 200, dropout 0.2), Adagrad, lr x seed (2 x 4);
-  and the same at width 50 (no goal: it shows where stacking pays on a CPU);
+- decomposable attention (vanilla, paper width 200, dropout 0.2), Adagrad, lr x seed (2 x 4):
+  members of several seeds train on batches of their own, through the models' GPU path (padded,
+  dense); the same model over lr x ℓ2 at one seed (one batch order, the CPU path; no goal), and
+  lr x seed at width 50 (no goal: it shows where stacking pays on a CPU);
 - Rocktäschel et al.'s word-by-word attention (k=100), Adam, lr x dropout x ℓ2 (2 x 2 x 2), a
   corner of snli_wbw.yaml's grid (no CPU goal: its goal is on a GPU, ``gpu_check``).
 
@@ -41,6 +43,8 @@ GOALS = {"abcnn3": 2.0, "decomposable": 1.5}  # issue 47: stacked / separate con
 # Each configuration: what it sets in training (lr, l2, seed) and, for dropout, in the model's args.
 ABCNN_GRID = [{"lr": lr, "l2": l2} for l2 in (0.0006, 0.0007) for lr in (0.08, 0.0833, 0.0867, 0.09)]
 DECOMPOSABLE_GRID = [{"lr": lr, "seed": seed} for lr in (0.025, 0.05) for seed in (1, 2, 3, 4)]
+# The same model over lr x ℓ2 at one seed: every member on one batch order (the models' CPU path).
+DECOMPOSABLE_ONE_SEED_GRID = [{"lr": lr, "l2": l2} for lr in (0.025, 0.05) for l2 in (0.0, 1e-5, 3e-5, 1e-4)]
 WORD_BY_WORD_GRID = [{"lr": lr, "dropout": dropout, "l2": l2, "optimizer": "adam"}
                      for lr in (3e-4, 1e-3) for dropout in (0.0, 0.1) for l2 in (0.0, 1e-4)]
 MODELS = {
@@ -50,7 +54,10 @@ MODELS = {
     "decomposable": ({"name": "decomposable", "variant": "vanilla",
                       "args": {"hidden_size": 200, "projection_dim": 200, "dropout": 0.2}},
                      DECOMPOSABLE_GRID),
-    # Where the step is overhead-bound rather than matmul-bound: the same grid at width 50.
+    "decomposable_one_seed": ({"name": "decomposable", "variant": "vanilla",
+                               "args": {"hidden_size": 200, "projection_dim": 200, "dropout": 0.2}},
+                              DECOMPOSABLE_ONE_SEED_GRID),
+    # Where the step is overhead-bound rather than matmul-bound: the lr x seed grid at width 50.
     "decomposable_w50": ({"name": "decomposable", "variant": "vanilla",
                           "args": {"hidden_size": 50, "projection_dim": 50, "dropout": 0.2}},
                          DECOMPOSABLE_GRID),

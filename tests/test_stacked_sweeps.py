@@ -56,12 +56,12 @@ def _checkpoint_state(folder: Path, run) -> dict:
 
 
 def test_each_member_is_its_solo_trial_in_the_store(tmp_path):
-    """One sweep stacked (one stack of 8: lr x ℓ2 x 2 seeds, each member on its own seed's batch
-    order) and the same sweep one configuration per trial: the same 8 child runs, each member's
+    """One sweep stacked (stack: 8, one stack of lr x ℓ2 x 2 seeds, each member on its own seed's
+    batch order) and the same sweep one configuration per trial: the same 8 child runs, each member's
     epochs equal to its solo trial's, the same selection and test accuracy; each member's
     checkpoint is its own."""
     said = {}
-    for name, stack in (("stacked", "auto"), ("solo", "off")):
+    for name, stack in (("stacked", 8), ("solo", "off")):
         result = run_orchestrate(["sweep", str(_spec(tmp_path, name, stack))], cwd=tmp_path)
         assert result.returncode == 0, result.stdout + result.stderr
         said[name] = result.stderr
@@ -188,6 +188,9 @@ def test_ctrl_c_then_resume_leaves_each_member_as_an_uninterrupted_sweep(tmp_pat
     assert ("continuing from the sweep's journal" in resumed.stderr) == (tune_state == "deleted"), resumed.stderr
     result = run_orchestrate(["sweep", str(_spec(whole, "cut", "auto"))], cwd=whole)
     assert result.returncode == 0, result.stdout + result.stderr
+    # auto on CPUs keeps seeds apart: one stack per seed (stacks of several seeds pay on GPUs).
+    assert "seeds apart" in result.stderr
+    assert len(list((whole / "ray_results").glob("cut-*/run_stack_trial_*"))) == 2
     after, uninterrupted = _members(interrupted, "cut"), _members(whole, "cut")
     assert after.keys() == uninterrupted.keys() and len(after) == 8
     for key, run in after.items():

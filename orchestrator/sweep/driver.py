@@ -258,8 +258,10 @@ def _stacking_line(spec: SweepSpec) -> str | None:
         return f"search.stack {spec.search.stack}: one configuration per trial ({why})"
     if size == 1:
         return None
+    fields = [name for name in MEMBER_FIELDS if name != "seed" or spec.stacks_seeds()]
+    seeds = "" if spec.stacks_seeds() else " (seeds apart: stacks of several seeds pay on GPUs, not on CPUs)"
     return (f"search.stack {spec.search.stack}: configurations that differ only in "
-            f"{', '.join(MEMBER_FIELDS)} train as stacks of up to {size} members, one Tune trial each; "
+            f"{', '.join(fields)} train as stacks of up to {size} members{seeds}, one Tune trial each; "
             "every member is its own trial and run")
 
 

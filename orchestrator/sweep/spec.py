@@ -277,6 +277,14 @@ class SweepSpec(RunConfig):
             return 1, why
         return (AUTO_STACK_SIZE if asked == "auto" else asked), None
 
+    def stacks_seeds(self) -> bool:
+        """Whether a configuration's seeds join one stack. Members of several seeds train on
+        batches of their own, which run the models' off-CPU path (padded, dense): on a GPU that
+        costs launches nothing, on a CPU it measured 0.54x of separate trials where one seed's
+        stack measured 0.97x (benchmarks/README.md, stacking). So ``auto`` stacks seeds where the
+        trials have a GPU, and ``N`` always."""
+        return self.search.stack != "auto" or self.search.resources.gpu > 0
+
 
 def apply_hyperparameters(
     base: RunConfig, params: dict[str, Any], source: str = "trial config"
