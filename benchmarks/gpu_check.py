@@ -320,7 +320,14 @@ def packed_rates(device: str, trials: tuple[int, ...], seconds: float, model: st
     """For each k of ``trials``: k trials of ``model``'s checked variant (separate processes, as
     Ray runs trials) training at once on ``device``; each warms up and captures its graphs, waits
     until all k have, then trains for ``seconds``. Their aggregate pairs/s by k, and a FAIL row
-    per k where a process failed."""
+    per k where a process failed.
+
+    Args:
+        device: where the trials train.
+        trials: the numbers of trials to run at once, one after another.
+        seconds: how long each set trains once all its trials are ready.
+        model: a key of CHECKED.
+    """
     rates, failed = {}, []
     env = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
     barrier = Path(tempfile.mkdtemp(prefix="gc_packing_"))
@@ -349,14 +356,21 @@ DRY_STACK_MEMBERS = 4
 
 
 def stack_configs(device: str, sizes: Sizes) -> list:
-    """The word-by-word model's snli_wbw grid as RunConfigs (the first DRY_STACK_MEMBERS of it in
-    the dry run), Adam at batch 32, fp32, eager (stacks do not capture graphs)."""
+    """The word-by-word model's snli_wbw grid as RunConfigs (DRY_STACK_MEMBERS of it in the dry
+    run), Adam at batch 32, fp32, eager (stacks do not capture graphs).
+
+    Args:
+        device: the training device.
+        sizes: the check's sizes (tiny: the dry run's).
+    """
     import itertools
 
     from nli_models.config import RunConfig
 
     block = model_block("rocktaschel", sizes)
-    points = list(itertools.product(*STACK_GRID.values()))[: DRY_STACK_MEMBERS if sizes.tiny else None]
+    points = list(itertools.product(*STACK_GRID.values()))
+    if sizes.tiny:  # spread over the grid: members of their own dropout rates, lr and ℓ2
+        points = points[:: len(points) // DRY_STACK_MEMBERS][:DRY_STACK_MEMBERS]
     return [RunConfig.model_validate({
         "name": f"gpu_check_stack_{i}", "model": {**block, "args": {**block["args"], "dropout": dropout}},
         "data": {"corpus": "toy"},
@@ -388,7 +402,13 @@ def check_stacking(device: str, sizes: Sizes, batches) -> list[Row]:
     stack's member-pairs/s (members x pairs/s of its step) against one trial's pairs/s as it
     trains by default (graphs on CUDA), and on CUDA against the best of STACK_PACKINGS trial
     processes at once (``packed_rates``). Configurations/hour go as these rates (every
-    configuration trains the same epochs), so their ratio is the configurations/hour ratio."""
+    configuration trains the same epochs), so their ratio is the configurations/hour ratio.
+
+    Args:
+        device: "cuda" (goal rows PASS/FAIL) or "cpu" (the dry run: INFO rows).
+        sizes: the check's sizes.
+        batches: the timed batches (SNLI dev lengths, ids below throughput.VOCAB_SIZE).
+    """
     import torch
 
     from benchmarks.throughput import VOCAB_SIZE
@@ -430,7 +450,7 @@ def check_stacking(device: str, sizes: Sizes, batches) -> list[Row]:
         update={"seed": seed})}) for seed in range(1, SEEDS + 1)], data)
     seeds.model.train()
     host = [_labelled(b, 3, static=False) for b in batches]
-    per_member = [MemberBatch.of([host[(t + j) % len(host)] for j in range(SEEDS)], seeds.member_order)
+    per_member = [MemberBatch.of([host[(t + j) % len(host)] for j in range(SEEDS)], seeds.order_of_member)
                   .to(seeds.device) for t in range(len(host))]
     seeds_rate = _pairs_per_s(seeds.training_step, per_member, sizes, device)
     over_solo = solo_rate / seeds_rate  # wall time of the stack's epoch against one trial's

@@ -72,6 +72,7 @@ def test_the_cpu_dry_run_passes_on_a_machine_with_only_torch_and_nli_models(tmp_
     assert rows["packing"]["status"] == "SKIP"
     stacking = rows["stacking.rates"]["data"]
     assert stacking["members"] == 4 and stacking["solo_pairs_per_s"] > 0 and stacking["stack_pairs_per_s"] > 0
+    assert rows["stacking.rates"]["status"] == "INFO" and "a stack of 4" in rows["stacking.rates"]["detail"]
     assert rows["stacking.one_at_a_time"]["status"] == "INFO"  # the goal is judged on a GPU only
     assert rows["stacking.seeds"]["status"] == "INFO" and rows["stacking.seeds"]["data"]["ratio"] > 0
     assert rows["sweep"]["status"] == "SKIP" and "ray" in rows["sweep"]["detail"]

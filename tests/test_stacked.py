@@ -280,6 +280,8 @@ def test_a_stepwise_lstm_is_the_held_and_packed_runs(bidirectional, initial_stat
     stepwise = StepwiseLSTM(lstms[0])
     names = [name for name, _ in lstms[0].named_parameters()]
     assert [name for name, _ in stepwise.named_parameters()] == names
+    with pytest.raises(TypeError, match="run_lstm"):  # it needs the mask: run_lstm passes it
+        stepwise(x[0])
     for got, want in zip(outputs(stepwise, x[0]), expected[0], strict=True):
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
 

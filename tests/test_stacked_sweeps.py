@@ -151,15 +151,16 @@ def test_asha_stops_one_member_and_a_nan_member_fails_alone(tmp_path):
     assert good.data.tags[rs.TAG_SELECTED] == "true" and rs.TAG_SELECTED not in slow.data.tags
 
 
-@pytest.mark.parametrize("tune_state", ["kept", "deleted"])
-def test_ctrl_c_then_resume_leaves_each_member_as_an_uninterrupted_sweep(tmp_path, tune_state):
+@pytest.mark.parametrize(("tune_state", "stack"), [("kept", "auto"), ("deleted", "auto"), ("kept", 8)])
+def test_ctrl_c_then_resume_leaves_each_member_as_an_uninterrupted_sweep(tmp_path, tune_state, stack):
     """Ctrl-C once a member has logged an epoch: the sweep ends interrupted (exit 3), no member
     run stays RUNNING, none is tested. --resume restores the stacks from their checkpoints (Tune's
     state kept) or reruns the unfinished members as fresh stacks on their own runs (Tune's state
     deleted: from the journal): every member ends FINISHED with epochs 1-3 logged once each,
-    equal to an uninterrupted sweep's."""
+    equal to an uninterrupted sweep's. With `stack: 8` the two seeds share the stack (each member
+    on its own batches): its resume is exact too."""
     interrupted, whole = tmp_path / "interrupted", tmp_path / "whole"
-    spec = _spec(interrupted, "cut", "auto")
+    spec = _spec(interrupted, "cut", stack)
     log = interrupted / "driver.log"
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("NLI_EPOCH_DELAY_S", "3")
@@ -186,11 +187,11 @@ def test_ctrl_c_then_resume_leaves_each_member_as_an_uninterrupted_sweep(tmp_pat
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     # Tune restores the stacks from its state; without it the journal stands in.
     assert ("continuing from the sweep's journal" in resumed.stderr) == (tune_state == "deleted"), resumed.stderr
-    result = run_orchestrate(["sweep", str(_spec(whole, "cut", "auto"))], cwd=whole)
+    result = run_orchestrate(["sweep", str(_spec(whole, "cut", stack))], cwd=whole)
     assert result.returncode == 0, result.stdout + result.stderr
     # auto on CPUs keeps seeds apart: one stack per seed (stacks of several seeds pay on GPUs).
-    assert "seeds apart" in result.stderr
-    assert len(list((whole / "ray_results").glob("cut-*/run_stack_trial_*"))) == 2
+    assert ("seeds apart" in result.stderr) == (stack == "auto")
+    assert len(list((whole / "ray_results").glob("cut-*/run_stack_trial_*"))) == (2 if stack == "auto" else 1)
     after, uninterrupted = _members(interrupted, "cut"), _members(whole, "cut")
     assert after.keys() == uninterrupted.keys() and len(after) == 8
     for key, run in after.items():

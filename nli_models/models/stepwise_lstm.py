@@ -40,12 +40,21 @@ class StepwiseLSTM(nn.Module):
         for name in lstm._flat_weights_names:
             setattr(self, name, getattr(lstm, name))
 
+    def forward(self, *_: torch.Tensor) -> None:
+        raise TypeError("a StepwiseLSTM runs through layers.run_lstm / run_lstm_outputs, which pass "
+                        "it the padding mask (StepwiseLSTM.run)")
+
     def run(self, inputs: torch.Tensor, mask: torch.Tensor,
             state: tuple[torch.Tensor, torch.Tensor] | None = None
             ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
-        """inputs [B, L, D], mask [B, L] (True at real tokens, right-padded), state (h_0, c_0)
-        [directions, B, H] or None (zeros) -> (outputs [B, L, directions x H], zero at padding;
-        (h_n, c_n) [directions, B, H] after each row's last real token)."""
+        """(outputs [B, L, directions x H], zero at padding; (h_n, c_n) [directions, B, H] after
+        each row's last real token).
+
+        Args:
+            inputs: [B, L, D], right-padded rows.
+            mask: [B, L], True at real tokens.
+            state: (h_0, c_0), each [directions, B, H]; None: zeros.
+        """
         directions = 2 if self.bidirectional else 1
         if state is None:
             zeros = inputs.new_zeros(directions, inputs.shape[0], self.hidden_size)

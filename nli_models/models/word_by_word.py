@@ -255,8 +255,20 @@ def word_by_word_equations(
     w_t: torch.Tensor,
     w: torch.Tensor,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Eq. 11-13 as written, one autograd op at a time: ``word_by_word_attention``'s arguments
-    and results. r is held where a row's hypothesis has ended."""
+    """Eq. 11-13 as written, one autograd op at a time -> (r_N [B, k], α [B, Lh, Lp], zero on
+    padded hypothesis words). r is held where a row's hypothesis has ended.
+
+    Args:
+        memory: the premise's outputs Y [B, Lp, k].
+        memory_mask: [B, Lp], True at real premise words.
+        queries: the hypothesis' outputs h_t [B, Lh, k].
+        query_mask: [B, Lh], True at real hypothesis words.
+        w_y: W^y [k, k].
+        w_h: W^h [k, k].
+        w_r: W^r [k, k].
+        w_t: W^t [k, k].
+        w: w [1, k].
+    """
     r = memory.new_zeros(memory.shape[0], memory.shape[2])
     projected_memory = memory @ w_y.t()
     alphas = []

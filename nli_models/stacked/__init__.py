@@ -23,7 +23,7 @@ formulation; it measured 0.83-0.94x under load. What it still adds over that flo
 ``index_select`` / ``index_copy`` by a shared index (``layers.RealPositions``) into a gather /
 scatter over an index expanded to every member's every element (about 17 ms of a 200 ms step), and
 vmap's per-op dispatch. ABCNN-3's step is mostly small ops (its convolution is where the stack
-gains, as one matmul per member batch): 1.55-1.76x of 8 trials under load.
+gains, as one matmul per member batch): 1.53-1.76x of 8 trials under load.
 """
 
 from nli_models.stacked.model import STACKED_MODELS, StackDropout, StackedModel, WindowedConv1d

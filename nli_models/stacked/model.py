@@ -6,9 +6,10 @@ seed, their own initialisation); ``StackedModel`` stacks their tensors
 (``torch.func.stack_module_state`` semantics) and runs the solo module's own ``forward`` under
 ``torch.vmap`` over the member dimension with ``torch.func.functional_call``. So a member
 computes exactly the solo model's equations: no second implementation of any paper exists here.
-The batch is shared (``in_dims=None``): everything computed from it alone (masks, distinct words,
-ABCNN's NONOVER sentences, the CPU path's real positions) is computed once for all members,
-and the per-member work runs as batched matmuls. Dropout draws each member's own masks
+Members of one seed share the batch (``in_dims=None``): everything computed from it alone
+(masks, distinct words, ABCNN's NONOVER sentences, the CPU path's real positions) is computed
+once for all members, and the per-member work runs as batched matmuls. Members of several seeds
+get a batch each ([k, B, L] inputs, ``in_dims=0``), through the models' off-CPU path. Dropout draws each member's own masks
 (``randomness="different"``).
 
 Tensors that are frozen and equal in every member (a fixed pretrained embedding table and its
@@ -230,7 +231,7 @@ class StackedModel(nn.Module):
                 self.stacked_names.append(key)
         # Dropout rates that differ between members: [k] tensors in place of the template's rate.
         self.rate_names: list[str] = []
-        for key, module in members[0].named_modules():
+        for key, module in members[0].named_modules(remove_duplicate=False):  # each name's dropout
             rates = [float(m.get_submodule(key).p) for m in members] if isinstance(module, layers.Dropout) else []
             if len(set(rates)) > 1:
                 self.template.get_submodule(key).rate = torch.tensor(rates[0])

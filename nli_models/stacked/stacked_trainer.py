@@ -134,10 +134,10 @@ class MemberBatch:
     rows: torch.Tensor
 
     @classmethod
-    def of(cls, batches: Sequence[Batch], member_order: torch.Tensor) -> MemberBatch:
+    def of(cls, batches: Sequence[Batch], order_of_member: torch.Tensor) -> MemberBatch:
         """Args:
-            batches: one batch per order (on the host).
-            member_order: each member's index into ``batches``.
+            batches: one batch per batch order (on the host).
+            order_of_member: each member's index into ``batches`` (a CPU tensor).
         """
         size = max(len(batch) for batch in batches)
         premise_length = max(batch.premise.shape[1] for batch in batches)
@@ -156,12 +156,14 @@ class MemberBatch:
                     pad(batch.hypothesis_mask, hypothesis_length, False), batch.label[index], rows)
 
         columns = zip(*(padded(batch) for batch in batches), strict=True)
-        return cls(*(torch.stack(column)[member_order] for column in columns))
+        return cls(*(torch.stack(column)[order_of_member] for column in columns))
 
     def to(self, device: torch.device | str, non_blocking: bool = False) -> MemberBatch:
+        """The batch on ``device`` (as ``Batch.to``)."""
         return MemberBatch(*(getattr(self, f.name).to(device, non_blocking=non_blocking) for f in fields(self)))
 
     def inputs(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The stacked model's positional arguments, [k, B, L] each."""
         return self.premise, self.premise_mask, self.hypothesis, self.hypothesis_mask
 
 
@@ -193,7 +195,7 @@ class StackedTrainer:
         """
         check_stackable(configs)
         self.configs = list(configs)
-        self.config = configs[0].training  # the shared fields; lr, l2, seed are per member
+        self.config = configs[0].training  # the shared fields (MEMBER_FIELDS are per member)
         self.data = data
         self.device = resolve_device(self.config.device)
         use_tf32_matmuls(self.device)
@@ -210,7 +212,7 @@ class StackedTrainer:
         # Each member trains on its solo run's batches: one order per distinct seed.
         seeds = [config.training.seed for config in self.configs]
         self.batch_seeds = list(dict.fromkeys(seeds))
-        self.member_order = torch.tensor([self.batch_seeds.index(seed) for seed in seeds])
+        self.order_of_member = torch.tensor([self.batch_seeds.index(seed) for seed in seeds])
         self.active = torch.ones(self.size, dtype=torch.bool, device=self.device)
         self.stop_reasons: list[str | None] = [None] * self.size
         self.states = [TrainState() for _ in self.configs]
@@ -226,7 +228,7 @@ class StackedTrainer:
         """Everything a resumed stack needs to continue exactly (tensors and plain values, so it
         loads with ``torch.load(weights_only=True)``): weights, optimizer state, which members
         still train and why the others stopped, each member's TrainState and best weights, the
-        step and epoch counts, and torch's RNG (dropout's masks)."""
+        step and epoch counts, and torch's RNGs, the CPU's and each GPU's (dropout's masks)."""
         return {
             "model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
             "active": self.active.cpu(), "stop_reasons": list(self.stop_reasons),
@@ -234,6 +236,8 @@ class StackedTrainer:
             "best_models": list(self.best_model_states), "steps": self.steps, "epoch": self.epoch,
             "diverged_step": self.diverged_step.cpu(), "diverged_loss": self.diverged_loss.cpu(),
             "rng": torch.get_rng_state(),
+            # Dropout draws on the device's generator: on a GPU its masks come from CUDA's.
+            "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
         }
 
     def load_state_dict(self, state: dict) -> None:
@@ -253,6 +257,8 @@ class StackedTrainer:
         self.diverged_step = state["diverged_step"].to(self.device)
         self.diverged_loss = state["diverged_loss"].to(self.device)
         torch.set_rng_state(state["rng"])
+        if state.get("cuda_rng") is not None and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all(state["cuda_rng"])
 
     def stop(self, member: int, reason: str = "stopped") -> None:
         """Stop one member: from now on its parameters and optimizer state do not change.
@@ -304,7 +310,7 @@ class StackedTrainer:
             return
         orders = [self._batches("train", shuffle=True, epoch=epoch, seed=seed) for seed in self.batch_seeds]
         for batches in zip(*orders, strict=True):
-            yield MemberBatch.of(batches, self.member_order).to(self.device, non_blocking=True)
+            yield MemberBatch.of(batches, self.order_of_member).to(self.device, non_blocking=True)
 
     def train_epoch(self, epoch: int) -> tuple[torch.Tensor, torch.Tensor]:
         """One epoch (or up to max_steps): per member, the mean training loss and accuracy over

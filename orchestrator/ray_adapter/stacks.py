@@ -4,9 +4,9 @@ a trial of its own to the listeners: its journal records, MLflow run, outcome), 
 scheduler run per member.
 
 Grouping: grid points whose flat hyperparameters agree on everything but lr, l2,
-adagrad_accumulator, dropout and seed (nli_models.stacked.MEMBER_FIELDS) share stacks, taken in
-the grid's order up to the stack size; the seed only where SweepSpec.stacks_seeds (search.stack N,
-or auto on GPUs). Every member trains on its solo run's batches (one order per seed:
+adagrad_accumulator, dropout and seed (SweepSpec.stacked_fields) share stacks, taken in the grid's
+order up to the stack size; the seed only where SweepSpec.stacks_seeds (search.stack N, or auto
+on GPUs). Every member trains on its solo run's batches (one order per seed:
 StackedTrainer), from its solo run's initialisation, so with dropout off its epochs are its solo
 trial's (tests/test_stacked_sweeps.py).
 
@@ -30,7 +30,6 @@ from ray import tune
 from ray.tune.result import TRAINING_ITERATION
 from ray.tune.schedulers import TrialScheduler
 
-from nli_models.stacked import MEMBER_FIELDS
 from orchestrator.ray_adapter.ray_search import make_scheduler
 from orchestrator.ray_adapter.ray_trial import trial_params
 from orchestrator.ray_adapter.stack_trial import (
@@ -48,27 +47,31 @@ from results import run_schema as rs
 
 
 def group_stacks(configs: list[dict[str, Any]], search: dict[str, Any], size: int,
-                 seeds: bool = True) -> list[list[dict[str, Any]]]:
+                 fields: tuple[str, ...]) -> list[list[dict[str, Any]]]:
     """Tune configs (a grid's points) as stacks of at most `size` (see the module docstring).
 
     Args:
         configs: the grid's points as Tune configs, in Tune's order.
         search: the sweep's search block (ray_trial.trial_params reads it).
         size: the most members of a stack.
-        seeds: whether configurations of several seeds share stacks (SweepSpec.stacks_seeds).
+        fields: the flat hyperparameters members may differ in (SweepSpec.stacked_fields).
     """
-    varying = MEMBER_FIELDS if seeds else tuple(name for name in MEMBER_FIELDS if name != rs.PARAM_SEED)
     groups: dict[str, list[dict[str, Any]]] = {}
     for config in configs:
         shared = {name: value for name, value in trial_params(config, search).items()
-                  if name not in varying}
+                  if name not in fields}
         groups.setdefault(json.dumps(shared, sort_keys=True, default=str), []).append(config)
     return [members[i:i + size] for members in groups.values() for i in range(0, len(members), size)]
 
 
-def stack_space(configs: list[dict[str, Any]], search: dict[str, Any], size: int, seeds: bool) -> dict[str, Any]:
-    """Tune's param space of a stacked sweep: a grid over its stacks (``group_stacks``)."""
-    return {STACK_KEY: tune.grid_search(group_stacks(configs, search, size, seeds))}
+def stack_space(configs: list[dict[str, Any]], search: dict[str, Any], size: int,
+                fields: tuple[str, ...]) -> dict[str, Any]:
+    """Tune's param space of a stacked sweep: a grid over its stacks.
+
+    Args:
+        configs, search, size, fields: as ``group_stacks`` takes them.
+    """
+    return {STACK_KEY: tune.grid_search(group_stacks(configs, search, size, fields))}
 
 
 def is_stack(config: dict[str, Any]) -> bool:

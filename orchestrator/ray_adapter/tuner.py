@@ -233,7 +233,7 @@ def run_tuner(
             num_samples = prior.num_trials
         space = param_space(spec, prior)
         if stack_size > 1:
-            space = stack_space(grid_points(space), search_dump, stack_size, spec.stacks_seeds())
+            space = stack_space(grid_points(space), search_dump, stack_size, spec.stacked_fields())
         tuner = tune.Tuner(
             trainable,
             param_space=space,

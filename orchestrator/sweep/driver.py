@@ -15,7 +15,6 @@ from nli_models.config import Overrides
 from nli_models.cpus import usable_cpus
 from nli_models.data import PreparedData
 from nli_models.errors import mask_secrets
-from nli_models.stacked import MEMBER_FIELDS
 from orchestrator.journal.operations import Journal, journal_file
 from orchestrator.journal.parent_records import (
     SweepSummary,
@@ -258,10 +257,9 @@ def _stacking_line(spec: SweepSpec) -> str | None:
         return f"search.stack {spec.search.stack}: one configuration per trial ({why})"
     if size == 1:
         return None
-    fields = [name for name in MEMBER_FIELDS if name != "seed" or spec.stacks_seeds()]
     seeds = "" if spec.stacks_seeds() else " (seeds apart: stacks of several seeds pay on GPUs, not on CPUs)"
     return (f"search.stack {spec.search.stack}: configurations that differ only in "
-            f"{', '.join(fields)} train as stacks of up to {size} members{seeds}, one Tune trial each; "
+            f"{', '.join(spec.stacked_fields())} train as stacks of up to {size} members{seeds}, one Tune trial each; "
             "every member is its own trial and run")
 
 

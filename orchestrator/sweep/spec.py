@@ -30,7 +30,7 @@ from nli_models.config import (
 from nli_models.files import expand_user
 from nli_models.models.arguments import ModelArgumentError
 from nli_models.registry import model_arguments
-from nli_models.stacked import stack_refusal
+from nli_models.stacked import MEMBER_FIELDS, stack_refusal
 from nli_models.strict import StrictModel, check_finite
 from results import run_schema as rs
 from results.run_schema import OBJECTIVE_METRICS
@@ -136,7 +136,8 @@ class SearchConfig(StrictModel):
     stack: Literal["off", "auto"] | int = Field(
         "off",
         description="train grid configurations that differ only in lr, l2, adagrad_accumulator, "
-        "dropout or seed as one stacked model per trial (nli_models.stacked): 'auto' stacks up to "
+        "dropout or seed as one stacked model per trial (nli_models.stacked; 'auto' keeps seeds apart "
+        "where trials have no GPU): 'auto' stacks up to "
         f"{AUTO_STACK_SIZE} where the model and training allow it, N up to N (refused where they "
         "do not), 'off' one configuration per trial",
     )
@@ -279,11 +280,19 @@ class SweepSpec(RunConfig):
 
     def stacks_seeds(self) -> bool:
         """Whether a configuration's seeds join one stack. Members of several seeds train on
-        batches of their own, which run the models' off-CPU path (padded, dense): on a GPU that
-        costs launches nothing, on a CPU it measured 0.54x of separate trials where one seed's
-        stack measured 0.97x (benchmarks/README.md, stacking). So ``auto`` stacks seeds where the
-        trials have a GPU, and ``N`` always."""
-        return self.search.stack != "auto" or self.search.resources.gpu > 0
+        batches of their own, which run the models' off-CPU path (padded, dense): on a GPU the
+        padding costs few launches (not yet measured there: gpu_check's stacking rows), on a CPU
+        it measured 0.54x of separate trials where one seed's stack measured 0.97x
+        (benchmarks/README.md, stacking). So ``auto`` stacks seeds where the trials train on a
+        GPU (resources.gpu > 0, training.device not cpu), and ``N`` always."""
+        if self.search.stack != "auto":
+            return True
+        return self.search.resources.gpu > 0 and self.training.device != "cpu"
+
+    def stacked_fields(self) -> tuple[str, ...]:
+        """The flat hyperparameters a stack's members may differ in (``stacks_seeds``: the seed
+        among them or not)."""
+        return tuple(name for name in MEMBER_FIELDS if name != "seed" or self.stacks_seeds())
 
 
 def apply_hyperparameters(

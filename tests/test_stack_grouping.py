@@ -1,0 +1,67 @@
+"""How a sweep's grid becomes stacks (search.stack; orchestrator/ray_adapter/stacks.py), on the
+shipped specs as docs/sweeps.md describes it: configurations that differ only in lr, l2,
+adagrad_accumulator, dropout or seed share a stack; `N` stacks seeds, `auto` only where trials
+have a GPU."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from orchestrator.ray_adapter.ray_search import grid_points, param_space
+from orchestrator.ray_adapter.ray_trial import trial_params
+from orchestrator.ray_adapter.stacks import group_stacks
+from orchestrator.sweep.spec import load_spec
+
+pytestmark = pytest.mark.unit
+
+SPECS = Path(__file__).resolve().parents[1] / "search_spaces"
+
+
+def _spec(tmp_path: Path, name: str, training: dict | None = None, **search):
+    raw = yaml.safe_load((SPECS / f"{name}.yaml").read_text())
+    raw["search"].update(search)
+    raw["training"].update(training or {})
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    return load_spec(path)
+
+
+def _stacks(spec) -> list[list[dict]]:
+    size, why = spec.stacking()
+    assert why is None, why
+    search = spec.search.model_dump()
+    return [[trial_params(member, search) for member in stack]
+            for stack in group_stacks(grid_points(param_space(spec)), search, size, spec.stacked_fields())]
+
+
+def test_stack_36_makes_the_word_by_word_grid_one_stack(tmp_path):
+    (stack,) = _stacks(_spec(tmp_path, "snli_wbw", stack=36))
+    assert sorted((p["lr"], p["dropout"], p["l2"]) for p in stack) == sorted(
+        (lr, dropout, l2) for lr in (1e-4, 3e-4, 1e-3) for dropout in (0.0, 0.1, 0.2)
+        for l2 in (0.0, 1e-4, 3e-4, 1e-3))
+
+
+def test_auto_stacks_up_to_8_and_keeps_what_differs_in_shape_apart(tmp_path):
+    assert [len(s) for s in _stacks(_spec(tmp_path, "snli_wbw", stack="auto"))] == [8, 8, 8, 8, 4]
+    # ABCNN's grid over eight architectures: one stack of lr x ℓ2 per architecture.
+    abcnn = _spec(tmp_path, "sick_abcnn", stack="auto")
+    abcnn.training.layerwise = False  # layerwise training is not stacked
+    stacks = _stacks(abcnn)
+    assert [len(s) for s in stacks] == [8, 1] * 8
+    for stack in stacks:
+        assert len({(p["variant"], p["num_blocks"]) for p in stack}) == 1
+
+
+@pytest.mark.parametrize("stack,gpu,device,seeds_share", [
+    ("auto", 0, "auto", False), ("auto", 0.5, "auto", True), ("auto", 0.5, "cpu", False), (4, 0, "auto", True),
+])
+def test_seeds_share_stacks_with_n_or_on_gpus(tmp_path, stack, gpu, device, seeds_share):
+    spec = _spec(tmp_path, "snli_decomposable", {"device": device}, stack=stack, seeds=[1, 2],
+                 resources={"cpu": 1, "gpu": gpu})
+    stacks = _stacks(spec)
+    assert spec.stacks_seeds() == seeds_share
+    assert any(len({p["seed"] for p in s}) > 1 for s in stacks) == seeds_share
+    assert sum(len(s) for s in stacks) == spec.num_trials()
