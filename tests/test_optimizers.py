@@ -10,7 +10,7 @@ import torch
 from test_models_contract import _batch, _build
 
 from nli_models.config import TrainingConfig
-from nli_models.training.optimizers import fused_kernel_available, make_optimizer
+from nli_models.training.optimizers import create_adam_state, fused_kernel_available, make_optimizer
 
 OPTIMIZERS = ("adam", "adagrad")
 
@@ -66,3 +66,53 @@ def test_a_capturable_step_is_refused_for_adagrad_without_its_fused_kernel():
         make_optimizer(model, TrainingConfig(optimizer="adagrad"), capturable=True)
     adam = make_optimizer(model, TrainingConfig(optimizer="adam"), capturable=True)
     assert all(group["capturable"] for group in adam.param_groups)
+
+
+@pytest.mark.parametrize("implementation", [{"fused": True}, {"foreach": True}, {"foreach": False}])
+def test_adam_state_created_with_the_optimizer_equals_torchs_lazy_state(implementation):
+    """make_optimizer creates Adam's state before the first step (so the first step launches
+    no allocation kernels); steps and state equal torch's, which creates it in the first step."""
+    config = TrainingConfig(optimizer="adam", l2=1e-3, lr=0.05)
+    models = [_build("decomposable", {"variant": "intra"}, seed=5) for _ in range(2)]
+    eager = make_optimizer(models[0], config)
+    for group in eager.param_groups:
+        group.update(fused=implementation.get("fused", False), foreach=implementation.get("foreach"))
+    assert all(set(eager.state[p]) == {"step", "exp_avg", "exp_avg_sq"}
+               for group in eager.param_groups for p in group["params"])
+    eager.state.clear()  # recreate under this implementation's rules (step on CPU unless fused)
+    create_adam_state(eager)
+    lazy_groups = [{**{k: v for k, v in g.items() if k != "params"},
+                    "params": [dict(models[1].named_parameters())[n] for n in _names(models[0], g)]}
+                   for g in eager.param_groups]
+    lazy = torch.optim.Adam(lazy_groups)
+    assert not lazy.state
+    for _ in range(3):
+        for model, optimizer in zip(models, (eager, lazy), strict=True):
+            torch.manual_seed(0)
+            _step(model, optimizer)
+    for a, b in zip(models[0].parameters(), models[1].parameters(), strict=True):
+        assert torch.equal(a, b)
+    eager_state, lazy_state = eager.state_dict()["state"], lazy.state_dict()["state"]
+    assert eager_state.keys() == lazy_state.keys()
+    for index, state in eager_state.items():
+        for key, value in state.items():
+            other = lazy_state[index][key]
+            assert (value.dtype, value.device, value.shape) == (other.dtype, other.device, other.shape), key
+            assert torch.equal(value, other), key
+
+
+def _names(model, group) -> list[str]:
+    ids = {id(p) for p in group["params"]}
+    return [name for name, p in model.named_parameters() if id(p) in ids]
+
+
+@pytest.mark.parametrize("name", OPTIMIZERS)
+def test_without_l2_one_parameter_group_holds_every_trainable_parameter(name):
+    """Each group is one more fused kernel per step (two with Adam: the step counts too), so the
+    split that keeps ℓ2 off the word vectors is made only when there is ℓ2."""
+    model = _build("decomposable", {"variant": "vanilla"})
+    optimizer = make_optimizer(model, TrainingConfig(optimizer=name, l2=0.0))
+    (group,) = optimizer.param_groups
+    assert group["weight_decay"] == 0.0
+    assert {id(p) for p in group["params"]} == {id(p) for p in model.parameters() if p.requires_grad}
+    assert len(make_optimizer(model, TrainingConfig(optimizer=name, l2=1e-4)).param_groups) == 2

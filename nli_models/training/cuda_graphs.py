@@ -145,7 +145,8 @@ def restore_state(model: nn.Module, optimizer: torch.optim.Optimizer,
     with torch.no_grad():
         for tensor, copy in saved:
             tensor.copy_(copy)
-    # State the warm-up created (the optimizer's first step builds it) goes back to its start.
+    # State the warm-up created goes back to its start: make_optimizer creates it all, but a loaded
+    # checkpoint's has none for parameters that had no gradient yet, and the first step builds it.
     for state in optimizer.state.values():
         for value in state.values():
             if torch.is_tensor(value) and id(value) not in known:
