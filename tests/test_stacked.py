@@ -11,6 +11,7 @@ import itertools
 
 import pytest
 import torch
+import torch.nn.functional as F
 from test_host_sync import host_reads_raise  # noqa: F401 (a fixture)
 from test_models_contract import _batch, _build
 from testkit.batches import random_batch
@@ -181,6 +182,27 @@ def test_a_stacked_step_reads_nothing_on_the_host_off_the_cpu(name, config, per_
     logits.sum().backward()
     optimizer.step(torch.tensor([True, False], device="meta"))
     assert all(state["exp_avg"].device.type == "meta" for state in optimizer.state.values())
+
+
+@pytest.mark.parametrize("per_member", [False, True], ids=["shared_batch", "batch_per_member"])
+def test_a_sentence_longer_than_max_length_is_refused_by_name_in_a_stack(per_member):
+    """ABCNN-1/3's W_0 has max_length columns: a stack refuses a longer sentence with the solo
+    model's error, also where each member has a batch of its own (checked outside vmap, whose
+    batched masks neither a host read nor a device-side assertion can take)."""
+    stack = StackedModel([_build("abcnn", {"variant": "abcnn1", "max_length": 6}, seed=s) for s in (0, 1)])
+    long, fitting = _batch(), _batch(1)  # the longest premise of _batch() has 7 tokens
+    fitting = (fitting[0][:, :6], fitting[1][:, :6], *fitting[2:])
+    per_row = max(long[0].shape[1], fitting[0].shape[1])
+
+    def padded(batch):
+        return (F.pad(batch[0], (0, per_row - batch[0].shape[1])), F.pad(batch[1], (0, per_row - batch[1].shape[1])),
+                *batch[2:])
+    inputs = ([torch.stack([a, b]) for a, b in zip(padded(fitting), padded(long), strict=True)]
+              if per_member else long)
+    with pytest.raises(ValueError, match="7 tokens but the model was built with max_length=6"):
+        stack(*inputs)
+    ok = [torch.stack([a, a]) for a in padded(fitting)] if per_member else fitting
+    assert stack(*ok).shape[0] == 2  # padding beyond max_length is fine
 
 
 @pytest.mark.parametrize("tuned_rows", [0, 5])

@@ -362,16 +362,24 @@ class ABCNN(PairClassifier):
         x = self.dropout(self.word_embeddings(ids)) * mask.unsqueeze(-1)
         return x, masked_mean(x, mask)
 
+    def check_lengths(self, premise_mask: torch.Tensor, hypothesis_mask: torch.Tensor) -> None:
+        """With attention on the input (ABCNN-1/3: W_0 has max_length columns), no sentence may be
+        longer than max_length (see ``PairClassifier.check_lengths``)."""
+        if not self.attention_input:
+            return
+        for mask in (premise_mask, hypothesis_mask):
+            if mask.shape[-1] <= self.max_length:
+                continue
+            beyond = mask[..., self.max_length :].any()
+            if not layers.on_host(mask):
+                # Checked on the device, without waiting for it (a host read would stall every step).
+                torch._assert_async(~beyond, f"a sentence is longer than max_length={self.max_length}")
+            elif bool(beyond):
+                raise ValueError(f"a sentence has {int(mask.sum(dim=-1).max())} tokens but the model "
+                                 f"was built with max_length={self.max_length}")
+
     def _fit(self, sentences: Sentences) -> Sentences:
-        """Drop padding columns beyond max_length (W_0 has max_length columns)."""
+        """Drop padding columns beyond max_length (W_0 has max_length columns; ``check_lengths``
+        refused longer sentences)."""
         ids, mask = sentences
-        if ids.shape[1] <= self.max_length:
-            return sentences
-        beyond = mask[:, self.max_length :].any()
-        if not layers.on_host(mask):
-            # Checked on the device, without waiting for it (a host read would stall every step).
-            torch._assert_async(~beyond, f"a sentence is longer than max_length={self.max_length}")
-        elif bool(beyond):
-            raise ValueError(f"a sentence has {int(mask.sum(dim=1).max())} tokens but the model "
-                             f"was built with max_length={self.max_length}")
         return Sentences(ids[:, : self.max_length], mask[:, : self.max_length])

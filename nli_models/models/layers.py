@@ -105,6 +105,26 @@ def without_host_reads() -> Iterator[None]:
         _HOST_READS.reset(token)
 
 
+_LENGTHS_CHECKED = contextvars.ContextVar("lengths_checked", default=False)
+
+
+def lengths_checked() -> bool:
+    """A ``checked_lengths`` block is running: the caller checked the batch's sentence lengths."""
+    return _LENGTHS_CHECKED.get()
+
+
+@contextlib.contextmanager
+def checked_lengths() -> Iterator[None]:
+    """While the block runs ``PairClassifier.forward`` skips ``check_lengths``: a stack whose
+    members train on batches of their own checks every member's batch once, outside ``torch.vmap``
+    (whose batched masks neither a host read nor ``torch._assert_async`` can take)."""
+    token = _LENGTHS_CHECKED.set(True)
+    try:
+        yield
+    finally:
+        _LENGTHS_CHECKED.reset(token)
+
+
 def distinct_words(*ids: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
     """The distinct word ids of a batch, and per ``ids`` tensor each position's index into them.
 

@@ -13,6 +13,8 @@ from typing import NamedTuple
 import torch
 from torch import nn
 
+from nli_models.models import layers
+
 
 class Sentences(NamedTuple):
     """One side of a batch of pairs: token ids [B, L] and their padding mask [B, L] (True = word)."""
@@ -32,10 +34,20 @@ class PairClassifier(nn.Module, ABC):
     ) -> torch.Tensor | tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """Logits [B, num_classes]; with ``return_attention``, (logits, attention maps by name),
         the names and shapes each model's ``classify`` documents (empty where it has none)."""
+        if not layers.lengths_checked():
+            self.check_lengths(premise_mask, hypothesis_mask)
         logits, attention = self.classify(
             Sentences(premise, premise_mask), Sentences(hypothesis, hypothesis_mask)
         )
         return (logits, attention) if return_attention else logits
+
+    def check_lengths(self, premise_mask: torch.Tensor, hypothesis_mask: torch.Tensor) -> None:
+        """Refuse sentences longer than the model takes (none by default): a ``ValueError`` where
+        the masks are on the host, a device-side assertion elsewhere (no host read).
+
+        Args:
+            premise_mask, hypothesis_mask: the batch's masks, [..., L] (True = word).
+        """
 
     @abstractmethod
     def classify(

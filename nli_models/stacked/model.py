@@ -277,7 +277,8 @@ class StackedModel(nn.Module):
         if premise.dim() == 2:
             members = torch.vmap(member, in_dims=(0, None, None, None, None), randomness="different")
             return members(stacked, *inputs)
-        with layers.without_host_reads():
+        self.template.check_lengths(premise_mask, hypothesis_mask)  # every member's batch, outside vmap
+        with layers.without_host_reads(), layers.checked_lengths():
             return torch.vmap(member, randomness="different")(stacked, *inputs)
 
     @torch.no_grad()
