@@ -53,6 +53,34 @@ def test_real_positions_give_a_padded_run_s_values_and_gradients_at_real_words()
     assert (applied[0][~a_mask] == 0).all() and (applied[1][~b_mask] == 0).all()
 
 
+def test_real_positions_under_vmap_are_each_members_own_run():
+    """A stack that shares one batch runs RealPositions under vmap, its index shared by the
+    members: values and gradients equal each member's own run exactly (a per-word layer of each
+    member's own weight)."""
+    torch.manual_seed(4)
+    a, a_mask = _ragged(3, 5, [5, 1, 3], 4)
+    b, b_mask = _ragged(3, 2, [2, 2, 1], 4)
+    scale = torch.randn(3, 4, dtype=torch.float64, requires_grad=True)  # each member's per-word layer
+    words = RealPositions(a_mask, b_mask)
+
+    def run(x_a, x_b, w):
+        return (*words.apply(lambda x: torch.tanh(x * w), x_a, x_b), *words.summed(lambda x: x * w, x_a, x_b))
+
+    # Each member's own values, [k, B, L, D].
+    inputs = [(x.detach() * torch.randn(3, 1, 1, 4, dtype=torch.float64)).requires_grad_() for x in (a, b)]
+    stacked = torch.vmap(run)(*inputs, scale)
+    weights = [torch.randn_like(t) for t in stacked]
+    got = torch.autograd.grad(sum((o * w).sum() for o, w in zip(stacked, weights, strict=True)), (*inputs, scale))
+    for k in range(3):
+        solo_inputs = [x.detach()[k].requires_grad_() for x in (*inputs, scale)]
+        solo = run(*solo_inputs)
+        for g, w in zip(stacked, solo, strict=True):
+            assert torch.equal(g[k], w)
+        grads = torch.autograd.grad(sum((o * w[k]).sum() for o, w in zip(solo, weights, strict=True)), solo_inputs)
+        for g, w in zip(got, grads, strict=True):
+            assert torch.equal(g[k], w)
+
+
 def test_real_positions_never_show_padding_to_the_layer():
     seen = []
     a, a_mask = _ragged(2, 4, [1, 3], 2)

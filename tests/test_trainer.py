@@ -21,6 +21,7 @@ from nli_models.data import prepare_data
 from nli_models.data.text import PAD_INDEX, UNK_INDEX
 from nli_models.training import DeviceUnavailable, Trainer, make_trainer, resolve_device
 from nli_models.training.metrics import Evaluation, class_accuracy, evaluate
+from nli_models.training.optimizers import make_optimizer
 from nli_models.training.trainer import build_for_data
 
 DECOMPOSABLE = decomposable(dropout=0.3)
@@ -153,6 +154,26 @@ def test_resume_equals_uninterrupted_training(toy, tmp_path, model, optimizer, h
     torch.manual_seed(12345)
     unrestored.fit()
     assert metrics(unrestored.state.history) != metrics(full.state.history)
+
+
+def test_a_checkpoint_with_the_word_vectors_in_a_group_of_their_own_resumes_exactly(toy, tmp_path):
+    """Without ℓ2 the optimizer is one parameter group; a checkpoint saved when the word vectors
+    had a group of their own loads in that layout and training goes on as in one run."""
+    options = {"optimizer": "adam", "lr": 0.02, "l2": 0.0, "seed": 3}
+    full = make_trainer(run_config(epochs=4, **options), toy)
+    full.fit()
+    assert len(full.optimizer.param_groups) == 1
+    first = make_trainer(run_config(epochs=2, **options), toy)
+    first.optimizer = make_optimizer(first.model, first.config, split_embeddings=True)
+    assert len(first.optimizer.param_groups) == 2
+    first.fit()
+    first.save_checkpoint(tmp_path)
+    resumed = make_trainer(run_config(epochs=4, **options), toy)
+    resumed.load_checkpoint(tmp_path)
+    resumed.fit()
+    assert len(resumed.optimizer.param_groups) == 2
+    assert metrics(resumed.state.history) == metrics(full.state.history)
+    assert_same_weights(weights(resumed), weights(full))
 
 
 def test_resume_of_a_finished_run_trains_nothing(toy, tmp_path):

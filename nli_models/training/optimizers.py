@@ -74,7 +74,7 @@ def create_adam_state(adam: torch.optim.Adam) -> None:
 
 def make_optimizer(model: nn.Module, config: TrainingConfig,
                    params: list[nn.Parameter] | None = None,
-                   capturable: bool = False) -> torch.optim.Optimizer:
+                   capturable: bool = False, split_embeddings: bool | None = None) -> torch.optim.Optimizer:
     """The configured optimizer over the model's trainable parameters (or ``params``): with ℓ2,
     in two groups, ℓ2 on the network and none on the word vectors; without, in one. Adam's state
     is created here (``create_adam_state``), Adagrad's by its constructor.
@@ -86,12 +86,15 @@ def make_optimizer(model: nn.Module, config: TrainingConfig,
         capturable: the step may be captured in a CUDA graph: Adam keeps its step count on the
             device (``capturable=True``); Adagrad needs its fused kernel for that (its foreach
             step reads the step count on the host) and raises ``ValueError`` without it.
+        split_embeddings: the two groups even without ℓ2 (None: only with ℓ2): the layout of
+            a checkpoint saved before one group replaced them (the same update).
     """
     # The papers regularise the network, not the word vectors; both optimizers add ℓ2 to the
     # gradient, i.e. classic ℓ2 regularisation.
     embedding_ids = {id(p) for p in model.word_embeddings.parameters()}
     params = [p for p in model.parameters() if p.requires_grad] if params is None else params
-    if config.l2 == 0.0:  # one group: each group is one more kernel per step (two with Adam)
+    if not (config.l2 > 0.0 if split_embeddings is None else split_embeddings):
+        # One group: each group is one more kernel per step (two with Adam).
         groups = [{"params": list(params), "weight_decay": 0.0}]
     else:
         groups = [

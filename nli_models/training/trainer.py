@@ -396,21 +396,25 @@ class Trainer:
             graphs = self.config.cuda_graphs == "on" or (
                 self.config.cuda_graphs == "auto" and self.device.type == "cuda")
             self._optimizer = self._make_optimizer(capturable=graphs)
-            graphs = graphs and self._optimizer_is_capturable()
             if self._optimizer_state is not None:
+                if len(self._optimizer_state["param_groups"]) != len(self._optimizer.param_groups):
+                    # Saved when the word vectors had a group of their own even without ℓ2.
+                    self._optimizer = self._make_optimizer(capturable=graphs, split_embeddings=True)
                 self._optimizer.load_state_dict(self._optimizer_state)
                 self._optimizer_state = None
+            graphs = graphs and self._optimizer_is_capturable()
             self._graphed = self._new_graphed_step() if graphs else None
         return self._optimizer
 
-    def _make_optimizer(self, capturable: bool) -> torch.optim.Optimizer:
+    def _make_optimizer(self, capturable: bool, split_embeddings: bool | None = None) -> torch.optim.Optimizer:
         try:
-            return make_optimizer(self.model, self.config, self._trainable, capturable=capturable)
+            return make_optimizer(self.model, self.config, self._trainable, capturable=capturable,
+                                  split_embeddings=split_embeddings)
         except ValueError as exc:  # no capturable step for this optimizer here
             if self.config.cuda_graphs == "on":
                 raise GraphCaptureFailed(f"training.cuda_graphs='on': {exc}") from None
             print(f"note: the training step runs eagerly: {exc}", file=sys.stderr)
-            return make_optimizer(self.model, self.config, self._trainable)
+            return make_optimizer(self.model, self.config, self._trainable, split_embeddings=split_embeddings)
 
     def _optimizer_is_capturable(self) -> bool:
         """Adam built capturable, or fused Adagrad (its step count lives on the device)."""
