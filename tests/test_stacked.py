@@ -205,6 +205,19 @@ def test_a_sentence_longer_than_max_length_is_refused_by_name_in_a_stack(per_mem
     assert stack(*ok).shape[0] == 2  # padding beyond max_length is fine
 
 
+@pytest.mark.parametrize("per_member", [False, True], ids=["shared_batch", "batch_per_member"])
+def test_off_the_cpu_a_stack_checks_lengths_without_a_host_read(per_member, request):
+    """Off the CPU the length check is a device-side assertion (the meta device takes that
+    branch): a stack of ABCNN-1 on batches wider than max_length reads nothing on the host
+    (building the stack may)."""
+    stack = StackedModel([_build("abcnn", {"variant": "abcnn1", "max_length": 6}, seed=s) for s in (0, 1)])
+    stack = stack.to("meta")
+    batch = [t.to("meta") for t in _batch()]  # 7 columns
+    inputs = [torch.stack([t, t]) for t in batch] if per_member else batch
+    request.getfixturevalue("host_reads_raise")
+    assert stack(*inputs).shape[:2] == (2, len(batch[0]))
+
+
 @pytest.mark.parametrize("tuned_rows", [0, 5])
 def test_a_fixed_embedding_table_is_shared_not_stacked(tuned_rows):
     """Parikh and Yin keep the word vectors fixed: one table for the stack, not k copies; rows
