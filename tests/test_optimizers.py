@@ -116,3 +116,24 @@ def test_without_l2_one_parameter_group_holds_every_trainable_parameter(name):
     assert group["weight_decay"] == 0.0
     assert {id(p) for p in group["params"]} == {id(p) for p in model.parameters() if p.requires_grad}
     assert len(make_optimizer(model, TrainingConfig(optimizer=name, l2=1e-4)).param_groups) == 2
+
+
+def test_adam_state_off_the_cpu_is_where_torchs_own_would_be():
+    """A device without fused kernels (meta stands in): the state make_optimizer creates has
+    the devices and dtypes of the state torch's first step creates (the step count on the host);
+    a capturable step keeps its count on the parameters' device, as torch's rule says (CUDA
+    graphs replay it there)."""
+    def states(optimizer):
+        return {(id(p), k): (v.device.type, v.dtype, tuple(v.shape))
+                for p, state in optimizer.state.items() for k, v in state.items()}
+
+    model = _build("decomposable", {"variant": "vanilla"}).to("meta")
+    made = make_optimizer(model, TrainingConfig(optimizer="adam"))
+    lazy = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], foreach=True)
+    for p in model.parameters():
+        p.grad = torch.zeros_like(p) if p.requires_grad else None
+    lazy.step()
+    assert states(made) and states(made) == states(lazy)
+    assert all(state["step"].device.type == "cpu" for state in made.state.values())
+    captured = make_optimizer(model, TrainingConfig(optimizer="adam"), capturable=True)
+    assert all(s["step"].device.type == "meta" for s in captured.state.values())
