@@ -151,6 +151,34 @@ def test_asha_stops_one_member_and_a_nan_member_fails_alone(tmp_path):
     assert good.data.tags[rs.TAG_SELECTED] == "true" and rs.TAG_SELECTED not in slow.data.tags
 
 
+def test_a_signal_as_the_scheduler_stops_a_member_leaves_it_stopped_after_resume(tmp_path):
+    """SIGINT lands as ASHA stops the slow member at a rung (a test seam: the driver is
+    interrupted before it ends that member, so the journal holds the member as cut, KILLED).
+    --resume tells the scheduler the recorded epochs again: it stops the member there, as the
+    uninterrupted sweep did, and the member ends FINISHED and early stopped at that epoch, its
+    checkpoint that epoch's; it is not trained further. The other member trains every epoch."""
+    spec = _spec(tmp_path, "race", 2, {"lr": {"grid": [0.01, 0.00001]}}, seeds=[1],
+                 scheduler={"type": "asha", "grace_period": 1, "reduction_factor": 2})
+    spec.write_text(spec.read_text().replace("optimizer: adagrad", "optimizer: adam"))
+    interrupted = run_orchestrate(["sweep", str(spec)], cwd=tmp_path,
+                                  env={"NLI_SIGINT_AT_MEMBER_STOP": str(tmp_path / "markers")})
+    assert interrupted.returncode == EXIT_INTERRUPTED, interrupted.stdout + interrupted.stderr
+    assert (tmp_path / "markers" / "signalled").exists()  # the signal landed at the stop
+    cut = {run.data.params["lr"]: run for run in runs_of(tmp_path, "race")[1]}
+    assert cut["1e-05"].info.status == "KILLED"  # the stop was not recorded as an end
+    stopped_at = len(_history(tmp_path, cut["1e-05"]))  # the epoch ASHA stopped it after
+    assert 1 <= stopped_at < EPOCHS
+    resumed = run_orchestrate(["sweep", str(spec), "--resume"], cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    runs = {run.data.params["lr"]: run for run in runs_of(tmp_path, "race")[1]}
+    slow, good = runs["1e-05"], runs["0.01"]
+    assert slow.info.status == "FINISHED" and slow.data.tags[rs.TAG_EARLY_STOPPED] == "true"
+    assert slow.data.metrics[rs.METRIC_EPOCHS_TRAINED] == stopped_at
+    assert [s for s, _ in _history(tmp_path, slow)] == list(range(1, stopped_at + 1))
+    assert _checkpoint_state(tmp_path, slow)["epoch"] == stopped_at
+    assert good.info.status == "FINISHED" and [s for s, _ in _history(tmp_path, good)] == [1, 2, 3]
+
+
 @pytest.mark.parametrize(("tune_state", "stack"), [("kept", "auto"), ("deleted", "auto"), ("kept", 8)])
 def test_ctrl_c_then_resume_leaves_each_member_as_an_uninterrupted_sweep(tmp_path, tune_state, stack):
     """Ctrl-C once a member has logged an epoch: the sweep ends interrupted (exit 3), no member

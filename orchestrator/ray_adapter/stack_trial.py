@@ -4,10 +4,12 @@ that carries every member's result (``MEMBERS_KEY``) and one checkpoint that hol
 state and each member as its solo run's checkpoint. The driver's side, which turns a stack's
 events into its members' and runs the schedulers per member, is stacks.py.
 
-A member the driver's scheduler stops is named in ``MemberStops``, an actor of the driver that the
-trial reads after each report (Tune's function trainable waits in ``tune.report`` until the driver
-has processed the result, so a stop decided on an epoch is read before the next one trains) and
-when it starts: a stack restored from an older checkpoint stops the members that ended since.
+A member the driver's scheduler stops is named in ``MemberStops``, an actor of the driver, with the
+epoch it stops after. The trial reads it after each report (Tune's function trainable waits in
+``tune.report`` until the driver has processed the result, so a stop decided on an epoch is read
+before the next one trains), before each report and when it starts: a stack restored from a
+checkpoint older than a member's end trains that member up to the epoch it ended at, and stops it
+there, as the uninterrupted sweep did.
 """
 
 from __future__ import annotations
@@ -72,16 +74,17 @@ def member_checkpoint(path: str, member: int) -> str:
 
 @ray.remote(num_cpus=0)
 class MemberStops:
-    """The members of each stacked trial that the driver's schedulers stopped."""
+    """The members of each stacked trial that the driver's schedulers stopped (or that ended before
+    a resume), each with the epoch it stops after: trial id -> {member index: epoch}."""
 
-    def __init__(self, stopped: dict[str, list[int]]):
-        self._stopped = {trial_id: set(members) for trial_id, members in stopped.items()}
+    def __init__(self, stopped: dict[str, dict[int, int]]):
+        self._stopped = {trial_id: dict(members) for trial_id, members in stopped.items()}
 
-    def stop(self, trial_id: str, member: int) -> None:
-        self._stopped.setdefault(trial_id, set()).add(member)
+    def stop(self, trial_id: str, member: int, epoch: int) -> None:
+        self._stopped.setdefault(trial_id, {})[member] = epoch
 
-    def stopped(self, trial_id: str) -> list[int]:
-        return sorted(self._stopped.get(trial_id, ()))
+    def stopped(self, trial_id: str) -> dict[int, int]:
+        return dict(self._stopped.get(trial_id, {}))
 
 
 def member_results(trainer: StackedTrainer, results: list[EpochResult | None],
@@ -141,11 +144,17 @@ def run_stack_trial(tune_config: dict[str, Any], *, base: dict, search: dict, da
     trial_id = tune.get_context().get_trial_id()
     member_stops = ray.get_actor(stops)
 
-    def apply_stops() -> None:
-        for member in ray.get(member_stops.stopped.remote(trial_id)):
+    def apply_stops() -> bool:
+        """The driver's stops of members that reached their stop's epoch applied; whether one
+        stopped a member that was training."""
+        stopped = [member for member, epoch in ray.get(member_stops.stopped.remote(trial_id)).items()
+                   if bool(trainer.active[member]) and trainer.states[member].epoch >= epoch]
+        for member in stopped:
             trainer.stop(member, STOPPED_BY_SCHEDULER)
+        return bool(stopped)
 
     def report(trainer: StackedTrainer, results: list[EpochResult | None]) -> None:
+        apply_stops()  # a resumed sweep's earlier stops: the member ends at its stop's epoch
         members = member_results(trainer, results, device)
         with tempfile.TemporaryDirectory() as directory:
             torch.save(trainer.state_dict(), Path(directory) / STACK_STATE_FILE)
@@ -158,5 +167,9 @@ def run_stack_trial(tune_config: dict[str, Any], *, base: dict, search: dict, da
                         checkpoint=tune.Checkpoint.from_directory(directory))
         apply_stops()
 
-    apply_stops()
+    if apply_stops() and checkpoint is not None:
+        # A member of a restored stack stopped at its checkpoint's epoch: a report tells the driver
+        # of its end (the driver may not hold it as ended: it was interrupted as it stopped it),
+        # which no later epoch may (the stack may have nothing left to train).
+        report(trainer, [None] * trainer.size)
     trainer.fit(report)

@@ -114,8 +114,11 @@ class MemberScheduler:
         self.scheduler = make_scheduler(spec)
         self.scheduler.set_search_properties(spec.search.metric, spec.search.mode)
         self._added: set[str] = set()
-        for trial_id, epoch, metrics in history.epochs:
-            self.stops(trial_id, {**metrics, TRAINING_ITERATION: epoch})
+        # The members the told epochs stop: a stop the journal does not hold as an end (a signal
+        # that landed as the interrupted driver stopped the member recorded it as cut) is still
+        # the stop an uninterrupted sweep made, and the member trains no further.
+        self.stopped = {trial_id for trial_id, epoch, metrics in history.epochs
+                        if self.stops(trial_id, {**metrics, TRAINING_ITERATION: epoch})}
 
     def stops(self, trial_id: str, result: dict[str, Any]) -> bool:
         """Whether the scheduler stops the member after this epoch's result."""
@@ -142,14 +145,17 @@ class StackEvents:
     last checkpoint holds every member's). A member still training when the stack completes
     completes with it; the ledger tells a finished one from one cut by a stop."""
 
-    def __init__(self, spec: SweepSpec, listeners: Listeners, stops: Any, history: MemberHistory):
+    def __init__(self, spec: SweepSpec, listeners: Listeners, stops_name: str, history: MemberHistory):
         self.search = spec.search.model_dump()
         self.listeners = listeners
-        self.stops = stops  # the MemberStops actor
         self.scheduler = MemberScheduler(spec, history)
         self.ended = set(history.ended)
         self.last: dict[str, dict[str, Any]] = {}  # member id -> its latest result
         self.epochs = {trial_id: epoch for trial_id, epoch, _ in history.epochs}
+        # A member the scheduler stopped but the journal holds as cut stops at the same epoch, and
+        # ends, early stopped, with the report of that epoch (stack_trial).
+        self.stops = open_member_stops(stops_name, {member: self.epochs.get(member, 0)
+                                                    for member in self.ended | self.scheduler.stopped})
 
     def _members(self, trial) -> list[tuple[int, str, dict[str, Any]]]:
         params = stack_members(trial.config, self.search)
@@ -170,15 +176,17 @@ class StackEvents:
             if member in self.ended:
                 continue
             report = {**report, "time_total_s": result.get("time_total_s", 0.0)}
-            epoch = int(report[rs.METRIC_EPOCHS_TRAINED])
-            if epoch > self.epochs.get(member, 0):
-                self.epochs[member] = epoch
+            # An epoch the driver heard before (a stack restored from an older checkpoint, or a
+            # member that did not train) was told to the scheduler then (or in MemberHistory's replay).
+            new = int(report[rs.METRIC_EPOCHS_TRAINED]) > self.epochs.get(member, 0)
+            if new:
+                self.epochs[member] = int(report[rs.METRIC_EPOCHS_TRAINED])
                 self.last[member] = report
                 self._tell("trial_result", member, report)
             if report[MEMBER_ENDED]:
                 self._end(member, report)
-            elif self.scheduler.stops(member, report):
-                ray.get(self.stops.stop.remote(trial.trial_id, index))
+            elif new and self.scheduler.stops(member, report):
+                ray.get(self.stops.stop.remote(trial.trial_id, index, self.epochs[member]))
                 self._end(member, report)
 
     def _end(self, member: str, report: dict[str, Any]) -> None:
@@ -207,12 +215,19 @@ class StackEvents:
                 self._tell("trial_retried", member, retries, cause, resumed_from_epoch)
 
 
-def open_member_stops(name: str, history: MemberHistory) -> Any:
-    """The driver's MemberStops actor, holding the stops a resumed sweep's journal records."""
-    stopped: dict[str, list[int]] = {}
-    for member in filter(None, map(parse_member_id, history.ended)):
-        trial_id, index = member
-        stopped.setdefault(trial_id, []).append(index)
+def open_member_stops(name: str, ended: dict[str, int]) -> Any:
+    """The driver's MemberStops actor, holding a resumed sweep's members that train no more.
+
+    Args:
+        name: the actor's name (the stacked trials look it up).
+        ended: trial id -> the last epoch of each member that ended or was stopped (other trials'
+            ids are ignored).
+    """
+    stopped: dict[str, dict[int, int]] = {}
+    for member_trial, epoch in ended.items():
+        parsed = parse_member_id(member_trial)
+        if parsed is not None:
+            stopped.setdefault(parsed[0], {})[parsed[1]] = epoch
     return MemberStops.options(name=name).remote(stopped)
 
 

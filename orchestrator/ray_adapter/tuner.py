@@ -31,7 +31,6 @@ from orchestrator.ray_adapter.stacks import (
     StackEvents,
     is_stack,
     member_configs,
-    open_member_stops,
     stack_space,
 )
 from orchestrator.sweep.spec import SweepSpec
@@ -260,8 +259,7 @@ def run_tuner(
         )
     _driver.listeners, _driver.on_stop = listeners, on_stop
     if stack_size > 1:
-        _driver.stacks = StackEvents(spec, lambda: _driver.listeners, open_member_stops(stops_name, members),
-                                     members)
+        _driver.stacks = StackEvents(spec, lambda: _driver.listeners, stops_name, members)
     try:
         grid = tuner.fit()
     finally:

@@ -18,6 +18,9 @@ EPOCH_DELAY_ENV = "NLI_EPOCH_DELAY_S"  # every epoch of a trial lasts this much 
 # after each seed's test evaluation the driver waits this long (a signal cuts it short): a signal
 # lands during the test evaluation
 TEST_DELAY_ENV = "NLI_TEST_EVALUATION_DELAY_S"
+# "MARKER_DIR": the first time a driver's scheduler stops a stack's member, the driver gets a
+# SIGINT before it ends that member (once: a marker file stays in MARKER_DIR)
+SIGINT_AT_MEMBER_STOP_ENV = "NLI_SIGINT_AT_MEMBER_STOP"
 
 
 def _fail_once(epoch: int) -> None:
@@ -70,7 +73,7 @@ def _slow_test_evaluations(sweep) -> None:
 
     def delayed_evaluate_selected(*args, **kwargs):
         evaluated = evaluate_selected(*args, **kwargs)
-        interruption = getattr(signal.getsignal(signal.SIGINT), "__self__", None)
+        interruption = _interruption()
         deadline = time.monotonic() + float(os.environ.get(TEST_DELAY_ENV) or 0)
         while time.monotonic() < deadline and not getattr(interruption, "requested", False):
             time.sleep(0.1)
@@ -79,9 +82,37 @@ def _slow_test_evaluations(sweep) -> None:
     sweep._evaluate_selected = delayed_evaluate_selected
 
 
+def _interruption() -> object | None:
+    """The driver's Interruption (lifecycle.py), the SIGINT handler's owner."""
+    return getattr(signal.getsignal(signal.SIGINT), "__self__", None)
+
+
+def _signal_at_member_stop(stacks) -> None:
+    """The driver's per-member scheduler (stacks.MemberScheduler.stops): the first stop it decides
+    is returned only once a SIGINT to the driver has been handled, so the member's end is told
+    with the sweep interrupted."""
+    stops = stacks.MemberScheduler.stops
+
+    def stops_then_signal(self, trial_id, result):
+        stopping = stops(self, trial_id, result)
+        marker_dir = os.environ.get(SIGINT_AT_MEMBER_STOP_ENV)
+        marker = Path(marker_dir) / "signalled" if marker_dir else None
+        if stopping and marker is not None and not marker.exists():
+            marker.parent.mkdir(parents=True, exist_ok=True)
+            marker.touch()
+            os.kill(os.getpid(), signal.SIGINT)
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline and not getattr(_interruption(), "requested", False):
+                time.sleep(0.05)
+        return stopping
+
+    stacks.MemberScheduler.stops = stops_then_signal
+
+
 SEAMS = {"orchestrator.ray_adapter.ray_trial": _slow_or_failing_epochs,
          "orchestrator.ray_adapter.stack_trial": _slow_or_failing_stack_epochs,
-         "orchestrator.sweep.protocol": _slow_test_evaluations}
+         "orchestrator.sweep.protocol": _slow_test_evaluations,
+         "orchestrator.ray_adapter.stacks": _signal_at_member_stop}
 
 
 class _WrapOnImport(importlib.abc.MetaPathFinder):
