@@ -523,8 +523,9 @@ def missing_packages(*names: str) -> list[str]:
     return missing
 
 
-def check_sweep(device: str, work: Path, timeout_s: float) -> list[Row]:
-    """The quickstart sweep, two trials at once sharing one GPU (0.5 each); on CPU, 0 GPUs."""
+def check_sweep(device: str, sizes: Sizes, work: Path, timeout_s: float) -> list[Row]:
+    """The quickstart sweep on the toy corpus of ``sizes``, two trials at once sharing one GPU
+    (0.5 each); on CPU, 0 GPUs."""
     missing = missing_packages("ray", "mlflow", "optuna", "click")
     if missing:
         return [Row("sweep", "SKIP", f"needs {', '.join(missing)} (not importable here)")]
@@ -532,6 +533,7 @@ def check_sweep(device: str, work: Path, timeout_s: float) -> list[Row]:
     uri = f"sqlite:///{work}/mlruns.db"
     sets = [f"search.resources.gpu={fraction}", "search.resources.cpu=1", "search.max_concurrent_trials=2",
             "search.space.hidden_size.grid=[50]", "training.epochs=2", f"training.device={device}",
+            f"data.toy.size={sizes.toy_pairs}",
             f"search.storage_path={work}/ray_results"]
     command = [sys.executable, "-m", "orchestrator.cli.orchestrate", "sweep", str(REPO / "search_spaces/quickstart.yaml"),
                "--new", "--tracking-uri", uri, *[a for s in sets for a in ("--set", s)]]
@@ -608,7 +610,7 @@ def run_checks(device: str, out: Path, budget_s: float, only: set[str] | None = 
     jobs.append(("packing", lambda: check_packing(device)))
     jobs.append(("stacking", lambda: check_stacking(device, sizes, pools[32])))
     # The sweep gets what is left of the budget (at least 30 s): the whole run ends by budget + 30 s.
-    jobs.append(("sweep", lambda: check_sweep(device, out, max(30.0, budget_s - (time.perf_counter() - started)))))
+    jobs.append(("sweep", lambda: check_sweep(device, sizes, out, max(30.0, budget_s - (time.perf_counter() - started)))))
     for name, job in jobs:
         if only is not None and name.split(".")[0] not in only:
             continue

@@ -7,6 +7,7 @@ leave each member's record as an uninterrupted sweep's."""
 from __future__ import annotations
 
 import os
+import re
 import signal
 from pathlib import Path
 
@@ -177,6 +178,30 @@ def test_a_signal_as_the_scheduler_stops_a_member_leaves_it_stopped_after_resume
     assert [s for s, _ in _history(tmp_path, slow)] == list(range(1, stopped_at + 1))
     assert _checkpoint_state(tmp_path, slow)["epoch"] == stopped_at
     assert good.info.status == "FINISHED" and [s for s, _ in _history(tmp_path, good)] == [1, 2, 3]
+
+
+def test_a_sentence_longer_than_max_length_fails_each_member_with_the_models_error(tmp_path):
+    """ABCNN-1 with max_length 4 on the toy corpus (longer sentences), two seeds as one stack, each
+    member on its own batches: the members' runs are FAILED with the solo model's error, which
+    names the sentence's length and max_length (not vmap's "Batching rule not implemented"), and
+    no member is selected or tested."""
+    spec = write_spec(tmp_path, {
+        "name": "too_long", "data": {"toy": {"size": 300}}, "training": {"optimizer": "adagrad", "epochs": 1},
+        "model": {"name": "abcnn", "variant": "abcnn1", "args": {"embedding_dim": 8, "hidden_size": 6, "max_length": 4}},
+    }, replace_search={"sampler": "grid", "space": {"lr": {"grid": [0.05]}}, "seeds": [1, 2], "stack": 2,
+                       "max_concurrent_trials": 1, "resources": {"cpu": 1}})
+    result = run_orchestrate(["sweep", str(spec)], cwd=tmp_path)
+    output = result.stdout + result.stderr
+    assert result.returncode != 0, output
+    assert "train as stacks of up to 2 members" in result.stderr
+    _, members = runs_of(tmp_path, "too_long")
+    assert sorted(run.data.params["seed"] for run in members) == ["1", "2"]
+    for run in members:
+        assert run.info.status == "FAILED"
+        error = run.data.tags[rs.TAG_ERROR]
+        assert re.search(r"a sentence has \d+ tokens but the model was built with max_length=4", error), error
+        assert "Batching rule" not in error
+        assert rs.TAG_SELECTED not in run.data.tags and rs.METRIC_TEST_ACCURACY not in run.data.metrics
 
 
 @pytest.mark.parametrize(("tune_state", "stack"), [("kept", "auto"), ("deleted", "auto"), ("kept", 8)])
