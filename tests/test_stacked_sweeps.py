@@ -59,8 +59,8 @@ def _checkpoint_state(folder: Path, run) -> dict:
 def test_each_member_is_its_solo_trial_in_the_store(tmp_path):
     """One sweep stacked (stack: 8, one stack of lr x ℓ2 x 2 seeds, each member on its own seed's
     batch order) and the same sweep one configuration per trial: the same 8 child runs, each member's
-    epochs equal to its solo trial's, the same selection and test accuracy; each member's
-    checkpoint is its own."""
+    epochs equal to its solo trial's, the same selection and test accuracy, results table, replay
+    and report; each member's checkpoint is its own."""
     said = {}
     for name, stack in (("stacked", 8), ("solo", "off")):
         result = run_orchestrate(["sweep", str(_spec(tmp_path, name, stack))], cwd=tmp_path)
@@ -94,6 +94,26 @@ def test_each_member_is_its_solo_trial_in_the_store(tmp_path):
                                                           "total_trial_time_s"])
     assert tables["stacked"]["n_trials"].tolist() == [8]
     pd.testing.assert_frame_equal(tables["stacked"], tables["solo"], atol=1e-9)
+    # replay and the report read the members as they read solo trials: the same strategies,
+    # selections and numbers; only the simulated clock differs (a member's recorded epoch time is
+    # its stack's, every member's epoch together) and the report's ids, dates and hours.
+    replays, reports = {}, {}
+    for name in ("stacked", "solo"):
+        out = tmp_path / f"{name}.replay.parquet"
+        result = run_orchestrate(["replay", name, "--repeats", "2", "--out", str(out)], cwd=tmp_path)
+        assert result.returncode == 0, result.stdout + result.stderr
+        replays[name] = pd.read_parquet(out).drop(columns=["simulated_hours"])
+        result = run_orchestrate(["report", name, "--out", str(tmp_path / f"report_{name}")], cwd=tmp_path)
+        assert result.returncode == 0, result.stdout + result.stderr
+        page = (tmp_path / f"report_{name}" / f"{name}.md").read_text().replace(name, "NAME")
+        for pattern, stands_for in ((r"\b[0-9a-f]{12,32}\b", "ID"), (r"\d{4}-\d\d-\d\d \d\d:\d\d", "DATE"),
+                                    (r"\d+\.\d+ h\b", "HOURS")):
+            page = re.sub(pattern, stands_for, page)
+        reports[name] = page
+    assert replays["stacked"]["trials"].tolist() == [8.0] * len(replays["stacked"])
+    pd.testing.assert_frame_equal(replays["stacked"], replays["solo"])
+    assert "Trials in the store: 8 (8 finished)" in reports["stacked"]
+    assert reports["stacked"] == reports["solo"]
 
 
 def test_a_word_by_word_grid_over_dropout_is_one_stack_of_faithful_members(tmp_path):
