@@ -144,14 +144,11 @@ def run_stack_trial(tune_config: dict[str, Any], *, base: dict, search: dict, da
     trial_id = tune.get_context().get_trial_id()
     member_stops = ray.get_actor(stops)
 
-    def apply_stops() -> bool:
-        """The driver's stops of members that reached their stop's epoch applied; whether one
-        stopped a member that was training."""
-        stopped = [member for member, epoch in ray.get(member_stops.stopped.remote(trial_id)).items()
-                   if bool(trainer.active[member]) and trainer.states[member].epoch >= epoch]
-        for member in stopped:
-            trainer.stop(member, STOPPED_BY_SCHEDULER)
-        return bool(stopped)
+    def apply_stops() -> None:
+        """The driver's stops of members that reached their stop's epoch, applied."""
+        for member, epoch in ray.get(member_stops.stopped.remote(trial_id)).items():
+            if bool(trainer.active[member]) and trainer.states[member].epoch >= epoch:
+                trainer.stop(member, STOPPED_BY_SCHEDULER)
 
     def report(trainer: StackedTrainer, results: list[EpochResult | None]) -> None:
         apply_stops()  # a resumed sweep's earlier stops: the member ends at its stop's epoch
@@ -167,9 +164,10 @@ def run_stack_trial(tune_config: dict[str, Any], *, base: dict, search: dict, da
                         checkpoint=tune.Checkpoint.from_directory(directory))
         apply_stops()
 
-    if apply_stops() and checkpoint is not None:
-        # A member of a restored stack stopped at its checkpoint's epoch: a report tells the driver
-        # of its end (the driver may not hold it as ended: it was interrupted as it stopped it),
-        # which no later epoch may (the stack may have nothing left to train).
+    apply_stops()
+    if checkpoint is not None and not bool(trainer.active.all()):
+        # A restored stack with members that train no more: a report tells the driver of their
+        # ends (it may not hold one as ended: it was interrupted as that member stopped), which no
+        # later epoch may (the stack may have nothing left to train). Ends it holds, it skips.
         report(trainer, [None] * trainer.size)
     trainer.fit(report)
