@@ -56,6 +56,14 @@ def _checkpoint_state(folder: Path, run) -> dict:
     return torch.load(Path(local) / CHECKPOINT_FILE, weights_only=True)["state"]
 
 
+def _delete_tune_state(folder: Path, name: str) -> None:
+    """Tune's experiment files deleted (the trial folders stay): --resume goes on from the journal."""
+    (experiment,) = (folder / "ray_results").glob(f"{name}-*")
+    for pattern in ("tuner.pkl", "experiment_state-*.json", "basic-variant-state-*.json"):
+        for path in experiment.glob(pattern):
+            path.unlink()
+
+
 def test_each_member_is_its_solo_trial_in_the_store(tmp_path):
     """One sweep stacked (stack: 8, one stack of lr x ℓ2 x 2 seeds, each member on its own seed's
     batch order) and the same sweep one configuration per trial: the same 8 child runs, each member's
@@ -172,12 +180,14 @@ def test_asha_stops_one_member_and_a_nan_member_fails_alone(tmp_path):
     assert good.data.tags[rs.TAG_SELECTED] == "true" and rs.TAG_SELECTED not in slow.data.tags
 
 
-def test_a_signal_as_the_scheduler_stops_a_member_leaves_it_stopped_after_resume(tmp_path):
+@pytest.mark.parametrize("tune_state", ["kept", "deleted"])
+def test_a_signal_as_the_scheduler_stops_a_member_leaves_it_stopped_after_resume(tmp_path, tune_state):
     """SIGINT lands as ASHA stops the slow member at a rung (a test seam: the driver is
     interrupted before it ends that member, so the journal holds the member as cut, KILLED).
     --resume tells the scheduler the recorded epochs again: it stops the member there, as the
     uninterrupted sweep did, and the member ends FINISHED and early stopped at that epoch, its
-    checkpoint that epoch's; it is not trained further. The other member trains every epoch."""
+    checkpoint that epoch's; it is not trained further. The other member trains every epoch.
+    With Tune's state deleted the resume goes on from the journal, the member on its own run."""
     spec = _spec(tmp_path, "race", 2, {"lr": {"grid": [0.01, 0.00001]}}, seeds=[1],
                  scheduler={"type": "asha", "grace_period": 1, "reduction_factor": 2})
     spec.write_text(spec.read_text().replace("optimizer: adagrad", "optimizer: adam"))
@@ -189,8 +199,11 @@ def test_a_signal_as_the_scheduler_stops_a_member_leaves_it_stopped_after_resume
     assert cut["1e-05"].info.status == "KILLED"  # the stop was not recorded as an end
     stopped_at = len(_history(tmp_path, cut["1e-05"]))  # the epoch ASHA stopped it after
     assert 1 <= stopped_at < EPOCHS
+    if tune_state == "deleted":
+        _delete_tune_state(tmp_path, "race")
     resumed = run_orchestrate(["sweep", str(spec), "--resume"], cwd=tmp_path)
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert ("continuing from the sweep's journal" in resumed.stderr) == (tune_state == "deleted"), resumed.stderr
     runs = {run.data.params["lr"]: run for run in runs_of(tmp_path, "race")[1]}
     slow, good = runs["1e-05"], runs["0.01"]
     assert slow.info.status == "FINISHED" and slow.data.tags[rs.TAG_EARLY_STOPPED] == "true"
@@ -253,10 +266,7 @@ def test_ctrl_c_then_resume_leaves_each_member_as_an_uninterrupted_sweep(tmp_pat
     assert not any(rs.METRIC_TEST_ACCURACY in c.data.metrics for c in children)
     assert any(c.info.status == "KILLED" for c in children)
     if tune_state == "deleted":
-        (experiment,) = (interrupted / "ray_results").glob("cut-*")
-        for pattern in ("tuner.pkl", "experiment_state-*.json", "basic-variant-state-*.json"):
-            for path in experiment.glob(pattern):
-                path.unlink()
+        _delete_tune_state(interrupted, "cut")
     resumed = run_orchestrate(["sweep", str(spec), "--resume"], cwd=interrupted)
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     # Tune restores the stacks from its state; without it the journal stands in.
