@@ -2,7 +2,8 @@
 separate trials one after another, on the same cores, with the same torch thread count.
 
 - ABCNN-3 one-conv at the paper's width (50 kernels, w = 3, NONOVER copy, max_length 40),
-  Adagrad, lr x ℓ2 over Table 2's TE range (4 x 2);
+  Adagrad, lr x ℓ2 over Table 2's TE range (4 x 2); the same model over lr x seed (2 x 4, no
+  goal): members of several seeds on batches of their own;
 - decomposable attention (vanilla, paper width 200, dropout 0.2), Adagrad, lr x seed (2 x 4):
   members of several seeds train on batches of their own, through the models' GPU path (padded,
   dense); the same model over lr x ℓ2 at one seed (one batch order, the CPU path; no goal), and
@@ -43,6 +44,7 @@ GOALS = {"abcnn3": 2.0, "decomposable": 1.5}  # issue 47: stacked / separate con
 # Each configuration: what it sets in training (lr, l2, seed) and, for dropout, in the model's args.
 ABCNN_GRID = [{"lr": lr, "l2": l2} for l2 in (0.0006, 0.0007) for lr in (0.08, 0.0833, 0.0867, 0.09)]
 DECOMPOSABLE_GRID = [{"lr": lr, "seed": seed} for lr in (0.025, 0.05) for seed in (1, 2, 3, 4)]
+ABCNN_SEEDS_GRID = [{"lr": lr, "seed": seed} for lr in (0.08, 0.09) for seed in (1, 2, 3, 4)]
 # The same model over lr x ℓ2 at one seed: every member on one batch order (the models' CPU path).
 DECOMPOSABLE_ONE_SEED_GRID = [{"lr": lr, "l2": l2} for lr in (0.025, 0.05) for l2 in (0.0, 1e-5, 3e-5, 1e-4)]
 WORD_BY_WORD_GRID = [{"lr": lr, "dropout": dropout, "l2": l2, "optimizer": "adam"}
@@ -51,6 +53,10 @@ MODELS = {
     "abcnn3": ({"name": "abcnn", "variant": "abcnn3",
                 "args": {"hidden_size": 50, "filter_width": 3, "num_blocks": 1, "nonover": True,
                          "max_length": 40}}, ABCNN_GRID),
+    # Several seeds: each member on its own batches, through the models' off-CPU path.
+    "abcnn3_seeds": ({"name": "abcnn", "variant": "abcnn3",
+                      "args": {"hidden_size": 50, "filter_width": 3, "num_blocks": 1, "nonover": True,
+                               "max_length": 40}}, ABCNN_SEEDS_GRID),
     "decomposable": ({"name": "decomposable", "variant": "vanilla",
                       "args": {"hidden_size": 200, "projection_dim": 200, "dropout": 0.2}},
                      DECOMPOSABLE_GRID),

@@ -17,7 +17,7 @@ from test_models_contract import CASES, _batch, _build
 from testkit.toy import decomposable, toy_run_config
 
 from nli_models.data import batch_indices, iterate_batches
-from nli_models.models import layers, word_by_word
+from nli_models.models import abcnn, layers, word_by_word
 from nli_models.registry import paper_configs
 from nli_models.training.metrics import evaluate
 from nli_models.training.trainer import build_for_data
@@ -80,6 +80,7 @@ def test_the_off_cpu_path_computes_what_the_cpu_path_does(name, config, monkeypa
     logits, grads, attention = _logits_and_gradients(name, config)
     for module in (layers, word_by_word):
         monkeypatch.setattr(module, "on_host", lambda tensor: False)
+    monkeypatch.setattr(abcnn, "convolves_copies_apart", lambda tensor: False)  # the GPU's grouped convolution
     dense_logits, dense_grads, dense_attention = _logits_and_gradients(name, config)
     torch.testing.assert_close(dense_logits, logits, rtol=0, atol=1e-10)
     # The attention maps too, at the sentences' own lengths (the GPU path may pad them).

@@ -33,7 +33,7 @@ left empty is the single token <unk>
 ordered block by block (ORIG then NONOVER per block), so layerwise phase k still uses a prefix.
 The two copies run as one batch of 2B pairs (ORIG's, then NONOVER's), each block of both at once
 (``_BlockCopies``): every op without weights runs once, and each copy's weights act on its own
-rows (one batched product, and off the CPU one grouped convolution).
+rows (one batched product; a convolution per copy on a CPU, one grouped convolution off it).
 Not implemented: the 24 linguistic features and the SVM/LR retrained on the scores after
 training (§5.1.3, §5.4).
 """
@@ -161,12 +161,20 @@ def _feature_map(match: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     return product.view(match.shape[0], rows, -1)
 
 
+def convolves_copies_apart(x: torch.Tensor) -> bool:
+    """Whether the copies' convolutions run one per copy rather than as one grouped convolution:
+    on a CPU, where oneDNN runs a grouped convolution several times slower than separate ones
+    (nli_models.stacked.model), also on the off-CPU path (a stack of several seeds on a CPU: the
+    grouped convolution was 38% of its step). tests/test_host_sync.py checks the two agree."""
+    return x.device.type == "cpu"
+
+
 class _BlockCopies:
     """Block i of every copy of the network (ORIG, and NONOVER with its own weights), applied to
     both sentences of every copy at once: each sentence's values hold the copies' batches in
     turn along dim 0 (copy-major, ``batch`` rows each), so every op without weights (match
     scores, pooling, masks) runs once for all copies; the attention feature map is one batched
-    product over the copies' stacked W, and the convolution one grouped convolution."""
+    product over the copies' stacked W, and the convolution one grouped one (a CPU: one per copy)."""
 
     def __init__(self, blocks: list[_Block], batch: int):
         self.blocks, self.batch = blocks, batch
@@ -222,11 +230,13 @@ class _BlockCopies:
         copies, (rows, length, dim) = len(convs), x.shape
         if copies == 1:
             return convs[0](x.transpose(1, 2)).transpose(1, 2)
-        if layers.on_host(x):
-            # oneDNN runs a grouped convolution several times slower than separate ones
-            # (nli_models.stacked.model); on the CPU the copies' rows are contiguous (sentences 1).
-            parts = [conv(part.transpose(1, 2)) for conv, part in zip(convs, x.chunk(copies), strict=True)]
-            return torch.cat(parts).transpose(1, 2)
+        if convolves_copies_apart(x):
+            # Each copy's rows through its own convolution. [sentences, copies, batch, L, D];
+            # sentences 1 on the host path.
+            by_copy = x.view(-1, copies, self.batch, length, dim)
+            parts = [conv(by_copy[:, c].flatten(0, 1).transpose(1, 2)).unflatten(0, (-1, self.batch))
+                     for c, conv in enumerate(convs)]
+            return torch.stack(parts, dim=1).flatten(0, 2).transpose(1, 2)
         # One grouped convolution: copy c's channels are group c. [sentences, copies, batch, L, D]
         # -> [sentences x batch, copies x D, L], and back.
         grouped = x.view(-1, copies, self.batch, length, dim).permute(0, 2, 1, 4, 3)
