@@ -238,15 +238,31 @@ def test_a_sentence_longer_than_max_length_fails_each_member_with_the_models_err
         assert rs.TAG_SELECTED not in run.data.tags and rs.METRIC_TEST_ACCURACY not in run.data.metrics
 
 
+@pytest.fixture(scope="module")
+def uninterrupted_sweep(tmp_path_factory):
+    """The uninterrupted sweep of `_spec(..., "cut", stack)` (folder, its result), run once per
+    stack value for the module's tests."""
+    made = {}
+
+    def sweep(stack):
+        if stack not in made:
+            whole = tmp_path_factory.mktemp(f"whole-{stack}")
+            made[stack] = whole, run_orchestrate(["sweep", str(_spec(whole, "cut", stack))], cwd=whole)
+        return made[stack]
+
+    return sweep
+
+
 @pytest.mark.parametrize(("tune_state", "stack"), [("kept", "auto"), ("deleted", "auto"), ("kept", 8)])
-def test_ctrl_c_then_resume_leaves_each_member_as_an_uninterrupted_sweep(tmp_path, tune_state, stack):
+def test_ctrl_c_then_resume_leaves_each_member_as_an_uninterrupted_sweep(tmp_path, tune_state, stack,
+                                                                        uninterrupted_sweep):
     """Ctrl-C once a member has logged an epoch: the sweep ends interrupted (exit 3), no member
     run stays RUNNING, none is tested. --resume restores the stacks from their checkpoints (Tune's
     state kept) or reruns the unfinished members as fresh stacks on their own runs (Tune's state
     deleted: from the journal): every member ends FINISHED with epochs 1-3 logged once each,
     equal to an uninterrupted sweep's. With `stack: 8` the two seeds share the stack (each member
     on its own batches): its resume is exact too."""
-    interrupted, whole = tmp_path / "interrupted", tmp_path / "whole"
+    interrupted = tmp_path / "interrupted"
     spec = _spec(interrupted, "cut", stack)
     log = interrupted / "driver.log"
     with pytest.MonkeyPatch.context() as patch:
@@ -271,7 +287,7 @@ def test_ctrl_c_then_resume_leaves_each_member_as_an_uninterrupted_sweep(tmp_pat
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     # Tune restores the stacks from its state; without it the journal stands in.
     assert ("continuing from the sweep's journal" in resumed.stderr) == (tune_state == "deleted"), resumed.stderr
-    result = run_orchestrate(["sweep", str(_spec(whole, "cut", stack))], cwd=whole)
+    whole, result = uninterrupted_sweep(stack)
     assert result.returncode == 0, result.stdout + result.stderr
     # auto on CPUs keeps seeds apart: one stack per seed (stacks of several seeds pay on GPUs).
     assert ("seeds apart" in result.stderr) == (stack == "auto")
