@@ -267,6 +267,11 @@ SPECS = {
     "resume_unknown": _with(TOY, ("name", "never-ran")),
     "existing": _with(TOY, ("name", "existing")),
     "cpu_too_many": _with(TOY, ("search.resources", {"cpu": 64})),
+    # ABCNN-1's W_0 has max_length columns: the toy corpus has longer sentences
+    "abcnn_max_length": _with(TOY, ("model", {"name": "abcnn", "variant": "abcnn1",
+                                              "args": {"embedding_dim": 8, "hidden_size": 6, "max_length": 4}})),
+    "abcnn_max_length_grid": _with(TOY, ("model", {"name": "abcnn", "variant": "abcnn3", "args": {"embedding_dim": 8, "hidden_size": 6}}),
+                                   ("search.space.max_length", {"grid": [40, 4]})),
 }
 RAW_SPECS = {
     "dup_nested": yaml.safe_dump(TOY, sort_keys=False).replace("  lr: 0.01\n", "  lr: 0.01\n  lr: 0.02\n", 1),
@@ -432,6 +437,11 @@ CASES: list[tuple[str, list[str], str]] = [
     ("objectives_seeds", ["sweep", S], "search: seeds: with objectives, sampler 'tpe' takes one seed"),
     ("objectives_metric", ["sweep", S], "search: metric/mode: give either search.metric and search.mode or "
      "search.objectives"),
+    # a corpus with sentences longer than the model takes: refused before launch, not trial by trial
+    ("abcnn_max_length", ["sweep", S], "model.args.max_length=4, but the corpus has a sentence of"),
+    ("abcnn_max_length", ["validate", S], "set model.args.max_length: "),
+    ("abcnn_max_length", ["train", S], "abcnn1's attention on the input (W_0, max_length columns) takes none longer"),
+    ("abcnn_max_length_grid", ["sweep", S], "model.args.max_length=4, but the corpus has a sentence of"),
     # needs a running Ray to see the cluster's size: last, as it is the slowest
     # Refused before Ray starts or a store is created (issue 44).
     ("cpu_too_many", ["sweep", S], "search.resources: a trial asks for 64 CPU and 0 GPU, but this "

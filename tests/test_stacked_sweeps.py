@@ -213,11 +213,11 @@ def test_a_signal_as_the_scheduler_stops_a_member_leaves_it_stopped_after_resume
     assert good.info.status == "FINISHED" and [s for s, _ in _history(tmp_path, good)] == [1, 2, 3]
 
 
-def test_a_sentence_longer_than_max_length_fails_each_member_with_the_models_error(tmp_path):
-    """ABCNN-1 with max_length 4 on the toy corpus (longer sentences), two seeds as one stack, each
-    member on its own batches: the members' runs are FAILED with the solo model's error, which
-    names the sentence's length and max_length (not vmap's "Batching rule not implemented"), and
-    no member is selected or tested."""
+def test_a_stack_whose_corpus_has_a_sentence_longer_than_max_length_is_refused_before_launch(tmp_path):
+    """ABCNN-1 with max_length 4 on the toy corpus (longer sentences), two seeds as one stack: the
+    sweep is refused before anything runs (exit 2, naming max_length and the length it needs), as
+    an unstacked one is, and nothing is recorded. (Inside a stack the model's own refusal, not
+    vmap's "Batching rule not implemented", is tests/test_stacked.py's.)"""
     spec = write_spec(tmp_path, {
         "name": "too_long", "data": {"toy": {"size": 300}}, "training": {"optimizer": "adagrad", "epochs": 1},
         "model": {"name": "abcnn", "variant": "abcnn1", "args": {"embedding_dim": 8, "hidden_size": 6, "max_length": 4}},
@@ -225,17 +225,11 @@ def test_a_sentence_longer_than_max_length_fails_each_member_with_the_models_err
                        "max_concurrent_trials": 1, "resources": {"cpu": 1}})
     result = run_orchestrate(["sweep", str(spec)], cwd=tmp_path)
     output = result.stdout + result.stderr
-    assert result.returncode == 1, output  # completed with failed trials (orchestrate sweep --help)
-    assert "train as stacks of up to 2 members" in result.stderr
-    assert "2 trials (2 failed); no trial finished: nothing selected" in output
-    _, members = runs_of(tmp_path, "too_long")
-    assert sorted(run.data.params["seed"] for run in members) == ["1", "2"]
-    for run in members:
-        assert run.info.status == "FAILED"
-        error = run.data.tags[rs.TAG_ERROR]
-        assert re.search(r"a sentence has \d+ tokens but the model was built with max_length=4", error), error
-        assert "Batching rule" not in error
-        assert rs.TAG_SELECTED not in run.data.tags and rs.METRIC_TEST_ACCURACY not in run.data.metrics
+    assert result.returncode == 2, output
+    assert re.search(r"model\.args\.max_length=4, but the corpus has a sentence of (\d+) tokens", output), output
+    assert "set model.args.max_length: " in output and "Traceback" not in output
+    assert client_for(tmp_path).get_experiment_by_name("too_long") is None  # nothing in the store
+    assert not (tmp_path / "ray_results").exists()
 
 
 @pytest.fixture(scope="module")

@@ -56,6 +56,7 @@ from nli_models.registry import PaperConfig, register_model
 
 _SCORES_PER_BLOCK = 2  # cosine similarity and Euclidean distance (§5.4.1)
 VARIANTS = ("bcnn", "abcnn1", "abcnn2", "abcnn3")
+ATTENTION_INPUT_VARIANTS = ("abcnn1", "abcnn3")  # attention on the input: W_0 has max_length columns
 
 
 class ABCNNArguments(ModelArguments):
@@ -284,7 +285,7 @@ class ABCNN(PairClassifier):
         args = self.Arguments.parse(arguments, self.registered_name)
         hidden_size, num_blocks = args.hidden_size, args.num_blocks
         self.max_length = args.max_length
-        self.attention_input = args.variant in ("abcnn1", "abcnn3")
+        self.attention_input = args.variant in ATTENTION_INPUT_VARIANTS
         self.word_embeddings = WordEmbeddings(args.vocab_size, args.embedding_dim)
         self.dropout = Dropout(args.dropout)
         def stack() -> nn.ModuleList:
@@ -371,6 +372,15 @@ class ABCNN(PairClassifier):
         """The input block b_1: word vectors (zero at padding) and their all-ap."""
         x = self.dropout(self.word_embeddings(ids)) * mask.unsqueeze(-1)
         return x, masked_mean(x, mask)
+
+    @classmethod
+    def check_longest_sentence(cls, args: ABCNNArguments, tokens: int) -> None:
+        """ABCNN-1/3 take sentences of at most max_length tokens (see ``check_lengths``)."""
+        if args.variant in ATTENTION_INPUT_VARIANTS and tokens > args.max_length:
+            raise ValueError(
+                f"model.args.max_length={args.max_length}, but the corpus has a sentence of {tokens} tokens "
+                f"and {args.variant}'s attention on the input (W_0, max_length columns) takes none longer "
+                f"than max_length: set model.args.max_length: {tokens} or more")
 
     def check_lengths(self, premise_mask: torch.Tensor, hypothesis_mask: torch.Tensor) -> None:
         """With attention on the input (ABCNN-1/3: W_0 has max_length columns), no sentence may be

@@ -41,6 +41,18 @@ class PairClassifier(nn.Module, ABC):
         )
         return (logits, attention) if return_attention else logits
 
+    @classmethod
+    def check_longest_sentence(cls, args, tokens: int) -> None:
+        """Refuse, before any model is built, a corpus whose longest sentence has more tokens than
+        a model of these arguments takes (what ``check_lengths`` would refuse in its first batch
+        that holds it): a ``ValueError`` naming the argument and the value it needs. None by
+        default; a sweep checks every configuration against its corpus before launch.
+
+        Args:
+            args: the model's validated ``Arguments``.
+            tokens: the corpus's longest sentence (premise or hypothesis, every split).
+        """
+
     def check_lengths(self, premise_mask: torch.Tensor, hypothesis_mask: torch.Tensor) -> None:
         """Refuse sentences longer than the model takes (none by default): a ``ValueError`` where
         the masks are on the host, a device-side assertion elsewhere (no host read).

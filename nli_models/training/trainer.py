@@ -35,7 +35,7 @@ from nli_models.config import RunConfig, TrainingConfig
 from nli_models.data import PreparedData, batch_indices, iterate_batches
 from nli_models.data.batch import Batch
 from nli_models.errors import InputError, InputFileMissing
-from nli_models.registry import build_model, count_parameters
+from nli_models.registry import build_model, count_parameters, model_class
 from nli_models.training.cuda_graphs import GraphCaptureFailed, GraphedTrainingStep
 from nli_models.training.metrics import Evaluation, evaluate
 from nli_models.training.optimizers import make_optimizer
@@ -141,8 +141,9 @@ def seed_everything(seed: int) -> None:
 
 
 def check_fits_data(config: RunConfig, data: PreparedData) -> None:
-    """InputError when the model's embedding_dim contradicts the word vectors' dimension (a sweep
-    checks this before its first trial, so that no trial fails on it)."""
+    """InputError when the model's embedding_dim contradicts the word vectors' dimension, or the
+    corpus holds a sentence longer than the model takes (a sweep checks this before its first
+    trial, so that no trial fails on it)."""
     configured = config.model.args.get("embedding_dim")
     if data.embedding_dim and configured is not None and configured != data.embedding_dim:
         raise InputError(
@@ -150,6 +151,20 @@ def check_fits_data(config: RunConfig, data: PreparedData) -> None:
             f"({config.data.vectors.source}) have dimension {data.embedding_dim}; "
             f"set model.args.embedding_dim: {data.embedding_dim} or leave it out"
         )
+    model = model_class(config.model.name)
+    args = model.Arguments.parse(
+        config.model.build_kwargs(len(data.vocab), len(data.labels), data.embedding_dim or configured or 300),
+        config.model.name)
+    try:
+        model.check_longest_sentence(args, longest_sentence(data))
+    except ValueError as exc:
+        raise InputError(str(exc)) from None
+
+
+def longest_sentence(data: PreparedData) -> int:
+    """The most tokens of any premise or hypothesis of any split."""
+    return max((int(lengths.max()) for split in data.splits.values()
+                for lengths in (split.premise_lengths, split.hypothesis_lengths) if len(lengths)), default=0)
 
 
 def build_for_data(config: RunConfig, data: PreparedData) -> nn.Module:
