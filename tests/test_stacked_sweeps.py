@@ -31,9 +31,13 @@ EXIT_INTERRUPTED = 3
 MEMBER = ("lr", "l2", "seed")
 
 
-def _spec(folder: Path, name: str, stack, space: dict | None = None, **search) -> Path:
+# search.stack: auto stacks ABCNN on a CPU (the one model measured faster stacked there).
+ABCNN = {"name": "abcnn", "variant": "abcnn3", "args": {"embedding_dim": 8, "hidden_size": 6, "nonover": True}}
+
+
+def _spec(folder: Path, name: str, stack, space: dict | None = None, model: dict | None = None, **search) -> Path:
     return write_spec(folder, {
-        "name": name, "model": decomposable(dim=16, dropout=0.0), "data": {"toy": {"size": 600}},
+        "name": name, "model": model or decomposable(dim=16, dropout=0.0), "data": {"toy": {"size": 600}},
         "training": {"optimizer": "adagrad", "lr": 0.05, "epochs": EPOCHS},
     }, replace_search={"sampler": "grid", "space": space or {"lr": {"grid": [0.01, 0.1]}, "l2": {"grid": [0.0, 0.001]}},
                        "seeds": [1, 2], "stack": stack, "max_concurrent_trials": 1, "resources": {"cpu": 1},
@@ -131,7 +135,7 @@ def test_a_word_by_word_grid_over_dropout_is_one_stack_of_faithful_members(tmp_p
     model = {"name": "rocktaschel", "variant": "word_by_word", "args": {"hidden_size": 12, "embedding_dim": 12}}
     space = {"lr": {"grid": [0.01, 0.003]}, "dropout": {"grid": [0.0, 0.3]}}
     runs = {}
-    for name, stack, dropouts in (("wbw_stacked", "auto", [0.0, 0.3]), ("wbw_solo", "off", [0.0])):
+    for name, stack, dropouts in (("wbw_stacked", 4, [0.0, 0.3]), ("wbw_solo", "off", [0.0])):
         spec = write_spec(tmp_path, {
             "name": name, "model": model, "data": {"toy": {"size": 400}},
             "training": {"optimizer": "adam", "lr": 0.01, "epochs": 2},
@@ -241,7 +245,7 @@ def uninterrupted_sweep(tmp_path_factory):
     def sweep(stack):
         if stack not in made:
             whole = tmp_path_factory.mktemp(f"whole-{stack}")
-            made[stack] = whole, run_orchestrate(["sweep", str(_spec(whole, "cut", stack))], cwd=whole)
+            made[stack] = whole, run_orchestrate(["sweep", str(_spec(whole, "cut", stack, model=ABCNN))], cwd=whole)
         return made[stack]
 
     return sweep
@@ -250,14 +254,14 @@ def uninterrupted_sweep(tmp_path_factory):
 @pytest.mark.parametrize(("tune_state", "stack"), [("kept", "auto"), ("deleted", "auto"), ("kept", 8)])
 def test_ctrl_c_then_resume_leaves_each_member_as_an_uninterrupted_sweep(tmp_path, tune_state, stack,
                                                                         uninterrupted_sweep):
-    """Ctrl-C once a member has logged an epoch: the sweep ends interrupted (exit 3), no member
-    run stays RUNNING, none is tested. --resume restores the stacks from their checkpoints (Tune's
+    """ABCNN-3 (`auto` stacks it on a CPU). Ctrl-C once a member has logged an epoch: the sweep ends
+    interrupted (exit 3), no member run stays RUNNING, none is tested. --resume restores the stacks from their checkpoints (Tune's
     state kept) or reruns the unfinished members as fresh stacks on their own runs (Tune's state
     deleted: from the journal): every member ends FINISHED with epochs 1-3 logged once each,
     equal to an uninterrupted sweep's. With `stack: 8` the two seeds share the stack (each member
     on its own batches): its resume is exact too."""
     interrupted = tmp_path / "interrupted"
-    spec = _spec(interrupted, "cut", stack)
+    spec = _spec(interrupted, "cut", stack, model=ABCNN)
     log = interrupted / "driver.log"
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("NLI_EPOCH_DELAY_S", "3")

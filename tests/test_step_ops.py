@@ -15,7 +15,7 @@ import pytest
 from test_models_contract import _batch, _build
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from nli_models.models import layers, word_by_word
+from nli_models.models import abcnn, layers, word_by_word
 
 pytestmark = pytest.mark.unit
 
@@ -52,6 +52,7 @@ class _Count(TorchDispatchMode):
 def test_the_gpu_path_step_does_not_grow(name, variant, monkeypatch):
     for module in (layers, word_by_word):
         monkeypatch.setattr(module, "on_host", lambda tensor: False)
+    monkeypatch.setattr(abcnn, "convolves_copies_apart", lambda tensor: False)  # the GPU's grouped convolution
     model = _build(name, {"variant": variant, **OPTIONS.get(name, {})}).train()
     inputs, count = _batch(), _Count()
     # A step as every step after the first: constants built once per process (layers'

@@ -42,6 +42,10 @@ TRAINING_KEYS = frozenset(TrainingConfig.model_fields) - EXECUTION_KEYS - {"seed
 RESERVED_KEYS = frozenset({"seed", "model", "vocab_size", "num_classes"})
 # search.stack: auto's largest stack, the size benchmarks/stacking.py measures on a CPU.
 AUTO_STACK_SIZE = 8
+# The models whose stacks of one seed measured more configurations per CPU-hour than separate
+# trials (benchmarks/README.md, "stacking": ABCNN-3 1.63x; decomposable attention 0.86x,
+# word-by-word attention 0.64x; CAM not measured): where trials have no GPU, auto stacks only these.
+CPU_STACKED_MODELS = ("abcnn",)
 
 
 class Domain(StrictModel):
@@ -136,8 +140,8 @@ class SearchConfig(StrictModel):
     stack: Literal["off", "auto"] | int = Field(
         "off",
         description="train grid configurations that differ only in lr, l2, adagrad_accumulator, "
-        "dropout or seed as one stacked model per trial (nli_models.stacked; 'auto' keeps seeds apart "
-        "where trials have no GPU): 'auto' stacks up to "
+        "dropout or seed as one stacked model per trial (nli_models.stacked; where trials have no GPU "
+        "'auto' stacks only ABCNN, whose stacks measured faster there, and keeps seeds apart): 'auto' stacks up to "
         f"{AUTO_STACK_SIZE} where the model and training allow it, N up to N (refused where they "
         "do not), 'off' one configuration per trial",
     )
@@ -274,20 +278,27 @@ class SweepSpec(RunConfig):
         if self.search.sampler != "grid":
             why = (f"sampler {self.search.sampler!r} proposes one configuration at a time; stacks "
                    "group a grid's configurations (sampler: grid)")
+        if why is None and asked == "auto" and not self.trains_on_gpus() and self.model.name not in CPU_STACKED_MODELS:
+            why = (f"trials without a GPU: of the models, only {', '.join(CPU_STACKED_MODELS)} trains faster "
+                   "stacked on a CPU (benchmarks/README.md, stacking); set search.stack: N to stack anyway")
         if why is not None:
             return 1, why
         return (AUTO_STACK_SIZE if asked == "auto" else asked), None
+
+    def trains_on_gpus(self) -> bool:
+        """Whether the sweep's trials train on GPUs (resources.gpu > 0, training.device not cpu)."""
+        return self.search.resources.gpu > 0 and self.training.device != "cpu"
 
     def stacks_seeds(self) -> bool:
         """Whether a configuration's seeds join one stack. Members of several seeds train on
         batches of their own, which run the models' off-CPU path (padded, dense): on a GPU the
         padding costs few launches (not yet measured there: gpu_check's stacking rows), on a CPU
-        it measured 0.54x of separate trials where one seed's stack measured 0.97x
-        (benchmarks/README.md, stacking). So ``auto`` stacks seeds where the trials train on a
-        GPU (resources.gpu > 0, training.device not cpu), and ``N`` always."""
+        it measured 0.53x (decomposable) and 0.89x (ABCNN-3) of separate trials where one seed's
+        stack measured 0.86x and 1.63x (benchmarks/README.md, stacking). So ``auto`` stacks seeds
+        where the trials train on GPUs (``trains_on_gpus``), and ``N`` always."""
         if self.search.stack != "auto":
             return True
-        return self.search.resources.gpu > 0 and self.training.device != "cpu"
+        return self.trains_on_gpus()
 
     def stacked_fields(self) -> tuple[str, ...]:
         """The flat hyperparameters a stack's members may differ in (``stacks_seeds``: the seed
