@@ -9,7 +9,9 @@ separate trials one after another, on the same cores, with the same torch thread
   dense); the same model over lr x ℓ2 at one seed (one batch order, the CPU path; no goal), and
   lr x seed at width 50 (no goal: it shows where stacking pays on a CPU);
 - Rocktäschel et al.'s word-by-word attention (k=100), Adam, lr x dropout x ℓ2 (2 x 2 x 2), a
-  corner of snli_wbw.yaml's grid (no CPU goal: its goal is on a GPU, ``gpu_check``).
+  corner of snli_wbw.yaml's grid (no CPU goal: its goal is on a GPU, ``gpu_check``);
+- CAM (full, the paper's hidden size 300, dropout off), Adam, lr x ℓ2 (2 x 4): whether it pays on
+  a CPU (no goal; search.stack: auto stacks only the models that measure faster here).
 
 Data: real SICK (the official split) with GloVe 6B 50d kept fixed, as the papers keep their
 vectors fixed, when ../shared/data/sick and the vectors package are here; else the toy corpus.
@@ -47,6 +49,7 @@ DECOMPOSABLE_GRID = [{"lr": lr, "seed": seed} for lr in (0.025, 0.05) for seed i
 ABCNN_SEEDS_GRID = [{"lr": lr, "seed": seed} for lr in (0.08, 0.09) for seed in (1, 2, 3, 4)]
 # The same model over lr x ℓ2 at one seed: every member on one batch order (the models' CPU path).
 DECOMPOSABLE_ONE_SEED_GRID = [{"lr": lr, "l2": l2} for lr in (0.025, 0.05) for l2 in (0.0, 1e-5, 3e-5, 1e-4)]
+CAM_GRID = [{"lr": lr, "l2": l2, "optimizer": "adam"} for lr in (1e-3, 3e-4) for l2 in (0.0, 1e-5, 1e-4, 3e-4)]
 WORD_BY_WORD_GRID = [{"lr": lr, "dropout": dropout, "l2": l2, "optimizer": "adam"}
                      for lr in (3e-4, 1e-3) for dropout in (0.0, 0.1) for l2 in (0.0, 1e-4)]
 MODELS = {
@@ -72,6 +75,8 @@ MODELS = {
     # recurrence are fused kernels on CPU, a stack's are one small op per step.
     "word_by_word": ({"name": "rocktaschel", "variant": "word_by_word", "args": {"hidden_size": 100}},
                      WORD_BY_WORD_GRID),
+    # Its BiLSTMs are oneDNN's fused kernels in a trial, StepwiseLSTM in a stack.
+    "cam": ({"name": "cam", "variant": "full", "args": {"hidden_size": 300, "dropout": 0.0}}, CAM_GRID),
 }
 
 
