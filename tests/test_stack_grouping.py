@@ -58,8 +58,9 @@ def test_auto_stacks_up_to_8_and_keeps_what_differs_in_shape_apart(tmp_path):
 
 def test_auto_on_a_cpu_stacks_only_the_models_measured_faster_stacked_there(tmp_path):
     """Where trials have no GPU, `auto` trains one configuration per trial but for ABCNN (its
-    stacks measured 1.63x separate trials on a CPU; decomposable and word-by-word attention's
-    0.86x and 0.64x: benchmarks/README.md), and says why; `N` stacks them all the same."""
+    stacks measured 1.72x separate trials on a CPU; decomposable attention, word-by-word
+    attention and CAM 0.79x, 0.69x and 0.74x: benchmarks/README.md), and says why; `N` stacks
+    them all the same."""
     for name in ("snli_wbw", "snli_decomposable", "snli_cam"):
         size, why = _spec(tmp_path, name, stack="auto").stacking()
         assert size == 1 and "only abcnn trains faster stacked on a CPU" in why, (name, why)

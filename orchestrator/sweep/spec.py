@@ -43,8 +43,8 @@ RESERVED_KEYS = frozenset({"seed", "model", "vocab_size", "num_classes"})
 # search.stack: auto's largest stack, the size benchmarks/stacking.py measures on a CPU.
 AUTO_STACK_SIZE = 8
 # The models whose stacks of one seed measured more configurations per CPU-hour than separate
-# trials (benchmarks/README.md, "stacking": ABCNN-3 1.63x; decomposable attention 0.86x,
-# word-by-word attention 0.64x; CAM not measured): where trials have no GPU, auto stacks only these.
+# trials (benchmarks/README.md, "stacking": ABCNN-3 1.72x; decomposable attention 0.79x,
+# word-by-word attention 0.69x, CAM 0.74x): where trials have no GPU, auto stacks only these.
 CPU_STACKED_MODELS = ("abcnn",)
 
 
@@ -293,8 +293,8 @@ class SweepSpec(RunConfig):
         """Whether a configuration's seeds join one stack. Members of several seeds train on
         batches of their own, which run the models' off-CPU path (padded, dense): on a GPU the
         padding costs few launches (not yet measured there: gpu_check's stacking rows), on a CPU
-        it measured 0.53x (decomposable) and 0.89x (ABCNN-3) of separate trials where one seed's
-        stack measured 0.86x and 1.63x (benchmarks/README.md, stacking). So ``auto`` stacks seeds
+        it measured 0.51x (decomposable) and 0.86x (ABCNN-3) of separate trials where one seed's
+        stack measured 0.79x and 1.72x (benchmarks/README.md, stacking). So ``auto`` stacks seeds
         where the trials train on GPUs (``trains_on_gpus``), and ``N`` always."""
         if self.search.stack != "auto":
             return True
