@@ -116,8 +116,8 @@ class _TapSum(torch.autograd.Function):
         # taps[b, i, t] feeds column i + padding - t: with the gradient zero-padded to
         # L + width - 1 columns (none added for the wide convolution, padding = width - 1), tap
         # width - 1 - t of row i is column i + t of it, a strided view; its flip along the taps is
-        # the one tensor written (a zero tensor filled, then its diagonals written: 17% of a
-        # several-seed ABCNN-3 stack's step on a CPU).
+        # the one tensor written. (A zero tensor filled, then its diagonals written, took 2.5x as
+        # long at a stacked ABCNN-3 step's shapes, [256, 20, 3, 50], for the same values.)
         rows, length, width, out_channels = ctx.shape
         extra = width - 1 - ctx.padding
         padded = F.pad(grad, (0, 0, extra, extra)) if extra else grad.contiguous()

@@ -152,9 +152,7 @@ def check_fits_data(config: RunConfig, data: PreparedData) -> None:
             f"set model.args.embedding_dim: {data.embedding_dim} or leave it out"
         )
     model = model_class(config.model.name)
-    args = model.Arguments.parse(
-        config.model.build_kwargs(len(data.vocab), len(data.labels), data.embedding_dim or configured or 300),
-        config.model.name)
+    args = model.Arguments.parse(_model_kwargs(config, data), config.model.name)
     try:
         model.check_longest_sentence(args, longest_sentence(data))
     except ValueError as exc:
@@ -167,12 +165,17 @@ def longest_sentence(data: PreparedData) -> int:
                 for lengths in (split.premise_lengths, split.hypothesis_lengths) if len(lengths)), default=0)
 
 
+def _model_kwargs(config: RunConfig, data: PreparedData) -> dict:
+    """The configured model's constructor arguments for prepared data (its vocabulary, labels and
+    the vectors' dimension)."""
+    embedding_dim = data.embedding_dim or config.model.args.get("embedding_dim", 300)
+    return config.model.build_kwargs(len(data.vocab), len(data.labels), embedding_dim)
+
+
 def build_for_data(config: RunConfig, data: PreparedData) -> nn.Module:
     """Build the configured model for prepared data; loads pretrained vectors when present."""
     check_fits_data(config, data)
-    embedding_dim = data.embedding_dim or config.model.args.get("embedding_dim", 300)
-    kwargs = config.model.build_kwargs(len(data.vocab), len(data.labels), embedding_dim)
-    model = build_model(config.model.name, **kwargs)
+    model = build_model(config.model.name, **_model_kwargs(config, data))
     if data.embedding_init is not None:
         weight, trainable_rows = data.embedding_init
         model.word_embeddings.load(weight, trainable_rows)
