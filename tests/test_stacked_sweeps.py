@@ -131,11 +131,14 @@ def test_each_member_is_its_solo_trial_in_the_store(tmp_path):
 def test_a_word_by_word_grid_over_dropout_is_one_stack_of_faithful_members(tmp_path):
     """Rocktäschel's word-by-word attention (its LSTMs stepwise in the stack) over lr x dropout:
     one stack of 4 members, each its own run with its own dropout; the dropout-0 members' epochs
-    equal their solo trials' (a sweep of those two, unstacked), the others' masks differ."""
+    equal their solo trials' (a sweep of those two, unstacked), the others' masks differ. The
+    solo sweep asks for `stack: auto`: on a CPU auto trains word-by-word one configuration per
+    trial (its stacks measured slower there), and its start line says why."""
     model = {"name": "rocktaschel", "variant": "word_by_word", "args": {"hidden_size": 12, "embedding_dim": 12}}
     space = {"lr": {"grid": [0.01, 0.003]}, "dropout": {"grid": [0.0, 0.3]}}
     runs = {}
-    for name, stack, dropouts in (("wbw_stacked", 4, [0.0, 0.3]), ("wbw_solo", "off", [0.0])):
+    outputs = {}
+    for name, stack, dropouts in (("wbw_stacked", 4, [0.0, 0.3]), ("wbw_solo", "auto", [0.0])):
         spec = write_spec(tmp_path, {
             "name": name, "model": model, "data": {"toy": {"size": 400}},
             "training": {"optimizer": "adam", "lr": 0.01, "epochs": 2},
@@ -143,8 +146,14 @@ def test_a_word_by_word_grid_over_dropout_is_one_stack_of_faithful_members(tmp_p
                            "stack": stack, "max_concurrent_trials": 1, "resources": {"cpu": 1}})
         result = run_orchestrate(["sweep", str(spec)], cwd=tmp_path)
         assert result.returncode == 0, result.stdout + result.stderr
+        outputs[name] = result.stderr
         runs[name] = {(c.data.params["lr"], c.data.params["dropout"]): c for c in runs_of(tmp_path, name)[1]}
     assert len(list((tmp_path / "ray_results").glob("wbw_stacked-*/run_stack_trial_*"))) == 1
+    assert "train as stacks of up to 4 members" in outputs["wbw_stacked"]
+    assert ("search.stack auto: one configuration per trial (trials without a GPU: of the models, only abcnn "
+            "trains faster stacked on a CPU") in outputs["wbw_solo"], outputs["wbw_solo"]
+    assert not list((tmp_path / "ray_results").glob("wbw_solo-*/run_stack_trial_*"))
+    assert len(list((tmp_path / "ray_results").glob("wbw_solo-*/run_trial_*"))) == 2  # one per configuration
     stacked, solo = runs["wbw_stacked"], runs["wbw_solo"]
     assert sorted(stacked) == [(lr, p) for lr in ("0.003", "0.01") for p in ("0.0", "0.3")]
     assert all(run.info.status == "FINISHED" for run in stacked.values())
