@@ -1,7 +1,8 @@
 """How a sweep's grid becomes stacks (search.stack; orchestrator/ray_adapter/stacks.py), on the
 shipped specs as docs/sweeps.md describes it: configurations that differ only in lr, l2,
 adagrad_accumulator, dropout or seed share a stack; `N` stacks seeds, `auto` only where trials
-have a GPU; without one `auto` stacks only ABCNN."""
+have a GPU; without one `auto` stacks only ABCNN; an Optuna sampler stacks where it searches
+nothing else."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from nli_models.config import ConfigError
 from orchestrator.ray_adapter.ray_search import grid_points, param_space
 from orchestrator.ray_adapter.ray_trial import trial_params
 from orchestrator.ray_adapter.stacks import group_stacks
@@ -81,3 +83,23 @@ def test_seeds_share_stacks_with_n_or_on_gpus(tmp_path, stack, gpu, device, seed
     assert spec.stacks_seeds() == seeds_share
     assert any(len({p["seed"] for p in s}) > 1 for s in stacks) == seeds_share
     assert sum(len(s) for s in stacks) == spec.num_trials()
+
+
+def test_a_sampler_stacks_where_it_searches_only_what_members_may_differ_in(tmp_path):
+    """An Optuna sampler's stacks take its proposals as it draws them (StackProposals): it stacks
+    where it searches only lr, l2, adagrad_accumulator, dropout or seed; a searched name or a
+    configuration that changes anything else is named (refused with N, one per trial with auto)."""
+    sampled = {"lr": {"loguniform": [1e-4, 1e-2]}, "dropout": {"uniform": [0.0, 0.3]}}
+    on_gpus = {"resources": {"cpu": 1, "gpu": 0.25}}
+    assert _spec(tmp_path, "snli_wbw", sampler="tpe", num_samples=20, space=sampled, stack="auto",
+                 **on_gpus).stacking() == (8, None)
+    assert _spec(tmp_path, "snli_wbw", sampler="random", space=sampled, stack=4).stacking() == (4, None)
+    wider = {**sampled, "hidden_size": {"choice": [100, 150]}}
+    size, why = _spec(tmp_path, "snli_wbw", sampler="tpe", space=wider, stack="auto", **on_gpus).stacking()
+    assert size == 1 and why.startswith("sampler 'tpe' searches hidden_size, which a stack's members cannot differ in")
+    architectures = [{"hidden_size": 100, "l2": 0.0}, {"hidden_size": 150, "l2": 0.0}]
+    with pytest.raises(ConfigError, match="search.stack: 4 asks for stacks, but sampler 'tpe' searches hidden_size,"):
+        _spec(tmp_path, "snli_wbw", sampler="tpe", space=sampled, configurations=architectures, stack=4)
+    same_sizes = [{"hidden_size": 100, "l2": 0.0}, {"hidden_size": 100, "l2": 1e-4}]
+    assert _spec(tmp_path, "snli_wbw", sampler="tpe", space=sampled, configurations=same_sizes,
+                 stack=4).stacking() == (4, None)

@@ -7,10 +7,12 @@ leave each member's record as an uninterrupted sweep's."""
 from __future__ import annotations
 
 import os
+import pickle
 import re
 import signal
 from pathlib import Path
 
+import optuna
 import pandas as pd
 import pytest
 import torch
@@ -21,6 +23,7 @@ from testkit.store import client_for, runs_of, trial_running
 from testkit.toy import decomposable
 
 from nli_models.training import CHECKPOINT_FILE
+from orchestrator.ray_adapter.optuna_study import STUDY_NAME
 from orchestrator.ray_adapter.reaper import descendants
 from results import run_schema as rs
 
@@ -126,6 +129,48 @@ def test_each_member_is_its_solo_trial_in_the_store(tmp_path):
     pd.testing.assert_frame_equal(replays["stacked"], replays["solo"])
     assert "Trials in the store: 8 (8 finished)" in reports["stacked"]
     assert reports["stacked"] == reports["solo"]
+
+
+def _told_study(folder: Path, name: str) -> list:
+    """The trials the sweep's Optuna study was told (its searcher state in Tune's experiment)."""
+    (state_file,) = (folder / "ray_results").glob(f"{name}-*/searcher-state-*.pkl")
+    study = optuna.load_study(study_name=STUDY_NAME, storage=pickle.loads(state_file.read_bytes())["study_storage"])
+    return [trial for trial in study.trials if trial.state == optuna.trial.TrialState.COMPLETE]
+
+
+@pytest.mark.parametrize("sampler", ["random", "tpe"])
+def test_a_samplers_proposals_train_as_stacks_each_member_its_solo_trial(tmp_path, sampler):
+    """An Optuna sampler with stack: 4 over lr x ℓ2, 4 configurations x 2 seeds: its proposals are
+    drawn a stack at a time (each configuration's 2 seeds together), so 2 stacked trials train the
+    8 members. The same sweep one configuration per trial draws the same configurations (random
+    draws do not depend on what the sampler is told; TPE's first 10 are random draws too), and each
+    member's epochs equal its solo trial's. The study is told every configuration, its score the
+    mean over its seeds as an unstacked sweep tells it."""
+    space = {"lr": {"loguniform": [0.01, 0.2]}, "l2": {"choice": [0.0, 0.001]}}
+    said, members = {}, {}
+    for name, stack in ((f"{sampler}_stacked", 4), (f"{sampler}_solo", "off")):
+        spec = _spec(tmp_path, name, stack, space, sampler=sampler, num_samples=4)
+        result = run_orchestrate(["sweep", str(spec)], cwd=tmp_path)
+        assert result.returncode == 0, result.stdout + result.stderr
+        said[name] = result.stderr
+        members[name] = _members(tmp_path, name)
+    stacked, solo = members[f"{sampler}_stacked"], members[f"{sampler}_solo"]
+    assert (f"train as stacks of up to 4 members, one Tune trial each; every member is its own trial and run; "
+            f"the {sampler} sampler draws a stack's members together") in said[f"{sampler}_stacked"]
+    assert len(list((tmp_path / "ray_results").glob(f"{sampler}_stacked-*/run_stack_trial_*"))) == 2
+    assert len(stacked) == 8 and stacked.keys() == solo.keys()
+    for key, run in stacked.items():
+        assert run.info.status == "FINISHED", key
+        ours, theirs = _history(tmp_path, run), _history(tmp_path, solo[key])
+        assert [s for s, _ in ours] == [s for s, _ in theirs] == [1, 2, 3], (key, ours)
+        assert [v for _, v in ours] == pytest.approx([v for _, v in theirs], abs=1e-5), key
+    told = _told_study(tmp_path, f"{sampler}_stacked")
+    assert len(told) == 4
+    for trial in told:
+        seeds = [run for (lr, l2, _), run in stacked.items()
+                 if float(lr) == trial.params["lr"] and float(l2) == trial.params["l2"]]
+        assert len(seeds) == 2
+        assert trial.value == pytest.approx(sum(r.data.metrics[rs.METRIC_DEV_ACCURACY] for r in seeds) / 2)
 
 
 def test_a_word_by_word_grid_over_dropout_is_one_stack_of_faithful_members(tmp_path):
@@ -251,26 +296,39 @@ def uninterrupted_sweep(tmp_path_factory):
     stack value for the module's tests."""
     made = {}
 
-    def sweep(stack):
-        if stack not in made:
-            whole = tmp_path_factory.mktemp(f"whole-{stack}")
-            made[stack] = whole, run_orchestrate(["sweep", str(_spec(whole, "cut", stack, model=ABCNN))], cwd=whole)
-        return made[stack]
+    def sweep(stack, sampler):
+        if (stack, sampler) not in made:
+            whole = tmp_path_factory.mktemp(f"whole-{stack}-{sampler}")
+            spec = _cut_spec(whole, stack, sampler)
+            made[stack, sampler] = whole, run_orchestrate(["sweep", str(spec)], cwd=whole)
+        return made[stack, sampler]
 
     return sweep
 
 
-@pytest.mark.parametrize(("tune_state", "stack"), [("kept", "auto"), ("deleted", "auto"), ("kept", 8)])
-def test_ctrl_c_then_resume_leaves_each_member_as_an_uninterrupted_sweep(tmp_path, tune_state, stack,
+def _cut_spec(folder: Path, stack, sampler: str) -> Path:
+    """ABCNN-3 over lr x ℓ2 (2 x 2), 2 seeds: the grid, or a sampler's 4 draws of the same points."""
+    if sampler == "grid":
+        return _spec(folder, "cut", stack, model=ABCNN)
+    space = {"lr": {"choice": [0.01, 0.1]}, "l2": {"choice": [0.0, 0.001]}}
+    return _spec(folder, "cut", stack, space, model=ABCNN, sampler=sampler, num_samples=4)
+
+
+@pytest.mark.parametrize(("tune_state", "stack", "sampler"), [
+    ("kept", "auto", "grid"), ("deleted", "auto", "grid"), ("kept", 8, "grid"),
+    ("kept", "auto", "random"), ("deleted", "auto", "random")])
+def test_ctrl_c_then_resume_leaves_each_member_as_an_uninterrupted_sweep(tmp_path, tune_state, stack, sampler,
                                                                         uninterrupted_sweep):
     """ABCNN-3 (`auto` stacks it on a CPU). Ctrl-C once a member has logged an epoch: the sweep ends
     interrupted (exit 3), no member run stays RUNNING, none is tested. --resume restores the stacks from their checkpoints (Tune's
     state kept) or reruns the unfinished members as fresh stacks on their own runs (Tune's state
     deleted: from the journal): every member ends FINISHED with epochs 1-3 logged once each,
     equal to an uninterrupted sweep's. With `stack: 8` the two seeds share the stack (each member
-    on its own batches): its resume is exact too."""
+    on its own batches): its resume is exact too. With the random sampler each stack's members
+    are its proposals (a seed's, seeds apart): restored with its searcher's state, or drawn again
+    after the journal's finished configurations are told, the same 8 members end as uninterrupted."""
     interrupted = tmp_path / "interrupted"
-    spec = _spec(interrupted, "cut", stack, model=ABCNN)
+    spec = _cut_spec(interrupted, stack, sampler)
     log = interrupted / "driver.log"
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("NLI_EPOCH_DELAY_S", "3")
@@ -294,7 +352,7 @@ def test_ctrl_c_then_resume_leaves_each_member_as_an_uninterrupted_sweep(tmp_pat
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     # Tune restores the stacks from its state; without it the journal stands in.
     assert ("continuing from the sweep's journal" in resumed.stderr) == (tune_state == "deleted"), resumed.stderr
-    whole, result = uninterrupted_sweep(stack)
+    whole, result = uninterrupted_sweep(stack, sampler)
     assert result.returncode == 0, result.stdout + result.stderr
     # auto on CPUs keeps seeds apart: one stack per seed (stacks of several seeds pay on GPUs).
     assert ("seeds apart" in result.stderr) == (stack == "auto")
@@ -310,8 +368,9 @@ def test_ctrl_c_then_resume_leaves_each_member_as_an_uninterrupted_sweep(tmp_pat
 
 
 @pytest.mark.parametrize(("change", "why"), [
-    ({"search.sampler": "tpe", "search.space.lr": "{choice: [0.01, 0.1]}", "search.space.l2": "{choice: [0.0]}"},
-     "sampler 'tpe' proposes one configuration at a time"),
+    ({"search.sampler": "tpe", "search.space.lr": "{choice: [0.01, 0.1]}", "search.space.l2": "{choice: [0.0]}",
+      "search.space.hidden_size": "{choice: [8, 16]}"},
+     "sampler 'tpe' searches hidden_size, which a stack's members cannot differ in"),
     ({"training.grad_clip": "5.0"}, "not stacked yet: training.grad_clip"),
 ])
 def test_a_stack_the_sweep_cannot_have_is_refused_before_anything_runs(tmp_path, change, why):

@@ -50,8 +50,11 @@ def _sampler_spec(folder: Path, name: str, override: dict | None = None) -> Path
                       replace_search=merge(search, override.get("search", {})))
 
 
+@pytest.mark.parametrize("stack", ["off", 3])
 def test_warm_start_tells_the_study_the_finished_trials_and_runs_none_of_them_again(ray_session, workdir,
-                                                                                   earlier_store):
+                                                                                   earlier_store, stack):
+    """With stack: 3 the sampler's 3 new proposals train as one stacked trial (StackProposals in
+    front of the same searchers): the same points, told and skipped the same way."""
     (workdir / "mlruns.db").write_bytes(earlier_store.read_bytes())  # the sweep `earlier`, completed
     _, earlier = runs_of(workdir, "earlier")
     finished = set(_points(earlier))
@@ -59,9 +62,11 @@ def test_warm_start_tells_the_study_the_finished_trials_and_runs_none_of_them_ag
 
     # The same sampler seed proposes the earlier sweep's points first: each is told its recorded
     # value and the sampler asked again.
-    spec = _sampler_spec(workdir, "warm")
+    spec = _sampler_spec(workdir, "warm", {"search": {"stack": stack}})
     result = orchestrate("sweep", spec, "--warm-start", "earlier", cwd=workdir)
     _ok(result)
+    stacked = list((workdir / "ray_results").glob("warm-*/run_stack_trial_*"))
+    assert len(stacked) == (1 if stack == 3 else 0)
     (parent,), children = runs_of(workdir, "warm")
     assert len(children) == 3  # warm-start points do not count toward num_samples
     new = _points(children)
@@ -86,12 +91,14 @@ def _history(client, run_id: str, metric: str) -> list[tuple[int, float]]:
     return sorted((m.step, m.value) for m in client.get_metric_history(run_id, metric))
 
 
-def test_extend_runs_only_new_points_and_tests_only_a_new_selection(ray_session, workdir):
-    # One configuration that learns little (lr 1e-4, 1 epoch), then an extension that adds one
-    # that learns (lr 0.01): the selection changes and test data is evaluated again, as a second
-    # evaluation; a further extension with a worse point changes nothing and tests nothing.
+@pytest.mark.parametrize("stack", ["off", 2])
+def test_extend_runs_only_new_points_and_tests_only_a_new_selection(ray_session, workdir, stack):
+    """One configuration that learns little (lr 1e-4, 1 epoch), then an extension that adds one
+    that learns (lr 0.01): the selection changes and test data is evaluated again, as a second
+    evaluation; a further extension with a worse point changes nothing and tests nothing. Stacked
+    (each Tune run's trials are stacked trials), the extensions read the earlier runs' members."""
     base = {"name": "grown", "training": {"epochs": 2},
-            "search": {"space": {"lr": {"grid": [0.0001]}, "dropout": {"grid": [0.0]}}}}
+            "search": {"space": {"lr": {"grid": [0.0001]}, "dropout": {"grid": [0.0]}}, "stack": stack}}
     spec = write_spec(workdir, base)
     _ok(orchestrate("sweep", spec, cwd=workdir))
     client = client_for(workdir)
@@ -133,6 +140,8 @@ def test_extend_runs_only_new_points_and_tests_only_a_new_selection(ray_session,
     assert rs.METRIC_TEST_ACCURACY not in third.data.metrics
     assert _history(client, parent.info.run_id, rs.METRIC_SWEEP_TEST_ACCURACY) == tests
     assert parent.data.tags[rs.TAG_TEST_EVALUATIONS] == "2"
+    stacked = list((workdir / "ray_results").glob("grown-*/run_stack_trial_*"))
+    assert len(stacked) == (3 if stack == 2 else 0)  # one per Tune run
     store = ["--tracking-uri", f"sqlite:///{workdir / 'mlruns.db'}"]
     listing = orchestrate("sweeps", "grown", *store, cwd=workdir)
     _ok(listing)

@@ -1,12 +1,12 @@
 """Stacked trials on the driver's side (search.stack; the trainable is stack_trial.py): the grid's
-configurations grouped into stacks, a stack's Tune events turned into its members' (every member is
-a trial of its own to the listeners: its journal records, MLflow run, outcome), and Tune's
-scheduler run per member.
+configurations, or a sampler's proposals, grouped into stacks, a stack's Tune events turned into its
+members' (every member is a trial of its own to the listeners: its journal records, MLflow run,
+outcome, and to the sampler), and Tune's scheduler run per member.
 
 Grouping: grid points whose flat hyperparameters agree on everything but lr, l2,
 adagrad_accumulator, dropout and seed (SweepSpec.stacked_fields) share stacks, taken in the grid's
 order up to the stack size; the seed only where SweepSpec.stacks_seeds (search.stack N, or auto
-on GPUs). Every member trains on its solo run's batches (one order per seed:
+on GPUs). An Optuna sampler's proposals fill stacks as it draws them (StackProposals). Every member trains on its solo run's batches (one order per seed:
 StackedTrainer), from its solo run's initialisation, so with dropout off its epochs are its solo
 trial's (tests/test_stacked_sweeps.py).
 
@@ -29,6 +29,7 @@ import ray
 from ray import tune
 from ray.tune.result import TRAINING_ITERATION
 from ray.tune.schedulers import TrialScheduler
+from ray.tune.search import Searcher
 
 from orchestrator.ray_adapter.ray_search import make_scheduler
 from orchestrator.ray_adapter.ray_trial import trial_params
@@ -46,6 +47,19 @@ from orchestrator.sweep.spec import SweepSpec
 from results import run_schema as rs
 
 
+def stack_key(config: dict[str, Any], search: dict[str, Any], fields: tuple[str, ...]) -> str:
+    """What a trial's Tune config must share with the other members of its stack: its flat
+    hyperparameters but `fields`, as text.
+
+    Args:
+        config: a trial's Tune config (a grid point or a sampler's proposal).
+        search: the sweep's search block (ray_trial.trial_params reads it).
+        fields: the flat hyperparameters members may differ in (SweepSpec.stacked_fields).
+    """
+    shared = {name: value for name, value in trial_params(config, search).items() if name not in fields}
+    return json.dumps(shared, sort_keys=True, default=str)
+
+
 def group_stacks(configs: list[dict[str, Any]], search: dict[str, Any], size: int,
                  fields: tuple[str, ...]) -> list[list[dict[str, Any]]]:
     """Tune configs (a grid's points) as stacks of at most `size` (see the module docstring).
@@ -58,9 +72,7 @@ def group_stacks(configs: list[dict[str, Any]], search: dict[str, Any], size: in
     """
     groups: dict[str, list[dict[str, Any]]] = {}
     for config in configs:
-        shared = {name: value for name, value in trial_params(config, search).items()
-                  if name not in fields}
-        groups.setdefault(json.dumps(shared, sort_keys=True, default=str), []).append(config)
+        groups.setdefault(stack_key(config, search, fields), []).append(config)
     return [members[i:i + size] for members in groups.values() for i in range(0, len(members), size)]
 
 
@@ -76,6 +88,117 @@ def stack_space(configs: list[dict[str, Any]], search: dict[str, Any], size: int
 
 def is_stack(config: dict[str, Any]) -> bool:
     return STACK_KEY in config
+
+
+# A stacked sampler sweep's param space as Tune holds it: Tune merges each suggestion into the
+# space it was given, so it gets one key the suggestion replaces (the sampler's domains go to
+# StackProposals, which passes them on); and a space that is not empty, or Tune would not set the
+# searcher's metric and mode.
+SAMPLED_STACK_SPACE = {STACK_KEY: None}
+
+
+class StackProposals(Searcher):
+    """A sampler's proposals as stacks (search.stack with an Optuna sampler): each trial Tune asks
+    for is a stack of up to `size` proposals of the searcher it wraps (DistinctProposals, in a
+    Repeater for seeds, behind FirstPoints on a resume from the journal), drawn together. Each
+    member is a trial of its own to that searcher: told each of its new epochs, and its end as
+    soon as it ends (a scheduler's stop, a divergence), not when its stack does. So the sampler
+    draws a stack's members before it is told any of their results: with TPE a stack of k
+    proposals is k draws from the model of the trials told so far, as Tune's fractional trials
+    started together would be.
+
+    A proposal that cannot share the stack being filled (stack_key: another seed where seeds train
+    apart; SweepSpec.stacking refuses samplers that search anything else a member cannot differ
+    in) is held for the next stack, so held proposals stay fewer than a stack per seed.
+    FINISHED once `total` proposals were drawn and every one is in a stack.
+
+    Args:
+        searcher: the sampler's searcher (ray_search.make_searcher).
+        space: the sweep's param space (ray_search.param_space), passed on to the searcher.
+        size: the most members of a stack.
+        search: the sweep's search block (ray_trial.trial_params reads it).
+        fields: the flat hyperparameters members may differ in (SweepSpec.stacked_fields).
+        total: the proposals the sweep runs (its trials).
+    """
+
+    def __init__(self, searcher: Searcher, space: dict[str, Any], size: int, search: dict[str, Any],
+                 fields: tuple[str, ...], total: int):
+        super().__init__(metric=searcher.metric, mode=searcher.mode)
+        self.searcher = searcher
+        self.space, self.size, self.search, self.fields, self.total = space, size, search, fields, total
+        self._drawn = 0
+        self._held: list[tuple[str, dict[str, Any]]] = []  # (the searcher's trial id, proposal)
+        self._members: dict[str, list[str]] = {}  # stacked trial id -> its members' ids to the searcher
+        self._epochs: dict[str, int] = {}  # a member still training -> the last epoch it was told
+
+    def set_search_properties(self, metric: str | None, mode: str | None, config: dict, **spec) -> bool:
+        if not self.searcher.set_search_properties(metric, mode, self.space, **spec):
+            return False
+        self._metric, self._mode = self.searcher.metric, self.searcher.mode
+        return True
+
+    def suggest(self, trial_id: str) -> dict | str | None:
+        stack: list[tuple[str, dict[str, Any]]] = []
+        for proposal in list(self._held):  # held proposals first, in the order they were drawn
+            if len(stack) < self.size and self._fits(stack, proposal[1]):
+                stack.append(proposal)
+                self._held.remove(proposal)
+        while len(stack) < self.size and self._drawn < self.total:
+            inner_id = f"{trial_id}-p{self._drawn}"
+            config = self.searcher.suggest(inner_id)
+            if not isinstance(config, dict):  # None (wait) or FINISHED
+                if config == Searcher.FINISHED:
+                    self.total = self._drawn
+                break
+            self._drawn += 1
+            (stack if self._fits(stack, config) else self._held).append((inner_id, config))
+        if not stack:
+            return Searcher.FINISHED if self._drawn >= self.total else None
+        self._members[trial_id] = [inner_id for inner_id, _ in stack]
+        self._epochs.update((inner_id, 0) for inner_id, _ in stack)
+        return {STACK_KEY: [config for _, config in stack]}
+
+    def _fits(self, stack: list[tuple[str, dict[str, Any]]], config: dict[str, Any]) -> bool:
+        return not stack or (stack_key(config, self.search, self.fields)
+                             == stack_key(stack[0][1], self.search, self.fields))
+
+    def on_trial_result(self, trial_id: str, result: dict) -> None:
+        for inner_id, report in zip(self._members[trial_id], _member_reports(result), strict=True):
+            if inner_id not in self._epochs:
+                continue  # ended
+            if report[MEMBER_ENDED]:
+                self._end(inner_id, report, error=False)
+            elif report[TRAINING_ITERATION] > self._epochs[inner_id]:  # a stopped member repeats its last
+                self._epochs[inner_id] = report[TRAINING_ITERATION]
+                self.searcher.on_trial_result(inner_id, report)
+
+    def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False) -> None:
+        members = self._members.pop(trial_id)
+        reports = _member_reports(result) if result and MEMBERS_KEY in result else [None] * len(members)
+        for inner_id, report in zip(members, reports, strict=True):
+            if inner_id in self._epochs:
+                self._end(inner_id, report, error=error or report is None)
+
+    def _end(self, inner_id: str, report: dict | None, error: bool) -> None:
+        del self._epochs[inner_id]
+        self.searcher.on_trial_complete(inner_id, report, error=error)
+
+    # As DistinctProposals: Tune checkpoints the wrapped searcher apart.
+    def get_state(self) -> dict:
+        state = self.__dict__.copy()
+        del state["searcher"]
+        state["_held"], state["_epochs"] = list(self._held), dict(self._epochs)
+        state["_members"] = {trial_id: list(ids) for trial_id, ids in self._members.items()}
+        return state
+
+    def set_state(self, state: dict) -> None:
+        self.__dict__.update(state)
+
+
+def _member_reports(result: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each member's report in a stacked trial's Tune result, with the stack's time_total_s (Tune's
+    own, which a solo trial's result carries: search.objectives may read it)."""
+    return [{**report, "time_total_s": result.get("time_total_s", 0.0)} for report in json.loads(result[MEMBERS_KEY])]
 
 
 @dataclass(frozen=True)
@@ -171,11 +294,9 @@ class StackEvents:
                 self._tell("trial_started", member, params)
 
     def result(self, trial, result: dict[str, Any]) -> None:
-        reports = json.loads(result[MEMBERS_KEY])
-        for (index, member, _), report in zip(self._members(trial), reports, strict=True):
+        for (index, member, _), report in zip(self._members(trial), _member_reports(result), strict=True):
             if member in self.ended:
                 continue
-            report = {**report, "time_total_s": result.get("time_total_s", 0.0)}
             # An epoch the driver heard before (a stack restored from an older checkpoint, or a
             # member that did not train) was told to the scheduler then (or in MemberHistory's replay).
             new = int(report[rs.METRIC_EPOCHS_TRAINED]) > self.epochs.get(member, 0)

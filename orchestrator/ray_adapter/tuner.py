@@ -27,8 +27,10 @@ from orchestrator.ray_adapter.ray_search import (
 from orchestrator.ray_adapter.ray_trial import run_trial, trial_params
 from orchestrator.ray_adapter.stack_trial import run_stack_trial
 from orchestrator.ray_adapter.stacks import (
+    SAMPLED_STACK_SPACE,
     MemberHistory,
     StackEvents,
+    StackProposals,
     is_stack,
     member_configs,
     stack_space,
@@ -230,9 +232,12 @@ def run_tuner(
         num_samples = 1 if search.sampler == "grid" else search.num_samples * len(search.seeds)
         if prior is not None and prior.num_trials is not None:
             num_samples = prior.num_trials
-        space = param_space(spec, prior)
-        if stack_size > 1:
+        space, searcher = param_space(spec, prior), make_searcher(spec, prior)
+        if stack_size > 1 and searcher is None:  # a grid: Tune's grid over its stacks
             space = stack_space(grid_points(space), search_dump, stack_size, spec.stacked_fields())
+        elif stack_size > 1:  # a sampler: its proposals drawn a stack at a time
+            searcher = StackProposals(searcher, space, stack_size, search_dump, spec.stacked_fields(), num_samples)
+            space = SAMPLED_STACK_SPACE
         tuner = tune.Tuner(
             trainable,
             param_space=space,
@@ -240,7 +245,7 @@ def run_tuner(
                 # With objectives the searcher holds them (optuna_search) and FIFO needs none.
                 metric=None if search.objectives else search.metric,
                 mode=None if search.objectives else search.mode,
-                search_alg=make_searcher(spec, prior),
+                search_alg=searcher,
                 # A stack's members are scheduled by the driver (stacks.MemberScheduler).
                 scheduler=make_scheduler(spec) if stack_size == 1 else None,
                 num_samples=num_samples,
@@ -269,15 +274,14 @@ def run_tuner(
     return _outcomes(grid, lambda _, config: trial_params(config, search_dump))
 
 
-def recorded_outcomes(
-    spec: SweepSpec, data: PreparedData, experiment_name: str, params: dict[str, dict[str, Any]]
-) -> list[TrialOutcome]:
+def recorded_outcomes(spec: SweepSpec, experiment_name: str, params: dict[str, dict[str, Any]]) -> list[TrialOutcome]:
     """The outcomes of an earlier Tune run of the sweep (an extended sweep's earlier trials),
     read from its experiment folder without running anything: those of the trials in `params`
     (trial id -> its hyperparameters as recorded; an earlier spec's configuration and seed
-    indices need not be this spec's)."""
-    tuner = tune.Tuner.restore(_experiment_path(spec, experiment_name), trainable=_trainable(spec, data))
-    outcomes = _outcomes(tuner.get_results(), lambda trial_id, _: params.get(trial_id, {}))
+    indices need not be this spec's). Read with Tune's ExperimentAnalysis, not Tuner.restore,
+    which wants the earlier run's trainable: run_trial or run_stack_trial, as its search.stack was."""
+    analysis = tune.ExperimentAnalysis(_experiment_path(spec, experiment_name))
+    outcomes = _outcomes(tune.ResultGrid(analysis), lambda trial_id, _: params.get(trial_id, {}))
     return [outcome for outcome in outcomes if outcome.trial_id in params]
 
 

@@ -258,9 +258,12 @@ def _stacking_line(spec: SweepSpec) -> str | None:
     if size == 1:
         return None
     seeds = "" if spec.stacks_seeds() else " (seeds apart: stacks of several seeds pay on GPUs, not on CPUs)"
+    sampler = spec.search.sampler
+    drawn = "" if sampler == "grid" else (
+        f"; the {sampler} sampler draws a stack's members together, before it is told their results")
     return (f"search.stack {spec.search.stack}: configurations that differ only in "
             f"{', '.join(spec.stacked_fields())} train as stacks of up to {size} members{seeds}, one Tune trial each; "
-            "every member is its own trial and run")
+            f"every member is its own trial and run{drawn}")
 
 
 _log_analysis = log_analysis  # a module attribute: benchmarks/scale_cluster.py replaces it
@@ -293,7 +296,7 @@ def _drive(sweep: _Sweep, log: SweepLog, state: SweepState, continuation: _Conti
             return _end_interrupted(interruption, journal, state, planned)
         extension = continuation.extension
         if extension is not None:
-            outcomes += extension_of.earlier_outcomes(spec, sweep.data, journal.parent_run_id, extension)
+            outcomes += extension_of.earlier_outcomes(spec, journal.parent_run_id, extension)
         full_params = {o.trial_id: {**base_params, **o.params} for o in outcomes}
         finished = trials_with_status(journal, "FINISHED")
         # Trials are named by their trial ids: the uploader knows their runs. Test data is touched

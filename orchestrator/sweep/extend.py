@@ -25,7 +25,6 @@ from pathlib import Path
 from typing import Any
 
 from nli_models.config import Overrides
-from nli_models.data import PreparedData
 from nli_models.errors import InputError, mask_secrets
 from orchestrator.journal.operations import Journal
 from orchestrator.journal.parent_records import catch_up, record_selection
@@ -145,14 +144,13 @@ def open_extension(log: SweepLog, spec: SweepSpec, spec_path: Path, overrides: O
           file=sys.stderr)
 
 
-def earlier_outcomes(spec: SweepSpec, data: PreparedData, parent_run_id: str,
-                     extension: Extension) -> list[TrialOutcome]:
+def earlier_outcomes(spec: SweepSpec, parent_run_id: str, extension: Extension) -> list[TrialOutcome]:
     """The outcomes of the Tune runs before this extension, with the hyperparameters their MLflow
     runs record."""
     outcomes = []
     for index in range(extension.index):
         name = tune_experiment(spec.name, parent_run_id, index)
-        outcomes += recorded_outcomes(spec, data, name, extension.params)
+        outcomes += recorded_outcomes(spec, name, extension.params)
     return [replace(o, params=extension.params[o.trial_id]) for o in outcomes]
 
 

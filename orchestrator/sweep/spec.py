@@ -139,8 +139,9 @@ class SearchConfig(StrictModel):
     protocol: ProtocolConfig = Field(default_factory=ProtocolConfig)
     stack: Literal["off", "auto"] | int = Field(
         "off",
-        description="train grid configurations that differ only in lr, l2, adagrad_accumulator, "
-        "dropout or seed as one stacked model per trial (nli_models.stacked; where trials have no GPU "
+        description="train configurations that differ only in lr, l2, adagrad_accumulator, "
+        "dropout or seed as one stacked model per trial (nli_models.stacked: a grid's points, or an "
+        "Optuna sampler's proposals drawn a stack at a time; where trials have no GPU "
         "'auto' stacks only ABCNN, whose stacks measured faster there, and keeps seeds apart): 'auto' stacks up to "
         f"{AUTO_STACK_SIZE} where the model and training allow it, N up to N (refused where they "
         "do not), 'off' one configuration per trial",
@@ -275,15 +276,30 @@ class SweepSpec(RunConfig):
         if asked == "off":
             return 1, None
         why = stack_refusal(self.model.name, self.training)
-        if self.search.sampler != "grid":
-            why = (f"sampler {self.search.sampler!r} proposes one configuration at a time; stacks "
-                   "group a grid's configurations (sampler: grid)")
+        if why is None and (apart := self.sampled_apart()):
+            why = (f"sampler {self.search.sampler!r} searches {', '.join(apart)}, which a stack's members "
+                   f"cannot differ in (they differ only in {', '.join(MEMBER_FIELDS)}; a grid over it stacks "
+                   "each of its values apart)")
         if why is None and asked == "auto" and not self.trains_on_gpus() and self.model.name not in CPU_STACKED_MODELS:
             why = (f"trials without a GPU: of the models, only {', '.join(CPU_STACKED_MODELS)} trains faster "
                    "stacked on a CPU (benchmarks/README.md, stacking); set search.stack: N to stack anyway")
         if why is not None:
             return 1, why
         return (AUTO_STACK_SIZE if asked == "auto" else asked), None
+
+    def sampled_apart(self) -> list[str]:
+        """What an Optuna sampler's proposals may differ in that a stack's members cannot: the
+        names it searches (search.space, and those whose values differ between
+        search.configurations) but MEMBER_FIELDS. A sampler's stacks take its proposals as it
+        draws them (ray_adapter.stacks.StackProposals), so it stacks only where this is empty.
+        Empty for the grid, whose points are grouped by what they share."""
+        if self.search.sampler == "grid":
+            return []
+        configurations = self.search.configurations
+        names = set(self.search.space) | {
+            name for configuration in configurations for name in configuration
+            if len({json.dumps(c.get(name), sort_keys=True) for c in configurations}) > 1}
+        return sorted(names - set(MEMBER_FIELDS))
 
     def trains_on_gpus(self) -> bool:
         """Whether the sweep's trials train on GPUs (resources.gpu > 0, training.device not cpu)."""
