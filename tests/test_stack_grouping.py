@@ -103,3 +103,23 @@ def test_a_sampler_stacks_where_it_searches_only_what_members_may_differ_in(tmp_
     same_sizes = [{"hidden_size": 100, "l2": 0.0}, {"hidden_size": 100, "l2": 1e-4}]
     assert _spec(tmp_path, "snli_wbw", sampler="tpe", space=sampled, configurations=same_sizes,
                  stack=4).stacking() == (4, None)
+
+
+def test_the_estimate_counts_the_stacks_the_sweep_runs(tmp_path):
+    """`validate --estimate` runs waves of Tune trials: a stacked sweep's stacks (estimate.tune_trials),
+    grouped as the sweep groups them; for a sampler as StackProposals fills them (seeds apart: a
+    stack per seed)."""
+    from orchestrator.sweep.estimate import concurrent_trials, stacked_trials, tune_trials
+
+    on_gpus = {"resources": {"cpu": 1, "gpu": 0.25}}
+    wbw = _spec(tmp_path, "snli_wbw", stack=8, **on_gpus)
+    assert tune_trials(wbw) == len(_stacks(wbw)) == 5 and concurrent_trials(wbw, cpus=16, gpus=4) == 5
+    assert sorted(len(s) for s in stacked_trials(wbw)) == [4, 8, 8, 8, 8]
+    assert tune_trials(_spec(tmp_path, "snli_wbw")) == 36  # stack: off
+    sampled = {"lr": {"loguniform": [1e-4, 1e-2]}}
+    apart = _spec(tmp_path, "sick_abcnn", {"layerwise": False}, stack="auto", sampler="tpe", num_samples=10,
+                  space=sampled, seeds=[1, 2], configurations=[])
+    assert not apart.stacks_seeds() and tune_trials(apart) == 4  # 2 seeds x (8 + 2)
+    together = _spec(tmp_path, "sick_abcnn", {"layerwise": False}, stack=8, sampler="tpe", num_samples=10,
+                     space=sampled, seeds=[1, 2], configurations=[])
+    assert tune_trials(together) == 3  # 20 trials, 8 + 8 + 4

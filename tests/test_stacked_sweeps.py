@@ -386,3 +386,4 @@ def test_a_stack_the_sweep_cannot_have_is_refused_before_anything_runs(tmp_path,
     assert children == []
     checked = run_orchestrate(["validate", str(spec), "--no-data", "--set", "search.stack=auto", *overrides], cwd=tmp_path)
     assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert "search.stack auto: one configuration per trial (" in checked.stdout and why in checked.stdout

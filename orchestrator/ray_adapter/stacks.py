@@ -43,21 +43,8 @@ from orchestrator.ray_adapter.stack_trial import (
     parse_member_id,
     stack_members,
 )
-from orchestrator.sweep.spec import SweepSpec
+from orchestrator.sweep.spec import SweepSpec, group_into_stacks, stack_key
 from results import run_schema as rs
-
-
-def stack_key(config: dict[str, Any], search: dict[str, Any], fields: tuple[str, ...]) -> str:
-    """What a trial's Tune config must share with the other members of its stack: its flat
-    hyperparameters but `fields`, as text.
-
-    Args:
-        config: a trial's Tune config (a grid point or a sampler's proposal).
-        search: the sweep's search block (ray_trial.trial_params reads it).
-        fields: the flat hyperparameters members may differ in (SweepSpec.stacked_fields).
-    """
-    shared = {name: value for name, value in trial_params(config, search).items() if name not in fields}
-    return json.dumps(shared, sort_keys=True, default=str)
 
 
 def group_stacks(configs: list[dict[str, Any]], search: dict[str, Any], size: int,
@@ -70,10 +57,7 @@ def group_stacks(configs: list[dict[str, Any]], search: dict[str, Any], size: in
         size: the most members of a stack.
         fields: the flat hyperparameters members may differ in (SweepSpec.stacked_fields).
     """
-    groups: dict[str, list[dict[str, Any]]] = {}
-    for config in configs:
-        groups.setdefault(stack_key(config, search, fields), []).append(config)
-    return [members[i:i + size] for members in groups.values() for i in range(0, len(members), size)]
+    return group_into_stacks(configs, lambda config: trial_params(config, search), size, fields)
 
 
 def stack_space(configs: list[dict[str, Any]], search: dict[str, Any], size: int,
@@ -159,8 +143,8 @@ class StackProposals(Searcher):
         return {STACK_KEY: [config for _, config in stack]}
 
     def _fits(self, stack: list[tuple[str, dict[str, Any]]], config: dict[str, Any]) -> bool:
-        return not stack or (stack_key(config, self.search, self.fields)
-                             == stack_key(stack[0][1], self.search, self.fields))
+        return not stack or (stack_key(trial_params(config, self.search), self.fields)
+                             == stack_key(trial_params(stack[0][1], self.search), self.fields))
 
     def on_trial_result(self, trial_id: str, result: dict) -> None:
         for inner_id, report in zip(self._members[trial_id], _member_reports(result), strict=True):

@@ -50,7 +50,7 @@ from orchestrator.sweep.lifecycle import (
     TrialLedger,
     lease_tags,
 )
-from orchestrator.sweep.plan import check_input, check_local_capacity
+from orchestrator.sweep.plan import check_input, check_local_capacity, describe_stacking
 from orchestrator.sweep.progress import ProgressPrinter
 from orchestrator.sweep.protocol import Selection, apply_paper_protocol
 from orchestrator.sweep.spec import (
@@ -232,7 +232,7 @@ def _open_and_drive(sweep: _Sweep, continuation: _Continuation) -> SweepSummary:
             file=sys.stderr,
         )
         print(f"data: {sweep.data.describe()}", file=sys.stderr)
-        if stacking_line := _stacking_line(spec):
+        if stacking_line := describe_stacking(spec):
             print(stacking_line, file=sys.stderr)
         with Heartbeat(log.add):
             outcome = _drive(sweep, log, SweepState(log.state, current), continuation)
@@ -248,22 +248,6 @@ def _open_and_drive(sweep: _Sweep, continuation: _Continuation) -> SweepSummary:
     finally:
         uploader.stop()
         journal.close()
-
-
-def _stacking_line(spec: SweepSpec) -> str | None:
-    """How search.stack trains the sweep's trials (None: it is off)."""
-    size, why = spec.stacking()
-    if why is not None:
-        return f"search.stack {spec.search.stack}: one configuration per trial ({why})"
-    if size == 1:
-        return None
-    seeds = "" if spec.stacks_seeds() else " (seeds apart: stacks of several seeds pay on GPUs, not on CPUs)"
-    sampler = spec.search.sampler
-    drawn = "" if sampler == "grid" else (
-        f"; the {sampler} sampler draws a stack's members together, before it is told their results")
-    return (f"search.stack {spec.search.stack}: configurations that differ only in "
-            f"{', '.join(spec.stacked_fields())} train as stacks of up to {size} members{seeds}, one Tune trial each; "
-            f"every member is its own trial and run{drawn}")
 
 
 _log_analysis = log_analysis  # a module attribute: benchmarks/scale_cluster.py replaces it

@@ -22,8 +22,10 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -31,7 +33,13 @@ from nli_models.config import Overrides, read_config_mapping
 from nli_models.data import PreparedData
 from nli_models.data.encode import EncodedSplit
 from orchestrator.sweep.environment import cache_dir, trial_threads
-from orchestrator.sweep.spec import SweepSpec, apply_hyperparameters, grid_points, logged_params
+from orchestrator.sweep.spec import (
+    SweepSpec,
+    apply_hyperparameters,
+    grid_points,
+    group_into_stacks,
+    logged_params,
+)
 from results import run_schema as rs
 
 # Batches each probed configuration trains: the probe's speeds set how much faster or slower each
@@ -41,6 +49,7 @@ from results import run_schema as rs
 PROBE_BATCHES = 60
 WARMUP_BATCHES = 2
 MAX_PROBED = 8  # grid points the probe times (a larger grid: evenly spread ones)
+MAX_PROBED_STACKS = 4  # a stacked sweep's stacks the probe times (more: evenly spread ones)
 PILOT_STEPS = 50  # training batches of a pilot trial (its dev evaluation is whole)
 
 
@@ -65,16 +74,42 @@ def probed_configurations(spec: SweepSpec) -> list[dict]:
     return [{**point, **seed} for point in points[::step]]
 
 
+def stacked_trials(spec: SweepSpec) -> list[list[dict]] | None:
+    """The sweep's Tune trials as their members' flat hyperparameters (seed included) where it
+    stacks them (search.stack): a grid's stacks as the sweep groups them; a sampler's draws as it
+    would stack them, each draw the first configuration (its draws are not known in advance; how
+    many stacks they make is). None where each trial trains one configuration.
+
+    Args:
+        spec: the sweep.
+    """
+    size, _ = spec.stacking()
+    if size == 1:
+        return None
+    seeds = spec.search.seeds
+    if spec.search.sampler == "grid":
+        members = [{**point, "seed": seed} for point in grid_points(spec) for seed in seeds]
+    else:  # a configuration's seeds are drawn one after another (Tune's Repeater)
+        members = [{**first_configuration(spec), "seed": seed} for _ in range(spec.search.num_samples) for seed in seeds]
+    return group_into_stacks(members, lambda params: params, size, spec.stacked_fields())
+
+
+def tune_trials(spec: SweepSpec) -> int:
+    """The Tune trials the sweep runs: its stacks where it stacks, else its trials."""
+    stacks = stacked_trials(spec)
+    return spec.num_trials() if stacks is None else len(stacks)
+
+
 def concurrent_trials(spec: SweepSpec, cpus: int, gpus: int) -> int:
-    """Trials Ray Tune runs at once here: resources per trial against this machine's, capped by
-    max_concurrent_trials and by the number of trials."""
+    """Trials Ray Tune runs at once here (a stack is one): resources per trial against this
+    machine's, capped by max_concurrent_trials and by the number of Tune trials."""
     resources = spec.search.resources
     slots = math.floor(cpus / resources.cpu)
     if resources.gpu > 0:
         slots = min(slots, math.floor(gpus / resources.gpu))
     if spec.search.max_concurrent_trials:
         slots = min(slots, spec.search.max_concurrent_trials)
-    return max(0, min(slots, spec.num_trials()))
+    return max(0, min(slots, tune_trials(spec)))
 
 
 def _head(split: EncodedSplit, n: int) -> EncodedSplit:
@@ -103,6 +138,12 @@ class Probe:
     configurations: int  # configurations probed
     mean_train_s_per_example: float  # over the probed configurations
     mean_dev_s_per_example: float
+    # A stacked sweep's probed stacks, each trained alone (its members together, per example of the
+    # data), their mean: what a stacked trial's epoch takes. 0 stacks: the sweep does not stack.
+    stacks: int = 0
+    stack_members: int = 0  # the largest probed stack's
+    stack_train_s_per_example: float = 0.0
+    stack_dev_s_per_example: float = 0.0
 
 
 @dataclass
@@ -130,6 +171,7 @@ class Estimate:
     epochs: int
     trials: int
     slots: int
+    tune_trials: int  # what runs in waves: the stacks of a stacked sweep, else its trials
     evaluations: int  # test evaluations of the sweep's selection: model configurations x seeds
     refit: bool
     cpus: int
@@ -146,13 +188,15 @@ class Estimate:
 
     @property
     def epoch_s(self) -> float:
-        """A trial's epoch, averaged over the probed configurations."""
-        return self.slowdown * (self.probe.mean_train_s_per_example * self.train_examples
-                                + self.probe.mean_dev_s_per_example * self.dev_examples)
+        """A Tune trial's epoch: averaged over the probed configurations, or stacks."""
+        probe = self.probe
+        train, dev = ((probe.stack_train_s_per_example, probe.stack_dev_s_per_example) if probe.stacks
+                      else (probe.mean_train_s_per_example, probe.mean_dev_s_per_example))
+        return self.slowdown * (train * self.train_examples + dev * self.dev_examples)
 
     @property
     def waves(self) -> int:
-        return math.ceil(self.trials / self.slots)
+        return math.ceil(self.tune_trials / self.slots)
 
     @property
     def startup_s(self) -> float:
@@ -180,7 +224,7 @@ class Estimate:
         speed says nothing of a GPU's)."""
         if not self.probe.device.startswith("cuda") or gpu_per_trial <= 0:
             return None
-        return (self.trials * self.trial_s + self.selection_s) * gpu_per_trial / 3600
+        return (self.tune_trials * self.trial_s + self.selection_s) * gpu_per_trial / 3600
 
     @property
     def total_s(self) -> float:
@@ -195,7 +239,9 @@ class Estimate:
             f"x {self.epoch_s:.1f} s) + {pilot.first_start_s:.1f} s first-wave trial start + "
             f"{self.waves - 1} x {pilot.later_start_s:.1f} s later trial start + "
             f"{self.selection_s:.1f} s more selection",
-            f"  waves: {self.trials} trials, {self.slots} at once ({self.cpus} CPUs / "
+            f"  waves: {self.trials} trials"
+            + (f" as {self.tune_trials} stacked trials (search.stack {search.stack})" if probe.stacks else "")
+            + f", {self.slots} at once ({self.cpus} CPUs / "
             f"{search.resources.cpu} per trial"
             + (f", {self.gpus} GPUs / {search.resources.gpu} per trial" if search.resources.gpu else "")
             + (f", max_concurrent_trials {search.max_concurrent_trials}" if search.max_concurrent_trials else "")
@@ -205,7 +251,10 @@ class Estimate:
             f"({self.train_examples} per epoch), {1e3 * probe.dev_s_per_example:.3f} ms per dev "
             f"example ({self.dev_examples}); mean over the {probe.configurations} configuration(s) "
             f"probed: {1e3 * probe.mean_train_s_per_example:.3f} ms per train example, "
-            f"{1e3 * probe.mean_dev_s_per_example:.3f} ms per dev example",
+            f"{1e3 * probe.mean_dev_s_per_example:.3f} ms per dev example"
+            + (f"; mean over the {probe.stacks} stack(s) probed (up to {probe.stack_members} members), each "
+               f"alone: {1e3 * probe.stack_train_s_per_example:.3f} ms per train example, "
+               f"{1e3 * probe.stack_dev_s_per_example:.3f} ms per dev example" if probe.stacks else ""),
             f"  pilot sweep (run now: {pilot.trials} trials of the first configuration, 1 epoch of "
             f"{PILOT_STEPS} batches, a throw-away store): {pilot.wall_s:.1f} s, of which "
             f"{pilot.fixed_s:.1f} s outside the trials (process and Ray start, selection, "
@@ -214,7 +263,9 @@ class Estimate:
             f"machine's load); {self.startup_s:.1f} s from the command to the first batch",
             "  assumes: every trial runs all its epochs (patience and "
             f"{search.scheduler.type} scheduling can only shorten it), "
-            + ("a trial trains at the probed configurations' mean speed"
+            + ("a stacked trial trains at the probed stacks' mean speed, slowed by what slowed the "
+               "pilot's trials (which train one configuration each)" if probe.stacks else
+               "a trial trains at the probed configurations' mean speed"
                if search.sampler == "grid" else
                "every configuration trains as fast as the first (a sampler's draws are not known "
                "in advance; hidden sizes and batch sizes in the space change that)")
@@ -223,7 +274,8 @@ class Estimate:
         if search.resources.gpu > 0:
             hours = self.gpu_hours(search.resources.gpu)
             lines.append(
-                f"  GPU-hours: {hours:.2f} ({self.trials} trials x {_duration(self.trial_s)} holding "
+                f"  GPU-hours: {hours:.2f} ({self.tune_trials} {'stacked ' * bool(probe.stacks)}trials x "
+                f"{_duration(self.trial_s)} holding "
                 f"{search.resources.gpu:g} GPU each, with the selection)" if hours is not None else
                 f"  GPU-hours: not estimated: the probe trained on {self.probe.device}, not a GPU "
                 "(run validate --estimate where the trials will run)")
@@ -240,19 +292,17 @@ def _duration(seconds: float) -> str:
     return f"{seconds / 3600:.1f} h"
 
 
-def _time_configuration(spec: SweepSpec, data: PreparedData, params: dict) -> tuple[float, float, str]:
-    """(train s per example, dev s per example, device) of one configuration: PROBE_BATCHES
-    batches trained after WARMUP_BATCHES, and as many dev examples evaluated."""
-    from nli_models.training import make_trainer
-
-    config = apply_hyperparameters(spec.base_config(), params)
-    batch = config.training.batch_size
+def _time_training(make_trainer: Callable[[PreparedData], Any], data: PreparedData,
+                   batch: int) -> tuple[float, float, str]:
+    """(train s per example, dev s per example, device) of a trainer `make_trainer(data)` makes
+    (a Trainer, or a stack's StackedTrainer): PROBE_BATCHES batches trained after WARMUP_BATCHES,
+    and as many dev examples evaluated."""
     train, dev = data.splits["train"], data.splits["dev"]
     warmup = replace(data, splits={"train": _head(train, WARMUP_BATCHES * batch)})
-    make_trainer(config, warmup).train_epoch(1)
+    make_trainer(warmup).train_epoch(1)
     probe = replace(data, splits={"train": _head(train, PROBE_BATCHES * batch),
                                   "dev": _head(dev, PROBE_BATCHES * batch)})
-    trainer = make_trainer(config, probe)
+    trainer = make_trainer(probe)
     started = time.perf_counter()
     trainer.train_epoch(1)
     train_s = time.perf_counter() - started
@@ -263,6 +313,22 @@ def _time_configuration(spec: SweepSpec, data: PreparedData, params: dict) -> tu
             str(trainer.device))
 
 
+def _time_configuration(spec: SweepSpec, data: PreparedData, params: dict) -> tuple[float, float, str]:
+    """_time_training of one configuration's trial."""
+    from nli_models.training import make_trainer
+
+    config = apply_hyperparameters(spec.base_config(), params)
+    return _time_training(lambda split: make_trainer(config, split), data, config.training.batch_size)
+
+
+def _time_stack(spec: SweepSpec, data: PreparedData, members: list[dict]) -> tuple[float, float, str]:
+    """_time_training of a stacked trial of `members` (their flat hyperparameters)."""
+    from nli_models.stacked import StackedTrainer
+
+    configs = [apply_hyperparameters(spec.base_config(), params) for params in members]
+    return _time_training(lambda split: StackedTrainer(configs, split), data, configs[0].training.batch_size)
+
+
 def run_probe(spec: SweepSpec, data: PreparedData) -> Probe:
     """Time each probed configuration with the thread count a trial gets."""
     import torch
@@ -271,8 +337,11 @@ def run_probe(spec: SweepSpec, data: PreparedData) -> Probe:
     threads = trial_threads(spec.search.resources.cpu)
     previous_threads = torch.get_num_threads()
     torch.set_num_threads(threads)
+    stacks = stacked_trials(spec) or []
+    stacks = stacks[::max(1, math.ceil(len(stacks) / MAX_PROBED_STACKS))]
     try:
         timed = [_time_configuration(spec, data, params) for params in configurations]
+        timed_stacks = [_time_stack(spec, data, members) for members in stacks]
     finally:
         torch.set_num_threads(previous_threads)
     (train_s, dev_s, device), *_ = timed
@@ -280,7 +349,10 @@ def run_probe(spec: SweepSpec, data: PreparedData) -> Probe:
                  train_s_per_example=train_s, dev_s_per_example=dev_s,
                  configurations=len(timed),
                  mean_train_s_per_example=statistics.mean(t for t, _, _ in timed),
-                 mean_dev_s_per_example=statistics.mean(d for _, d, _ in timed))
+                 mean_dev_s_per_example=statistics.mean(d for _, d, _ in timed),
+                 stacks=len(stacks), stack_members=max((len(members) for members in stacks), default=0),
+                 stack_train_s_per_example=statistics.mean(t for t, _, _ in timed_stacks) if stacks else 0.0,
+                 stack_dev_s_per_example=statistics.mean(d for _, d, _ in timed_stacks) if stacks else 0.0)
 
 
 def pilot_spec(spec_path: str | Path, overrides: Overrides | None, spec: SweepSpec, trials: int,
@@ -297,6 +369,9 @@ def pilot_spec(spec_path: str | Path, overrides: Overrides | None, spec: SweepSp
     seed = spec.search.seeds[0]
     search["seeds"] = [seed + i for i in range(trials)]
     search["scheduler"] = {"type": "fifo"}
+    # One configuration per trial: the pilot times the start, the end and how much slower trials
+    # train side by side; a stacked trial's epoch is the probe's stacks' (Probe).
+    search["stack"] = "off"
     search["protocol"] = {"refit_on_train_dev": False}  # Estimate.selection_s adds the refit
     search["tracking_uri"] = f"sqlite:///{folder / 'pilot.db'}"
     search["storage_path"] = str(folder / "ray_results")
@@ -388,7 +463,7 @@ def estimate_sweep(spec: SweepSpec, spec_path: str | Path, overrides: Overrides 
         probe=probe, pilot=pilot, batch_size=config.training.batch_size,
         train_examples=len(data.splits["train"]), dev_examples=len(data.splits["dev"]),
         test_examples=len(data.splits["test"]) if "test" in data.splits else 0,
-        epochs=config.training.epochs, trials=spec.num_trials(), slots=slots,
+        epochs=config.training.epochs, trials=spec.num_trials(), slots=slots, tune_trials=tune_trials(spec),
         evaluations=selected_evaluations(spec) if "test" in data.splits else 0,
         refit=spec.search.protocol.refit_on_train_dev, cpus=cpus, gpus=gpus,
     )

@@ -107,6 +107,22 @@ def check_local_capacity(spec: SweepSpec) -> None:
         )
 
 
+def describe_stacking(spec: SweepSpec) -> str | None:
+    """How search.stack trains the sweep's trials (None: it is off)."""
+    size, why = spec.stacking()
+    if why is not None:
+        return f"search.stack {spec.search.stack}: one configuration per trial ({why})"
+    if size == 1:
+        return None
+    seeds = "" if spec.stacks_seeds() else " (seeds apart: stacks of several seeds pay on GPUs, not on CPUs)"
+    sampler = spec.search.sampler
+    drawn = "" if sampler == "grid" else (
+        f"; the {sampler} sampler draws a stack's members together, before it is told their results")
+    return (f"search.stack {spec.search.stack}: configurations that differ only in "
+            f"{', '.join(spec.stacked_fields())} train as stacks of up to {size} members{seeds}, one Tune trial each; "
+            f"every member is its own trial and run{drawn}")
+
+
 def describe_plan(spec: SweepSpec, data: PreparedData | None = None) -> str:
     """The plan; with ``data`` (check_input's), its split sizes and vectors too."""
     search = spec.search
@@ -136,6 +152,8 @@ def describe_plan(spec: SweepSpec, data: PreparedData | None = None) -> str:
         f"{search.time_budget_s or 'none'}; retries from checkpoint: {search.max_failures}",
         f"  tracking: {mask_secrets(spec.tracking_uri)}; storage: {spec.storage_path}",
     ]
+    if stacking := describe_stacking(spec):
+        lines.append(f"  {stacking}")
     if data is not None:
         lines.append(f"  data: {data.describe()}")
     return "\n".join(lines)
