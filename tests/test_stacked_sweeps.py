@@ -138,14 +138,13 @@ def _told_study(folder: Path, name: str) -> list:
     return [trial for trial in study.trials if trial.state == optuna.trial.TrialState.COMPLETE]
 
 
-@pytest.mark.parametrize("sampler", ["random", "tpe"])
-def test_a_samplers_proposals_train_as_stacks_each_member_its_solo_trial(tmp_path, sampler):
-    """An Optuna sampler with stack: 4 over lr x ℓ2, 4 configurations x 2 seeds: its proposals are
-    drawn a stack at a time (each configuration's 2 seeds together), so 2 stacked trials train the
-    8 members. The same sweep one configuration per trial draws the same configurations (random
-    draws do not depend on what the sampler is told; TPE's first 10 are random draws too), and each
-    member's epochs equal its solo trial's. The study is told every configuration, its score the
-    mean over its seeds as an unstacked sweep tells it."""
+def test_a_samplers_proposals_train_as_stacks_each_member_its_solo_trial(tmp_path):
+    """TPE with stack: 4 over lr x ℓ2, 4 configurations x 2 seeds: its proposals are drawn a stack
+    at a time (each configuration's 2 seeds together), so 2 stacked trials train the 8 members. The
+    same sweep one configuration per trial draws the same configurations (TPE's first 10 draws are
+    random, which no result changes), and each member's epochs equal its solo trial's. The study is
+    told every configuration, its score the mean over its seeds as an unstacked sweep tells it."""
+    sampler = "tpe"
     space = {"lr": {"loguniform": [0.01, 0.2]}, "l2": {"choice": [0.0, 0.001]}}
     said, members = {}, {}
     for name, stack in ((f"{sampler}_stacked", 4), (f"{sampler}_solo", "off")):
@@ -315,8 +314,7 @@ def _cut_spec(folder: Path, stack, sampler: str) -> Path:
 
 
 @pytest.mark.parametrize(("tune_state", "stack", "sampler"), [
-    ("kept", "auto", "grid"), ("deleted", "auto", "grid"), ("kept", 8, "grid"),
-    ("kept", "auto", "random"), ("deleted", "auto", "random")])
+    ("kept", "auto", "grid"), ("deleted", "auto", "grid"), ("kept", 8, "grid"), ("deleted", "auto", "random")])
 def test_ctrl_c_then_resume_leaves_each_member_as_an_uninterrupted_sweep(tmp_path, tune_state, stack, sampler,
                                                                         uninterrupted_sweep):
     """ABCNN-3 (`auto` stacks it on a CPU). Ctrl-C once a member has logged an epoch: the sweep ends
@@ -325,8 +323,9 @@ def test_ctrl_c_then_resume_leaves_each_member_as_an_uninterrupted_sweep(tmp_pat
     deleted: from the journal): every member ends FINISHED with epochs 1-3 logged once each,
     equal to an uninterrupted sweep's. With `stack: 8` the two seeds share the stack (each member
     on its own batches): its resume is exact too. With the random sampler each stack's members
-    are its proposals (a seed's, seeds apart): restored with its searcher's state, or drawn again
-    after the journal's finished configurations are told, the same 8 members end as uninterrupted."""
+    are its proposals (a seed's, seeds apart): from the journal, its finished configurations told
+    and the rest drawn again, the same 8 members end as uninterrupted (Tune's restore of its held
+    proposals and open stacks: tests/test_stack_proposals.py)."""
     interrupted = tmp_path / "interrupted"
     spec = _cut_spec(interrupted, stack, sampler)
     log = interrupted / "driver.log"
