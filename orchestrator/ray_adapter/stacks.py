@@ -6,9 +6,9 @@ outcome, and to the sampler), and Tune's scheduler run per member.
 Grouping: grid points whose flat hyperparameters agree on everything but lr, l2,
 adagrad_accumulator, dropout and seed (SweepSpec.stacked_fields) share stacks, taken in the grid's
 order up to the stack size; the seed only where SweepSpec.stacks_seeds (search.stack N, or auto
-on GPUs). An Optuna sampler's proposals fill stacks as it draws them (StackProposals). Every member trains on its solo run's batches (one order per seed:
-StackedTrainer), from its solo run's initialisation, so with dropout off its epochs are its solo
-trial's (tests/test_stacked_sweeps.py).
+on GPUs). An Optuna sampler's proposals fill stacks as it draws them (StackProposals). Every
+member trains on its solo run's batches (one order per seed: StackedTrainer), from its solo run's
+initialisation, so with dropout off its epochs are its solo trial's (tests/test_stacked_sweeps.py).
 
 Schedulers: ASHA and the median rule decide per member. The driver holds one Tune scheduler
 (ray_search.make_scheduler) that sees each member as a trial; a member it stops is named to the

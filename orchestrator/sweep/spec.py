@@ -41,8 +41,7 @@ from results.tracking_uri import resolve_tracking_uri
 EXECUTION_KEYS = frozenset({"device", "num_threads", "cuda_graphs"})
 TRAINING_KEYS = frozenset(TrainingConfig.model_fields) - EXECUTION_KEYS - {"seed"}
 RESERVED_KEYS = frozenset({"seed", "model", "vocab_size", "num_classes"})
-T = TypeVar("T")
-
+T = TypeVar("T")  # a trial as group_into_stacks is given it
 # search.stack: auto's largest stack, the size benchmarks/stacking.py measures on a CPU.
 AUTO_STACK_SIZE = 8
 # The models whose stacks of one seed measured more configurations per CPU-hour than separate
@@ -421,7 +420,7 @@ def stack_key(params: dict[str, Any], fields: tuple[str, ...]) -> str:
 
 
 def group_into_stacks(trials: list[T], params_of: Callable[[T], dict[str, Any]], size: int,
-                 fields: tuple[str, ...]) -> list[list[T]]:
+                      fields: tuple[str, ...]) -> list[list[T]]:
     """Trials as stacks of at most `size`: those whose stack_key agree share stacks, taken in the
     given order.
 
