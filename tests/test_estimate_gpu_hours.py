@@ -10,7 +10,8 @@ pytestmark = pytest.mark.unit
 
 
 def _estimate(device: str, stacks: int = 0, tune_trials: int = 36):
-    from orchestrator.sweep.estimate import Estimate, Pilot, Probe
+    from orchestrator.sweep.estimate import Estimate, Pilot
+    from orchestrator.sweep.estimate_probe import Probe
 
     probe = Probe(params={}, threads=1, device=device, train_s_per_example=1e-3, dev_s_per_example=1e-4,
                   configurations=1, mean_train_s_per_example=1e-3, mean_dev_s_per_example=1e-4,
@@ -74,7 +75,7 @@ def test_the_probe_trains_a_stacked_sweeps_stacks(toy, one_thread):
     probe trains both (StackedTrainer), and a stack of 4 takes longer per example than one trial."""
     from testkit.specs import QUICKSTART_PATH
 
-    from orchestrator.sweep.estimate import run_probe
+    from orchestrator.sweep.estimate_probe import run_probe
     from orchestrator.sweep.spec import load_spec
 
     spec = load_spec(QUICKSTART_PATH)

@@ -109,7 +109,8 @@ def test_the_estimate_counts_the_stacks_the_sweep_runs(tmp_path):
     """`validate --estimate` runs waves of Tune trials: a stacked sweep's stacks (estimate.tune_trials),
     grouped as the sweep groups them; for a sampler as StackProposals fills them (seeds apart: a
     stack per seed)."""
-    from orchestrator.sweep.estimate import concurrent_trials, stacked_trials, tune_trials
+    from orchestrator.sweep.estimate import concurrent_trials
+    from orchestrator.sweep.estimate_probe import stacked_trials, tune_trials
 
     on_gpus = {"resources": {"cpu": 1, "gpu": 0.25}}
     wbw = _spec(tmp_path, "snli_wbw", stack=8, **on_gpus)

@@ -43,7 +43,8 @@ from orchestrator.ray_adapter.stack_trial import (
     parse_member_id,
     stack_members,
 )
-from orchestrator.sweep.spec import SweepSpec, group_into_stacks, stack_key
+from orchestrator.sweep.spec import SweepSpec
+from orchestrator.sweep.stack_groups import group_into_stacks, stack_key
 from results import run_schema as rs
 
 

@@ -232,12 +232,7 @@ def run_tuner(
         num_samples = 1 if search.sampler == "grid" else search.num_samples * len(search.seeds)
         if prior is not None and prior.num_trials is not None:
             num_samples = prior.num_trials
-        space, searcher = param_space(spec, prior), make_searcher(spec, prior)
-        if stack_size > 1 and searcher is None:  # a grid: Tune's grid over its stacks
-            space = stack_space(grid_points(space), search_dump, stack_size, spec.stacked_fields())
-        elif stack_size > 1:  # a sampler: its proposals drawn a stack at a time
-            searcher = StackProposals(searcher, space, stack_size, search_dump, spec.stacked_fields(), num_samples)
-            space = SAMPLED_STACK_SPACE
+        space, searcher = _search(spec, prior, stack_size, num_samples)
         tuner = tune.Tuner(
             trainable,
             param_space=space,
@@ -272,6 +267,18 @@ def run_tuner(
             ray.kill(_driver.stacks.stops)
         _driver.listeners, _driver.on_stop, _driver.stacks = [], None, None
     return _outcomes(grid, lambda _, config: trial_params(config, search_dump))
+
+
+def _search(spec: SweepSpec, prior: PriorTrials | None, stack_size: int, num_samples: int):
+    """Tune's param space and searcher of a new run of the sweep (search.stack: a grid over its
+    stacks, or a sampler's proposals drawn a stack at a time)."""
+    space, searcher = param_space(spec, prior), make_searcher(spec, prior)
+    if stack_size == 1:
+        return space, searcher
+    search, fields = spec.search.model_dump(), spec.stacked_fields()
+    if searcher is None:  # a grid
+        return stack_space(grid_points(space), search, stack_size, fields), None
+    return SAMPLED_STACK_SPACE, StackProposals(searcher, space, stack_size, search, fields, num_samples)
 
 
 def recorded_outcomes(spec: SweepSpec, experiment_name: str, params: dict[str, dict[str, Any]]) -> list[TrialOutcome]:

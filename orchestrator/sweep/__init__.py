@@ -1,5 +1,6 @@
-"""Planning and driving a sweep: the spec (spec.py), the checks and plan `validate` prints
-(plan.py), the time estimate (estimate.py), the driver that runs Tune (driver.py) and the paper
+"""Planning and driving a sweep: the spec (spec.py), how its trials group into stacks
+(stack_groups.py), the checks and plan `validate` prints (plan.py), the time estimate
+(estimate.py, its probe estimate_probe.py), the driver that runs Tune (driver.py) and the paper
 protocol it applies (protocol.py), its state machine, signals, lease and trial ledger
 (lifecycle.py), the terminal progress (progress.py), `--extend` and `--warm-start` (extend.py,
 warm_start.py), a finished sweep replayed as a benchmark (replay.py) and the process defaults
@@ -9,6 +10,7 @@ __all__ = [
     "driver",
     "environment",
     "estimate",
+    "estimate_probe",
     "extend",
     "lifecycle",
     "plan",
@@ -16,5 +18,6 @@ __all__ = [
     "protocol",
     "replay",
     "spec",
+    "stack_groups",
     "warm_start",
 ]

@@ -12,9 +12,8 @@ import inspect
 import itertools
 import json
 import math
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal
 
 import yaml
 from pydantic import Field, PrivateAttr, field_validator, model_validator
@@ -41,7 +40,6 @@ from results.tracking_uri import resolve_tracking_uri
 EXECUTION_KEYS = frozenset({"device", "num_threads", "cuda_graphs"})
 TRAINING_KEYS = frozenset(TrainingConfig.model_fields) - EXECUTION_KEYS - {"seed"}
 RESERVED_KEYS = frozenset({"seed", "model", "vocab_size", "num_classes"})
-T = TypeVar("T")  # a trial as group_into_stacks is given it
 # search.stack: auto's largest stack, the size benchmarks/stacking.py measures on a CPU.
 AUTO_STACK_SIZE = 8
 # The models whose stacks of one seed measured more configurations per CPU-hour than separate
@@ -405,35 +403,6 @@ def effective_spec_text(path: str | Path, overrides: Overrides | None = None) ->
     if not overrides:
         return Path(path).read_text()
     return yaml.safe_dump(read_config_mapping(path, overrides), sort_keys=False, allow_unicode=True)
-
-
-def stack_key(params: dict[str, Any], fields: tuple[str, ...]) -> str:
-    """What a trial must share with the other members of its stack: its flat hyperparameters but
-    `fields` (SweepSpec.stacked_fields), as text.
-
-    Args:
-        params: the trial's flat hyperparameters.
-        fields: the hyperparameters members may differ in.
-    """
-    return json.dumps({name: value for name, value in params.items() if name not in fields},
-                      sort_keys=True, default=str)
-
-
-def group_into_stacks(trials: list[T], params_of: Callable[[T], dict[str, Any]], size: int,
-                      fields: tuple[str, ...]) -> list[list[T]]:
-    """Trials as stacks of at most `size`: those whose stack_key agree share stacks, taken in the
-    given order.
-
-    Args:
-        trials: the trials, in the order they run.
-        params_of: a trial's flat hyperparameters.
-        size: the most members of a stack.
-        fields: the flat hyperparameters members may differ in (SweepSpec.stacked_fields).
-    """
-    groups: dict[str, list[T]] = {}
-    for trial in trials:
-        groups.setdefault(stack_key(params_of(trial), fields), []).append(trial)
-    return [members[i:i + size] for members in groups.values() for i in range(0, len(members), size)]
 
 
 def grid_points(spec: SweepSpec) -> list[dict[str, Any]]:
