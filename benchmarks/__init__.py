@@ -26,7 +26,10 @@ REPRODUCTION_BENCHMARKS = ("reproduce_sick",)
 # static_shapes (name it): the padding that CUDA graphs' static batch shapes cost (seconds).
 # stacking (name it): 8 configurations stacked against 8 separate trials, ABCNN-3 and decomposable
 # on SICK (a few minutes on a shared 2-core machine).
+# stacked_sweep (name it): the ABCNN-3 grid of stacking through `orchestrate sweep`, stack off / 8 / 4,
+# twice each (about 10 minutes on a 2-core machine).
 OPT_IN_BENCHMARKS = ("search_efficiency", "omp_policy", "replay", "sweep_cpu", "static_shapes", "stacking",
+                     "stacked_sweep",
                      *SCALE_BENCHMARKS,
                      *REPRODUCTION_BENCHMARKS)
 ALL_BENCHMARKS = DEFAULT_BENCHMARKS + OPT_IN_BENCHMARKS

@@ -31,8 +31,8 @@ def _spec(tmp_path: Path, name: str, training: dict | None = None, **search):
     return load_spec(path)
 
 
-def _stacks(spec) -> list[list[dict]]:
-    size, why = spec.stacking()
+def _stacks(spec, slots: int | None = None) -> list[list[dict]]:
+    size, why = spec.stacking(slots)
     assert why is None, why
     search = spec.search.model_dump()
     return [[trial_params(member, search) for member in stack]
@@ -124,3 +124,24 @@ def test_the_estimate_counts_the_stacks_the_sweep_runs(tmp_path):
     together = _spec(tmp_path, "sick_abcnn", {"layerwise": False}, stack=8, sampler="tpe", num_samples=10,
                      space=sampled, seeds=[1, 2], configurations=[])
     assert tune_trials(together) == 3  # 20 trials, 8 + 8 + 4
+
+
+def test_auto_sizes_its_stacks_to_fill_the_trial_slots(tmp_path):
+    """Given the trial slots where the sweep runs (SweepSpec.trial_slots: what a trial asks for
+    against the CPUs and GPUs, capped by max_concurrent_trials), auto's stacks hold
+    ceil(trials / slots) members, at least 2 and at most 8: on 2 CPUs a stack of 8 alone took
+    longer than 8 trials 2 at a time (benchmarks/README.md, "stacked_sweep"). N keeps its size."""
+    from orchestrator.sweep.estimate import concurrent_trials
+    from orchestrator.sweep.estimate_probe import tune_trials
+
+    abcnn3 = [{"variant": "abcnn3", "num_blocks": 1}]  # lr x ℓ2, 3 x 3: 9 trials
+    auto = _spec(tmp_path, "sick_abcnn", {"layerwise": False}, stack="auto", configurations=abcnn3)
+    assert auto.trial_slots(cpus=2, gpus=0) == 2
+    assert [auto.stacking(slots)[0] for slots in (None, 1, 2, 3, 5, 16)] == [8, 8, 5, 3, 2, 2]
+    assert [len(s) for s in _stacks(auto, 2)] == [5, 4] and [len(s) for s in _stacks(auto)] == [8, 1]
+    assert tune_trials(auto, 2) == concurrent_trials(auto, cpus=2, gpus=0) == 2
+    assert tune_trials(auto, 3) == 3 and concurrent_trials(auto, cpus=16, gpus=0) == 5  # 2, 2, 2, 2, 1
+    assert _spec(tmp_path, "sick_abcnn", {"layerwise": False}, stack=4, configurations=abcnn3).stacking(16) == (4, None)
+    on_gpus = _spec(tmp_path, "snli_wbw", stack="auto", resources={"cpu": 2, "gpu": 0.25}, max_concurrent_trials=6)
+    assert [on_gpus.trial_slots(cpus, gpus) for cpus, gpus in ((16, 1), (16, 4), (6, 4))] == [4, 6, 3]
+    assert on_gpus.stacking(4) == (8, None) and on_gpus.stacking(6) == (6, None)  # 36 trials

@@ -289,6 +289,24 @@ def test_a_stack_whose_corpus_has_a_sentence_longer_than_max_length_is_refused_b
     assert not (tmp_path / "ray_results").exists()
 
 
+def test_auto_sizes_its_stacks_to_the_trial_slots_and_each_member_trains_its_epochs(tmp_path):
+    """`auto` on 2 trial slots (max_concurrent_trials 2, half a CPU a trial: 2 slots on any
+    machine): ABCNN-3's 4 configurations train as 2 stacks of 2 side by side, not as one stack of 4
+    with a slot idle; the start line says the size and why; every member is a finished run with
+    each epoch logged once."""
+    spec = _spec(tmp_path, "slots", "auto", model=ABCNN, seeds=[1], max_concurrent_trials=2,
+                 resources={"cpu": 0.5})
+    result = run_orchestrate(["sweep", str(spec)], cwd=tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "train as stacks of up to 2 members (auto, for 2 trial slots)" in result.stderr, result.stderr
+    assert len(list((tmp_path / "ray_results").glob("slots-*/run_stack_trial_*"))) == 2
+    members = _members(tmp_path, "slots")
+    assert len(members) == 4
+    for run in members.values():
+        assert run.info.status == "FINISHED"
+        assert [step for step, _ in _history(tmp_path, run)] == list(range(1, EPOCHS + 1))
+
+
 @pytest.fixture(scope="module")
 def uninterrupted_sweep(tmp_path_factory):
     """The uninterrupted sweep of `_spec(..., "cut", stack)` (folder, its result), run once per

@@ -10,7 +10,7 @@ import signal
 import sys
 import threading
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import ray
 
@@ -19,6 +19,9 @@ from nli_models.errors import InputError, error_line
 from orchestrator.cli.options import DEFAULT_RAY_START_TIMEOUT_S, RAY_START_TIMEOUT_ENV
 from orchestrator.ray_adapter.reaper import descendants, same_process, signal_pending, start_reaper
 from orchestrator.sweep.environment import WAIT_POLICY
+
+if TYPE_CHECKING:
+    from orchestrator.sweep.spec import SweepSpec
 
 
 # -- the driver -------------------------------------------------------------------------------
@@ -348,5 +351,12 @@ def shutdown_ray() -> None:
         _reaper = None
 
 
-def cluster_resources() -> dict[str, float]:
-    return ray.cluster_resources()
+def trial_slots(spec: SweepSpec) -> int:
+    """The Tune trials the running Ray cluster holds at once for the sweep (SweepSpec.trial_slots
+    of its CPUs and GPUs), which size search.stack auto's stacks.
+
+    Args:
+        spec: the sweep.
+    """
+    resources = ray.cluster_resources()
+    return spec.trial_slots(resources.get("CPU", 0.0), resources.get("GPU", 0.0))

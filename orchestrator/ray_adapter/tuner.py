@@ -17,6 +17,7 @@ from ray import tune
 from ray.tune.result import TRIAL_ID
 
 from nli_models.data import PreparedData
+from orchestrator.ray_adapter.ray_runtime import trial_slots
 from orchestrator.ray_adapter.ray_search import (
     PriorTrials,
     grid_points,
@@ -216,7 +217,7 @@ def run_tuner(
         # trial's metrics; the sweep says that trial diverged itself.
         logging.getLogger("tensorboardX").setLevel(logging.ERROR)
     search_dump = spec.search.model_dump()
-    stack_size, _ = spec.stacking()
+    stack_size, _ = spec.stacking(trial_slots(spec))
     members = members or MemberHistory()
     stops_name = f"nli-member-stops-{experiment_name}"
     trainable = _trainable(spec, data, stops_name if stack_size > 1 else None)

@@ -37,6 +37,7 @@ from orchestrator.ray_adapter.ray_runtime import (
     init_ray,
     joins_a_cluster,
     shutdown_ray,
+    trial_slots,
 )
 from orchestrator.ray_adapter.ray_search import PriorTrials
 from orchestrator.ray_adapter.tuner import TrialOutcome, run_tuner
@@ -232,7 +233,7 @@ def _open_and_drive(sweep: _Sweep, continuation: _Continuation) -> SweepSummary:
             file=sys.stderr,
         )
         print(f"data: {sweep.data.describe()}", file=sys.stderr)
-        if stacking_line := describe_stacking(spec):
+        if stacking_line := describe_stacking(spec, trial_slots(spec)):
             print(stacking_line, file=sys.stderr)
         with Heartbeat(log.add):
             outcome = _drive(sweep, log, SweepState(log.state, current), continuation)

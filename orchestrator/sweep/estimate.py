@@ -44,14 +44,10 @@ PILOT_STEPS = 50  # training batches of a pilot trial (its dev evaluation is who
 
 def concurrent_trials(spec: SweepSpec, cpus: int, gpus: int) -> int:
     """Trials Ray Tune runs at once here (a stack is one): resources per trial against this
-    machine's, capped by max_concurrent_trials and by the number of Tune trials."""
-    resources = spec.search.resources
-    slots = math.floor(cpus / resources.cpu)
-    if resources.gpu > 0:
-        slots = min(slots, math.floor(gpus / resources.gpu))
-    if spec.search.max_concurrent_trials:
-        slots = min(slots, spec.search.max_concurrent_trials)
-    return max(0, min(slots, tune_trials(spec)))
+    machine's, capped by max_concurrent_trials (SweepSpec.trial_slots) and by the number of Tune
+    trials."""
+    slots = spec.trial_slots(cpus, gpus)
+    return max(0, min(slots, tune_trials(spec, slots)))
 
 
 @dataclass
@@ -297,7 +293,8 @@ def estimate_sweep(spec: SweepSpec, spec_path: str | Path, overrides: Overrides 
             f"no trial fits on this machine: each needs {spec.search.resources.cpu} CPUs and "
             f"{spec.search.resources.gpu} GPUs, it has {cpus} CPUs and {gpus} GPUs"
         )
-    probe = run_probe(spec, data)
+    trial_slots = spec.trial_slots(cpus, gpus)  # which size auto's stacks
+    probe = run_probe(spec, data, trial_slots)
     with tempfile.TemporaryDirectory(prefix="nli-estimate-") as folder:
         path = pilot_spec(spec_path, overrides, spec, slots + 1, Path(folder))
         pilot = run_pilot(spec, path, slots)
@@ -308,7 +305,8 @@ def estimate_sweep(spec: SweepSpec, spec_path: str | Path, overrides: Overrides 
         probe=probe, pilot=pilot, batch_size=config.training.batch_size,
         train_examples=len(data.splits["train"]), dev_examples=len(data.splits["dev"]),
         test_examples=len(data.splits["test"]) if "test" in data.splits else 0,
-        epochs=config.training.epochs, trials=spec.num_trials(), slots=slots, tune_trials=tune_trials(spec),
+        epochs=config.training.epochs, trials=spec.num_trials(), slots=slots,
+        tune_trials=tune_trials(spec, trial_slots),
         evaluations=selected_evaluations(spec) if "test" in data.splits else 0,
         refit=spec.search.protocol.refit_on_train_dev, cpus=cpus, gpus=gpus,
     )

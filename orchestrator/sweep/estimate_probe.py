@@ -49,7 +49,7 @@ def probed_configurations(spec: SweepSpec) -> list[dict]:
     return [{**point, **seed} for point in points[::step]]
 
 
-def stacked_trials(spec: SweepSpec) -> list[list[dict]] | None:
+def stacked_trials(spec: SweepSpec, slots: int | None = None) -> list[list[dict]] | None:
     """The sweep's Tune trials as their members' flat hyperparameters (seed included) where it
     stacks them (search.stack): a grid's stacks as the sweep groups them; a sampler's draws as it
     would stack them, each draw the first configuration (its draws are not known in advance; how
@@ -57,8 +57,10 @@ def stacked_trials(spec: SweepSpec) -> list[list[dict]] | None:
 
     Args:
         spec: the sweep.
+        slots: the trials that run at once where it runs (SweepSpec.trial_slots), which size
+            search.stack auto's stacks; None: auto's largest.
     """
-    size, _ = spec.stacking()
+    size, _ = spec.stacking(slots)
     if size == 1:
         return None
     seeds = spec.search.seeds
@@ -69,9 +71,10 @@ def stacked_trials(spec: SweepSpec) -> list[list[dict]] | None:
     return group_into_stacks(members, lambda params: params, size, spec.stacked_fields())
 
 
-def tune_trials(spec: SweepSpec) -> int:
-    """The Tune trials the sweep runs: its stacks where it stacks, else its trials."""
-    stacks = stacked_trials(spec)
+def tune_trials(spec: SweepSpec, slots: int | None = None) -> int:
+    """The Tune trials the sweep runs on `slots` trial slots: its stacks where it stacks (see
+    stacked_trials), else its trials."""
+    stacks = stacked_trials(spec, slots)
     return spec.num_trials() if stacks is None else len(stacks)
 
 
@@ -146,15 +149,16 @@ def _time_stack(spec: SweepSpec, data: PreparedData, members: list[dict]) -> tup
     return _time_training(lambda split: StackedTrainer(configs, split), data, configs[0].training.batch_size)
 
 
-def run_probe(spec: SweepSpec, data: PreparedData) -> Probe:
-    """Time each probed configuration with the thread count a trial gets."""
+def run_probe(spec: SweepSpec, data: PreparedData, slots: int | None = None) -> Probe:
+    """Time each probed configuration with the thread count a trial gets, and up to
+    MAX_PROBED_STACKS of the stacks the sweep runs on `slots` trial slots (stacked_trials)."""
     import torch
 
     configurations = probed_configurations(spec)
     threads = trial_threads(spec.search.resources.cpu)
     previous_threads = torch.get_num_threads()
     torch.set_num_threads(threads)
-    stacks = stacked_trials(spec) or []
+    stacks = stacked_trials(spec, slots) or []
     stacks = stacks[::max(1, math.ceil(len(stacks) / MAX_PROBED_STACKS))]
     try:
         timed = [_time_configuration(spec, data, params) for params in configurations]

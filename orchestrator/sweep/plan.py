@@ -107,20 +107,27 @@ def check_local_capacity(spec: SweepSpec) -> None:
         )
 
 
-def describe_stacking(spec: SweepSpec) -> str | None:
-    """How search.stack trains the sweep's trials (None: it is off)."""
-    size, why = spec.stacking()
+def describe_stacking(spec: SweepSpec, slots: int | None = None) -> str | None:
+    """How search.stack trains the sweep's trials (None: it is off): on `slots` trial slots
+    (SweepSpec.trial_slots) where they are known (a sweep's start), else as `validate` can say it."""
+    size, why = spec.stacking(slots)
     if why is not None:
         return f"search.stack {spec.search.stack}: one configuration per trial ({why})"
     if size == 1:
         return None
-    seeds = "" if spec.stacks_seeds() else " (seeds apart: stacks of several seeds pay on GPUs, not on CPUs)"
+    notes = []
+    if spec.search.stack == "auto":
+        notes.append(f"auto, for {slots} trial slot{'s' * (slots != 1)}" if slots else
+                     "auto: fewer where the sweep's stacks would leave trial slots idle, at least 2")
+    if not spec.stacks_seeds() and len(spec.search.seeds) > 1:
+        notes.append("seeds apart: stacks of several seeds pay on GPUs, not on CPUs")
+    noted = f" ({'; '.join(notes)})" if notes else ""
     sampler = spec.search.sampler
     drawn = "" if sampler == "grid" else (
         f"; the {sampler} sampler draws a stack's members together, before it is told their results")
     return (f"search.stack {spec.search.stack}: configurations that differ only in "
-            f"{', '.join(spec.stacked_fields())} train as stacks of up to {size} members{seeds}, one Tune trial each; "
-            f"every member is its own trial and run{drawn}")
+            f"{', '.join(spec.stacked_fields())} train as stacks of up to {size} members{noted}, one Tune trial "
+            f"each; every member is its own trial and run{drawn}")
 
 
 def describe_plan(spec: SweepSpec, data: PreparedData | None = None) -> str:

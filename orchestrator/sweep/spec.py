@@ -40,7 +40,8 @@ from results.tracking_uri import resolve_tracking_uri
 EXECUTION_KEYS = frozenset({"device", "num_threads", "cuda_graphs"})
 TRAINING_KEYS = frozenset(TrainingConfig.model_fields) - EXECUTION_KEYS - {"seed"}
 RESERVED_KEYS = frozenset({"seed", "model", "vocab_size", "num_classes"})
-# search.stack: auto's largest stack, the size benchmarks/stacking.py measures on a CPU.
+# search.stack: auto's largest stack, the size benchmarks/stacking.py measures on a CPU; smaller
+# where fewer stacks would leave trial slots idle (benchmarks/README.md, "stacked_sweep").
 AUTO_STACK_SIZE = 8
 # The models whose stacks of one seed measured more configurations per CPU-hour than separate
 # trials (benchmarks/README.md, "stacking": ABCNN-3 1.72x; decomposable attention 0.79x,
@@ -269,9 +270,18 @@ class SweepSpec(RunConfig):
     def num_trials(self) -> int:
         return self.grid_size() * len(self.search.seeds)
 
-    def stacking(self) -> tuple[int, str | None]:
+    def trial_slots(self, cpus: float, gpus: float) -> int:
+        """The Tune trials (a stack is one) that run at once on `cpus` CPUs and `gpus` GPUs: what
+        one asks for (search.resources) against them, capped by max_concurrent_trials."""
+        resources, slots = self.search.resources, math.floor(cpus / self.search.resources.cpu)
+        slots = min(slots, math.floor(gpus / resources.gpu)) if resources.gpu > 0 else slots
+        return min(slots, self.search.max_concurrent_trials or slots)
+
+    def stacking(self, slots: int | None = None) -> tuple[int, str | None]:
         """The most configurations one trial trains as a stack (search.stack; 1: one per trial)
-        and, where search.stack asked for stacks that this sweep cannot have, why."""
+        and, where search.stack asked for stacks that this sweep cannot have, why. With `slots`
+        (trial_slots where the sweep runs), auto's stacks are no larger than fills them all:
+        ceil(trials / slots), at least 2, at most AUTO_STACK_SIZE."""
         asked = self.search.stack
         if asked == "off":
             return 1, None
@@ -285,7 +295,9 @@ class SweepSpec(RunConfig):
                    "stacked on a CPU (benchmarks/README.md, stacking); set search.stack: N to stack anyway")
         if why is not None:
             return 1, why
-        return (AUTO_STACK_SIZE if asked == "auto" else asked), None
+        if asked != "auto":
+            return asked, None
+        return (max(2, min(AUTO_STACK_SIZE, math.ceil(self.num_trials() / slots))) if slots else AUTO_STACK_SIZE), None
 
     def sampled_apart(self) -> list[str]:
         """What an Optuna sampler's proposals may differ in that a stack's members cannot: the
