@@ -3,7 +3,7 @@
 Before every REST request MLflow's client asks each request-header provider whether it applies,
 and its Databricks provider answers by trying to import pyspark, dbruntime and Databricks' REPL
 modules, failed imports that scan sys.path each time: 38% of a sweep's uploader thread's CPU in a
-profile of 904 requests (benchmarks/README.md, "Asking Databricks once"). Whether this
+profile of 904 requests (benchmarks/README.md, "asking Databricks once"). Whether this
 process runs on Databricks does not change while it runs, so here it is asked once per process;
 the headers a provider in context adds are asked for on every request, as before.
 """
