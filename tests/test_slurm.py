@@ -175,6 +175,11 @@ def test_validate_reports_trials_at_once_on_an_allocation(tmp_path):
     assert result.returncode == 0, result.stderr
     assert ("SLURM 2 nodes x (8 CPU, 1 GPU): 8 trials at once (4 per node: 1 GPU / 0.25 per "
             "trial); 9 trials in 2 waves") in result.stdout
+    # Stacked, the waves are of stacks: auto's hold ceil(9 / 8) = 2 (at least 2) for these 8 slots.
+    stacked = orchestrate("validate", str(spec), "--no-data", "--set", "search.stack=auto", "--slurm-nodes", "2",
+                          "--slurm-gpus-per-node", "1", "--slurm-cpus-per-task", "8")
+    assert stacked.returncode == 0, stacked.stderr
+    assert "; 9 trials as 5 stacked trials (search.stack auto) in 1 wave" in stacked.stdout, stacked.stdout
     refused = orchestrate("validate", str(spec), "--no-data", "--slurm-nodes", "2")
     assert refused.returncode == 2 and "pass --gpus-per-node" in refused.stderr
     # Without --slurm-*, the trial must fit this machine, where a local sweep runs it: a GPU

@@ -129,11 +129,17 @@ def trials_at_once(spec, allocation: Allocation, source: str = "the allocation")
 
 
 def allocation_report(spec, allocation: Allocation) -> str:
-    """`orchestrate validate --slurm-nodes ...`: one line on what the allocation runs at once."""
+    """`orchestrate validate --slurm-nodes ...`: one line on what the allocation runs at once. A
+    stacked sweep runs its stacks (sized, with search.stack auto, for these trial slots) in waves."""
+    from orchestrator.sweep.estimate_probe import stacked_trials  # the data layer: only here
+
     total, why = trials_at_once(spec, allocation)
-    waves = math.ceil(spec.num_trials() / total)
+    stacks = stacked_trials(spec, total)
+    tune_trials = spec.num_trials() if stacks is None else len(stacks)
+    waves = math.ceil(tune_trials / total)
+    stacked = "" if stacks is None else f" as {len(stacks)} stacked trials (search.stack {spec.search.stack})"
     return (f"  SLURM {allocation.describe()}: {total} trials at once ({why}); "
-            f"{spec.num_trials()} trials in {waves} wave{'s' * (waves > 1)}")
+            f"{spec.num_trials()} trials{stacked} in {waves} wave{'s' * (waves > 1)}")
 
 
 # -- options ----------------------------------------------------------------------------------
