@@ -8,7 +8,7 @@ time, a stack of 8 runs alone on one core, and 2 stacks of 4 run side by side (w
 of 8 configurations on 2 trial slots; the start line it prints is recorded).
 
 Each sweep runs in a fresh process on a fresh SQLite store, its process tree's CPU sampled from
-/proc (``benchmarks.sweeps.CpuSampler``); the three ways alternate, `--quick` runs each once (one
+/proc (``benchmarks.sweeps.CpuSampler``); the four ways alternate, `--quick` runs each once (one
 epoch), a full run twice (3 epochs, no early stopping: every configuration trains the same
 batches). Configurations/hour = 8 x 3600 / wall seconds (and per CPU-hour of the tree). Each
 configuration's best dev accuracy is read back from its MLflow run, stacked or not.

@@ -180,6 +180,9 @@ def test_validate_reports_trials_at_once_on_an_allocation(tmp_path):
                           "--slurm-gpus-per-node", "1", "--slurm-cpus-per-task", "8")
     assert stacked.returncode == 0, stacked.stderr
     assert "; 9 trials as 5 stacked trials (search.stack auto) in 1 wave" in stacked.stdout, stacked.stdout
+    # Without a cluster, validate's own line gives auto's largest size and the rule.
+    assert ("train as stacks of up to 8 members (auto: fewer where the sweep's stacks would leave trial "
+            "slots idle, at least 2)") in stacked.stdout, stacked.stdout
     refused = orchestrate("validate", str(spec), "--no-data", "--slurm-nodes", "2")
     assert refused.returncode == 2 and "pass --gpus-per-node" in refused.stderr
     # Without --slurm-*, the trial must fit this machine, where a local sweep runs it: a GPU
